@@ -1,0 +1,180 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Batch runs fn in a read-write transaction shared with other concurrent
+// Batch calls (group commit): many callers, one commit, one fsync. It returns
+// once the transaction that includes fn has committed (nil, or the commit
+// error) or fn's own error is known.
+//
+// fn may run more than once: when another call in the same batch fails, the
+// batch is rolled back and run again without it. fn must therefore have no
+// effect outside the transaction, and must reset anything it captures (a
+// result, a response) at the start of every run. Register work that must
+// follow the commit with Tx.OnCommit; it runs only for the run that commits.
+//
+// Batching policy: there is no fixed delay by default. The first caller
+// commits at once; callers arriving while that commit (and its fsync) is in
+// progress queue up and form the next batch, so batches grow with load and a
+// lone caller pays nothing. Options.MaxBatchDelay adds a wait, and
+// Options.MaxBatchSize caps a batch.
+//
+// If fn returns an error, it is returned and fn's writes are rolled back; if
+// fn panics, the panic is re-raised in the calling goroutine. A ctx that ends
+// while the call waits for its batch cancels it before it runs; once running
+// it is not interrupted.
+func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
+	if err := db.usable(ctx); err != nil {
+		return err
+	}
+	b := &db.batch
+	c := &batchCall{ctx: ctx, fn: fn, done: make(chan batchResult, 1)}
+
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	lead := !b.leading
+	b.leading = true
+	if !lead && len(b.queue) >= db.opts.MaxBatchSize {
+		select {
+		case b.full <- struct{}{}:
+		default:
+		}
+	}
+	b.mu.Unlock()
+
+	for {
+		if lead {
+			b.lead()
+			lead = false
+		}
+		r := <-c.done
+		switch {
+		case r.lead:
+			lead = true
+			continue
+		case r.solo:
+			// fn failed after other calls of its batch; its error may have been
+			// caused by their writes, so find its real outcome alone.
+			return db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+		case r.panic != nil:
+			panic(r.panic.Value)
+		}
+		return r.err
+	}
+}
+
+type batchCall struct {
+	ctx  context.Context
+	fn   func(Tx) error
+	done chan batchResult
+}
+
+type batchResult struct {
+	err   error
+	panic *PanicError
+	lead  bool // the receiver now leads the next batch
+	solo  bool // the receiver must run its function on its own
+}
+
+// batcher implements group commit with leader hand-off: the caller that
+// finds no batch running becomes the leader, takes the queue, runs it as one
+// transaction and, when it finishes, passes leadership to the first caller
+// that queued meanwhile. Invariant: leading is false only when the queue is
+// empty. No goroutine is started, so there is nothing to stop on Close.
+type batcher struct {
+	db      *DB
+	mu      sync.Mutex
+	queue   []*batchCall
+	leading bool
+	full    chan struct{} // wakes a delaying leader when the queue is full
+}
+
+var errBatchCallFailed = errors.New("kv: batch call failed")
+
+func (b *batcher) lead() {
+	if d := b.db.opts.MaxBatchDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-b.full:
+			t.Stop()
+		}
+	}
+
+	b.mu.Lock()
+	n := min(len(b.queue), b.db.opts.MaxBatchSize)
+	calls := make([]*batchCall, n)
+	copy(calls, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	b.mu.Unlock()
+
+	b.run(calls)
+
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		b.queue[0].done <- batchResult{lead: true}
+	} else {
+		b.leading = false
+	}
+	b.mu.Unlock()
+}
+
+func (b *batcher) run(calls []*batchCall) {
+	live := calls[:0]
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- batchResult{err: err}
+			continue
+		}
+		live = append(live, c)
+	}
+	calls = live
+
+	for len(calls) > 0 {
+		failed := -1
+		var res batchResult
+		err := b.db.bolt.Update(func(t *bolt.Tx) error {
+			tx := (*boltTx)(t)
+			for i, c := range calls {
+				if err, p := safeCall(c.fn, tx); err != nil || p != nil {
+					failed, res = i, batchResult{err: err, panic: p}
+					return errBatchCallFailed
+				}
+			}
+			return nil
+		})
+		switch {
+		case failed < 0:
+			for _, c := range calls {
+				c.done <- batchResult{err: err}
+			}
+			return
+		case failed == 0:
+			// It ran first, on exactly the state it would have seen alone:
+			// its outcome is final.
+			calls[0].done <- res
+			calls = calls[1:]
+		default:
+			calls[failed].done <- batchResult{solo: true}
+			calls = append(calls[:failed], calls[failed+1:]...)
+		}
+	}
+}
+
+func safeCall(fn func(Tx) error, tx Tx) (err error, p *PanicError) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = &PanicError{Value: r}
+		}
+	}()
+	return fn(tx), nil
+}

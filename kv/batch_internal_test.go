@@ -1,0 +1,211 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func openInternal(t *testing.T, o *Options) *DB {
+	t.Helper()
+	db, err := Open(filepath.Join(t.TempDir(), "b.db"), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func (b *batcher) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// waitQueued waits until n calls are queued behind the running batch.
+func waitQueued(t *testing.T, db *DB, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return db.batch.queued() == n }, 10*time.Second, time.Millisecond)
+}
+
+func put(key string) func(Tx) error {
+	return func(tx Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(key), []byte("v"))
+	}
+}
+
+func get(t *testing.T, db *DB, key string) []byte {
+	var v []byte
+	require.NoError(t, db.View(context.Background(), func(tx Tx) error {
+		if b := tx.Bucket([]byte("b")); b != nil {
+			v = append([]byte(nil), b.Get([]byte(key))...)
+		}
+		return nil
+	}))
+	if len(v) == 0 {
+		return nil
+	}
+	return v
+}
+
+// Calls that arrive while a batch commits are grouped into the next one, and
+// a failing call is isolated: its writes are rolled back, its error returned,
+// the others commit.
+func TestBatchGroupsWaitingCallsAndIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, nil)
+	ctx := context.Background()
+
+	release := make(chan struct{})
+	firstDone := make(chan error)
+	go func() {
+		firstDone <- db.Batch(ctx, func(tx Tx) error {
+			<-release
+			return put("first")(tx)
+		})
+	}()
+	require.Eventually(t, func() bool {
+		db.batch.mu.Lock()
+		defer db.batch.mu.Unlock()
+		return db.batch.leading && len(db.batch.queue) == 0
+	}, 10*time.Second, time.Millisecond)
+
+	const n = 20
+	var commits atomic.Int32
+	var runs [n]atomic.Int32
+	boom := errors.New("boom")
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = db.Batch(ctx, func(tx Tx) error {
+				runs[i].Add(1)
+				tx.OnCommit(func() { commits.Add(1) })
+				if err := put(fmt.Sprint("k", i))(tx); err != nil {
+					return err
+				}
+				if i == 7 {
+					return boom
+				}
+				return nil
+			})
+		})
+	}
+	waitQueued(t, db, n)
+	close(release)
+	require.NoError(t, <-firstDone)
+	wg.Wait()
+
+	for i := range n {
+		if i == 7 {
+			require.ErrorIs(t, errs[i], boom)
+			require.Nil(t, get(t, db, "k7"), "a failed call's writes roll back")
+			continue
+		}
+		require.NoError(t, errs[i])
+		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint("k", i)))
+	}
+	require.Equal(t, []byte("v"), get(t, db, "first"))
+	require.EqualValues(t, n-1, commits.Load(), "commit hooks fire once per committed call, never for rolled-back runs")
+	// The calls before the failing one ran twice (the rolled-back run and the
+	// committed one): fn may run more than once.
+	require.EqualValues(t, 2, runs[0].Load())
+}
+
+func TestBatchPanicIsRaisedInCaller(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, nil)
+	ctx := context.Background()
+	release := make(chan struct{})
+	go func() {
+		_ = db.Batch(ctx, func(tx Tx) error { <-release; return nil })
+	}()
+	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+
+	var wg sync.WaitGroup
+	var okErr error
+	var recovered any
+	wg.Go(func() { okErr = db.Batch(ctx, put("ok")) })
+	waitQueued(t, db, 1)
+	wg.Go(func() {
+		defer func() { recovered = recover() }()
+		_ = db.Batch(ctx, func(tx Tx) error {
+			_ = put("panicker")(tx)
+			panic("handler bug")
+		})
+	})
+	waitQueued(t, db, 2)
+	close(release)
+	wg.Wait()
+	require.NoError(t, okErr)
+	require.Equal(t, "handler bug", recovered)
+	require.Equal(t, []byte("v"), get(t, db, "ok"))
+	require.Nil(t, get(t, db, "panicker"))
+}
+
+func TestBatchCanceledWhileQueued(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, nil)
+	release := make(chan struct{})
+	go func() {
+		_ = db.Batch(context.Background(), func(tx Tx) error { <-release; return nil })
+	}()
+	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- db.Batch(c, put("never")) }()
+	waitQueued(t, db, 1)
+	cancel()
+	close(release)
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Nil(t, get(t, db, "never"))
+}
+
+func TestBatchSizeCapAndDelay(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, &Options{MaxBatchSize: 3, MaxBatchDelay: time.Millisecond, NoSync: true})
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { require.NoError(t, db.Batch(context.Background(), put(fmt.Sprint(i)))) })
+	}
+	wg.Wait()
+	for i := range 50 {
+		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint(i)))
+	}
+	db.batch.mu.Lock()
+	require.False(t, db.batch.leading)
+	require.Empty(t, db.batch.queue)
+	db.batch.mu.Unlock()
+}
+
+func TestBatchManyConcurrent(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, &Options{NoSync: true})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				require.NoError(t, db.Batch(context.Background(), put(fmt.Sprint(g, "-", i))))
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, db.View(context.Background(), func(tx Tx) error {
+		n := 0
+		c := tx.Bucket([]byte("b")).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		require.Equal(t, 1600, n)
+		return nil
+	}))
+}

@@ -1,0 +1,163 @@
+package kv_test
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+func sample() []byte {
+	var e kv.Encoder
+	e.Reset(kv.KindIdempotency, 3)
+	e.Uvarint(42)
+	e.Varint(-7)
+	e.Byte(9)
+	e.Bytes([]byte("hello"))
+	e.String("world")
+	e.Fixed([]byte{1, 2, 3, 4})
+	e.Time(time.Unix(1700000000, 123).UTC())
+	e.Time(time.Time{})
+	return bytes.Clone(e.Finish())
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+	rec := sample()
+	d, v, err := kv.NewDecoder(kv.KindIdempotency, rec)
+	require.NoError(t, err)
+	require.Equal(t, byte(3), v)
+	require.Equal(t, uint64(42), d.Uvarint())
+	require.Equal(t, int64(-7), d.Varint())
+	require.Equal(t, byte(9), d.Byte())
+	require.Equal(t, []byte("hello"), d.Bytes())
+	require.Equal(t, "world", d.String())
+	require.Equal(t, []byte{1, 2, 3, 4}, d.Fixed(4))
+	require.Equal(t, time.Unix(1700000000, 123).UTC(), d.Time())
+	require.True(t, d.Time().IsZero())
+	require.NoError(t, d.Done())
+}
+
+func TestCodecRejectsCorruption(t *testing.T) {
+	t.Parallel()
+	rec := sample()
+	cases := map[string][]byte{
+		"empty":     nil,
+		"short":     rec[:5],
+		"truncated": rec[:len(rec)-1],
+		"magic":     append([]byte{0}, rec[1:]...),
+	}
+	for i := range rec {
+		flipped := bytes.Clone(rec)
+		flipped[i] ^= 0x40
+		cases["flip"+string(rune('a'+i%26))+string(rune('0'+i/26))] = flipped
+	}
+	for name, in := range cases {
+		_, _, err := kv.NewDecoder(kv.KindIdempotency, in)
+		require.ErrorIs(t, err, kv.ErrCorrupt, name)
+		var ce *kv.CorruptError
+		require.ErrorAs(t, err, &ce, name)
+		require.Equal(t, kv.KindIdempotency, ce.Kind)
+	}
+	_, _, err := kv.NewDecoder(kv.KindIntent, rec)
+	require.ErrorContains(t, err, "record is of kind idempotency")
+}
+
+func TestDecoderStickyErrorsAndTrailingBytes(t *testing.T) {
+	t.Parallel()
+	var e kv.Encoder
+	e.Reset(kv.KindInbox, 1)
+	e.Uvarint(1 << 40) // a length far past the end
+	rec := bytes.Clone(e.Finish())
+	d, _, err := kv.NewDecoder(kv.KindInbox, rec)
+	require.NoError(t, err)
+	require.Nil(t, d.Bytes())
+	require.Zero(t, d.Uvarint())
+	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
+
+	e.Reset(kv.KindInbox, 1)
+	e.Uvarint(1)
+	e.Uvarint(2)
+	d, _, err = kv.NewDecoder(kv.KindInbox, e.Finish())
+	require.NoError(t, err)
+	d.Uvarint()
+	require.ErrorContains(t, d.Done(), "1 trailing bytes")
+}
+
+func TestCompressRoundTripAndCorrupt(t *testing.T) {
+	t.Parallel()
+	src := bytes.Repeat([]byte("a response body that repeats. "), 200)
+	c := kv.Compress(nil, src)
+	require.Less(t, len(c), len(src)/4)
+	out, err := kv.Decompress(kv.KindIdempotency, nil, c)
+	require.NoError(t, err)
+	require.Equal(t, src, out)
+
+	bad := bytes.Clone(c)
+	bad[len(bad)/2] ^= 0xff
+	bad[len(bad)/3] ^= 0xff
+	_, err = kv.Decompress(kv.KindIdempotency, nil, bad)
+	if err != nil {
+		require.ErrorIs(t, err, kv.ErrCorrupt)
+	}
+	_, err = kv.Decompress(kv.KindIdempotency, nil, []byte("not zstd at all"))
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+
+	r := rand.New(rand.NewPCG(1, 2))
+	noise := make([]byte, 5000)
+	for i := range noise {
+		noise[i] = byte(r.UintN(256))
+	}
+	out, err = kv.Decompress(kv.KindIdempotency, nil, kv.Compress(nil, noise))
+	require.NoError(t, err)
+	require.Equal(t, noise, out)
+}
+
+// FuzzDecoder feeds arbitrary bytes to the decoder through every read
+// method: it must never panic, and any successful decode of a record must
+// survive a re-encode.
+func FuzzDecoder(f *testing.F) {
+	f.Add(sample())
+	f.Add([]byte{})
+	f.Add([]byte{0xB7, 0x10, 1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, _, err := kv.NewDecoder(kv.KindIdempotency, data)
+		if err != nil {
+			return
+		}
+		for i := 0; d.Err() == nil && i < 64; i++ {
+			switch i % 7 {
+			case 0:
+				d.Uvarint()
+			case 1:
+				d.Varint()
+			case 2:
+				d.Bytes()
+			case 3:
+				d.Byte()
+			case 4:
+				d.Time()
+			case 5:
+				d.Fixed(i)
+			case 6:
+				_ = d.String()
+			}
+		}
+		_ = d.Done()
+	})
+}
+
+func FuzzDecompress(f *testing.F) {
+	f.Add(kv.Compress(nil, []byte("hello hello hello hello")))
+	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, err := kv.Decompress(kv.KindIdempotency, nil, data)
+		if err == nil {
+			require.LessOrEqual(t, len(out), kv.MaxDecompressedSize)
+		}
+	})
+}

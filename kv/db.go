@@ -1,0 +1,241 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Defaults used when the corresponding Options field is zero.
+const (
+	// DefaultLockTimeout is how long Open waits for another process to release
+	// the file lock before failing with a *LockedError.
+	DefaultLockTimeout = time.Second
+
+	// DefaultFileMode is the permission of a newly created database file.
+	DefaultFileMode os.FileMode = 0o600
+
+	// DefaultMaxBatchSize is the most calls Batch groups into one transaction.
+	DefaultMaxBatchSize = 1000
+
+	// DefaultMaxBatchDelay is how long a batch waits for company before it
+	// commits. Zero means no waiting: a batch starts as soon as the writer is
+	// idle, and whatever arrives while it commits forms the next batch. Under
+	// load batches grow by themselves; a lone caller pays no delay.
+	DefaultMaxBatchDelay time.Duration = 0
+)
+
+// Options configure Open. A nil *Options means all defaults.
+type Options struct {
+	// LockTimeout is how long Open waits for the file lock held by another
+	// process. 0 means DefaultLockTimeout. Negative values are invalid.
+	LockTimeout time.Duration
+
+	// ReadOnly opens the file with a shared lock; writes fail. Read-only opens
+	// never stamp the format record.
+	ReadOnly bool
+
+	// NoSync skips fsync on commit. A crash can then lose or corrupt recent
+	// transactions: use it only for tests and benchmarks.
+	NoSync bool
+
+	// Clock supplies the time for leases, expiry and retention. nil means
+	// SystemClock.
+	Clock Clock
+
+	// MaxBatchSize bounds the number of calls grouped by Batch. 0 means
+	// DefaultMaxBatchSize.
+	MaxBatchSize int
+
+	// MaxBatchDelay is how long a batch may wait for more calls before it
+	// commits. 0 (DefaultMaxBatchDelay) commits as soon as the writer is idle.
+	MaxBatchDelay time.Duration
+
+	// FileMode is the permission of a newly created file. 0 means
+	// DefaultFileMode (0600).
+	FileMode os.FileMode
+
+	// InitialMmapSize is passed to bbolt: a larger initial mapping avoids
+	// remapping (which blocks readers) as the file grows. 0 uses bbolt's default.
+	InitialMmapSize int
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.LockTimeout == 0 {
+		r.LockTimeout = DefaultLockTimeout
+	}
+	if r.Clock == nil {
+		r.Clock = SystemClock{}
+	}
+	if r.MaxBatchSize == 0 {
+		r.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if r.FileMode == 0 {
+		r.FileMode = DefaultFileMode
+	}
+	return r
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.LockTimeout < 0:
+		return fmt.Errorf("%w: LockTimeout %s is negative", ErrInvalidOptions, o.LockTimeout)
+	case o.MaxBatchSize < 0:
+		return fmt.Errorf("%w: MaxBatchSize %d is negative", ErrInvalidOptions, o.MaxBatchSize)
+	case o.MaxBatchDelay < 0:
+		return fmt.Errorf("%w: MaxBatchDelay %s is negative", ErrInvalidOptions, o.MaxBatchDelay)
+	case o.InitialMmapSize < 0:
+		return fmt.Errorf("%w: InitialMmapSize %d is negative", ErrInvalidOptions, o.InitialMmapSize)
+	}
+	return nil
+}
+
+// DB is an open oncekv database: a bbolt file plus the clock, the group
+// committer and the identity of this process's incarnation. It is safe for
+// concurrent use.
+type DB struct {
+	bolt        *bolt.DB
+	path        string
+	opts        Options
+	owned       bool // Close closes the bbolt handle
+	incarnation uuid.UUID
+	batch       batcher
+	closed      atomic.Bool
+}
+
+// Open opens (creating if needed) the bbolt file at path with oncekv's
+// defaults: mode 0600, a bounded wait for the file lock, the hashmap
+// freelist, and the format check. A file locked by another process fails
+// with a *LockedError after Options.LockTimeout; a file from a newer format
+// fails with a *FormatError and is not modified.
+func Open(path string, opts *Options) (*DB, error) {
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("kv: open %s read-only: %w", path, err)
+		}
+	}
+	start := time.Now()
+	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
+		Timeout:         o.LockTimeout,
+		ReadOnly:        o.ReadOnly,
+		NoSync:          o.NoSync,
+		NoGrowSync:      o.NoSync,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: o.InitialMmapSize,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, &LockedError{Path: path, Waited: time.Since(start).Round(time.Millisecond), Cause: err, ReadOnly: o.ReadOnly}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", path, err)
+	}
+	db, err := newDB(b, path, o, true)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Wrap prepares a caller's own open bbolt handle for oncekv: it checks and,
+// if the handle is writable, stamps the format record. Options that only
+// apply to opening a file (LockTimeout, ReadOnly, NoSync, FileMode,
+// InitialMmapSize) are ignored. Close on the returned DB does not close b.
+//
+// Wrap a handle once per process: each DB carries its own incarnation ID,
+// and two DBs over one handle would treat each other's claims as orphans.
+func Wrap(b *bolt.DB, opts *Options) (*DB, error) {
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	o.ReadOnly = b.IsReadOnly()
+	return newDB(b, b.Path(), o, false)
+}
+
+func newDB(b *bolt.DB, path string, o Options, owned bool) (*DB, error) {
+	if err := checkFormat(b, path); err != nil {
+		return nil, err
+	}
+	b.MaxBatchSize = o.MaxBatchSize
+	db := &DB{bolt: b, path: path, opts: o, owned: owned, incarnation: uuid.New()}
+	db.batch.db = db
+	db.batch.full = make(chan struct{}, 1)
+	return db, nil
+}
+
+// Close closes the database. Calls made after Close fail with ErrClosed.
+// Close waits for running transactions to finish.
+func (db *DB) Close() error {
+	if !db.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if !db.owned {
+		return nil
+	}
+	return db.bolt.Close()
+}
+
+// Path returns the database file's path.
+func (db *DB) Path() string { return db.path }
+
+// Bolt returns the underlying bbolt handle, for code that wants to use bbolt
+// directly alongside oncekv.
+func (db *DB) Bolt() *bolt.DB { return db.bolt }
+
+// Now returns the current time from the configured Clock.
+func (db *DB) Now() time.Time { return db.opts.Clock.Now() }
+
+// Clock returns the configured Clock.
+func (db *DB) Clock() Clock { return db.opts.Clock }
+
+// Incarnation identifies this open of the database. Records that claim work
+// (leases) carry it; a claim whose incarnation differs from the current one
+// was left by a process that has since died, because bbolt's file lock lets
+// only one process at a time open the file for writing.
+func (db *DB) Incarnation() uuid.UUID { return db.incarnation }
+
+// ReadOnly reports whether the database was opened read-only.
+func (db *DB) ReadOnly() bool { return db.opts.ReadOnly }
+
+// Update runs fn in a read-write transaction and commits it if fn returns
+// nil. If fn returns an error or panics, the transaction is rolled back and
+// the error returned (or the panic propagated). ctx is checked before the
+// transaction starts; a running transaction is not interrupted.
+func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
+	if err := db.usable(ctx); err != nil {
+		return err
+	}
+	return db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+}
+
+// View runs fn in a read-only transaction. Views run concurrently with each
+// other and with one writer.
+func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
+	if err := db.usable(ctx); err != nil {
+		return err
+	}
+	return db.bolt.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+}
+
+func (db *DB) usable(ctx context.Context) error {
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,306 @@
+package kv_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv"
+)
+
+var ctx = context.Background()
+
+func TestOpenCreatesFileWith0600(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "a.db")
+	db := dbtest.OpenPath(t, path, nil)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	require.NotEqual(t, [16]byte{}, [16]byte(db.Incarnation()))
+}
+
+func TestOpenValidatesOptions(t *testing.T) {
+	t.Parallel()
+	for _, o := range []kv.Options{
+		{LockTimeout: -1}, {MaxBatchSize: -1}, {MaxBatchDelay: -1}, {InitialMmapSize: -1},
+	} {
+		_, err := kv.Open(filepath.Join(t.TempDir(), "a.db"), &o)
+		require.ErrorIs(t, err, kv.ErrInvalidOptions)
+	}
+}
+
+func TestOpenReadOnlyMissingFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "missing.db")
+	_, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, statErr := os.Stat(path)
+	require.ErrorIs(t, statErr, os.ErrNotExist, "a read-only open must not create the file")
+}
+
+// A second process holding the file must produce a typed error naming the
+// lock within the configured timeout, not a hang.
+func TestOpenLockedByAnotherProcess(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "locked.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ONCEKV_HOLD_LOCK="+path)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+
+	for _, readOnly := range []bool{false, true} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := kv.Open(path, &kv.Options{LockTimeout: 200 * time.Millisecond, ReadOnly: readOnly})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, kv.ErrLocked)
+			var le *kv.LockedError
+			require.ErrorAs(t, err, &le)
+			require.Equal(t, path, le.Path)
+			require.Equal(t, readOnly, le.ReadOnly)
+			require.Positive(t, le.Waited)
+			require.Contains(t, err.Error(), "file lock held by another process")
+		case <-time.After(time.Minute):
+			t.Fatal("Open hung on a locked file")
+		}
+	}
+
+	// Once the holder exits, the file opens.
+	require.NoError(t, stdin.Close())
+	require.NoError(t, cmd.Wait())
+	db, err := kv.Open(path, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+}
+
+func TestNewerFormatIsRefusedAndUntouched(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "new.db")
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, kv.WriteFormatForTest(b, kv.FormatVersion+1))
+	require.NoError(t, b.Close())
+	before, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	for _, ro := range []bool{false, true} {
+		_, err = kv.Open(path, &kv.Options{ReadOnly: ro})
+		require.ErrorIs(t, err, kv.ErrNewerFormat)
+		var fe *kv.FormatError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, kv.FormatVersion+1, fe.Found)
+		require.Equal(t, kv.FormatVersion, fe.Supported)
+	}
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a refused file must not be modified")
+}
+
+func TestCorruptFormatRecord(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "bad.db")
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists([]byte(kv.ReservedPrefix + "meta"))
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte("format"), []byte("garbage"))
+	}))
+	require.NoError(t, b.Close())
+	_, err = kv.Open(path, nil)
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+}
+
+func TestReservedNamespace(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, nil)
+	name := []byte(kv.ReservedPrefix + "meta")
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		require.Nil(t, tx.Bucket(name), "reserved buckets are hidden")
+		_, err := tx.CreateBucketIfNotExists(name)
+		require.ErrorIs(t, err, kv.ErrReservedName)
+		_, err = tx.CreateBucketIfNotExists([]byte(kv.ReservedPrefix + "mine"))
+		require.ErrorIs(t, err, kv.ErrReservedName)
+		require.ErrorIs(t, tx.DeleteBucket(name), kv.ErrReservedName)
+		// A user bucket that merely contains the word is fine.
+		_, err = tx.CreateBucketIfNotExists([]byte("oncekv/meta"))
+		require.NoError(t, err)
+		return nil
+	}))
+	// The format record survived.
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		require.NotNil(t, kv.BoltTx(tx).Bucket(name))
+		return nil
+	}))
+}
+
+func TestUpdateRollsBackOnErrorAndPanic(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, nil)
+	boom := errors.New("boom")
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		require.NoError(t, err)
+		require.NoError(t, b.Put([]byte("k"), []byte("v")))
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.PanicsWithValue(t, "oops", func() {
+		_ = db.Update(ctx, func(tx kv.Tx) error {
+			b, _ := tx.CreateBucketIfNotExists([]byte("b"))
+			_ = b.Put([]byte("k"), []byte("v"))
+			panic("oops")
+		})
+	})
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		require.Nil(t, tx.Bucket([]byte("b")))
+		return nil
+	}))
+}
+
+func TestCanceledContextRunsNothing(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, nil)
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	ran := false
+	fn := func(kv.Tx) error { ran = true; return nil }
+	require.ErrorIs(t, db.Update(c, fn), context.Canceled)
+	require.ErrorIs(t, db.View(c, fn), context.Canceled)
+	require.ErrorIs(t, db.Batch(c, fn), context.Canceled)
+	require.False(t, ran)
+}
+
+func TestClosedDB(t *testing.T) {
+	t.Parallel()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "c.db"), nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, db.Close(), "Close is idempotent")
+	require.ErrorIs(t, db.Update(ctx, func(kv.Tx) error { return nil }), kv.ErrClosed)
+	require.ErrorIs(t, db.Batch(ctx, func(kv.Tx) error { return nil }), kv.ErrClosed)
+}
+
+// The adapter lets a caller's own bbolt transaction carry oncekv calls, and
+// the caller keeps control of commit and rollback.
+func TestWrapAndWrapTx(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "w.db")
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	db, err := kv.Wrap(b, nil)
+	require.NoError(t, err)
+
+	ns := kv.NewNamespace("test")
+	committed := 0
+	require.NoError(t, b.Update(func(btx *bolt.Tx) error {
+		tx := kv.WrapTx(btx)
+		require.Same(t, btx, kv.BoltTx(tx))
+		bk, err := ns.Create(tx)
+		require.NoError(t, err)
+		require.NoError(t, bk.Put([]byte("k"), []byte("v")))
+		tx.OnCommit(func() { committed++ })
+		// The caller's own bucket in the same transaction.
+		own, err := btx.CreateBucketIfNotExists([]byte("orders"))
+		require.NoError(t, err)
+		return own.Put([]byte("1"), []byte("x"))
+	}))
+	require.Equal(t, 1, committed)
+
+	// A rolled-back caller transaction takes oncekv's writes with it.
+	_ = b.Update(func(btx *bolt.Tx) error {
+		bk, _ := ns.Create(kv.WrapTx(btx))
+		_ = bk.Put([]byte("k2"), []byte("v"))
+		kv.WrapTx(btx).OnCommit(func() { committed++ })
+		return errors.New("rollback")
+	})
+	require.Equal(t, 1, committed)
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		bk := ns.Bucket(tx)
+		require.Equal(t, []byte("v"), bk.Get([]byte("k")))
+		require.Nil(t, bk.Get([]byte("k2")))
+		return nil
+	}))
+	require.NoError(t, db.Close())
+	require.NoError(t, b.Update(func(*bolt.Tx) error { return nil }), "Close of a wrapped DB leaves the handle open")
+}
+
+func TestBucketCursorAndNested(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, nil)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("top"))
+		require.NoError(t, err)
+		for _, k := range []string{"b", "a", "c"} {
+			require.NoError(t, b.Put([]byte(k), []byte("v"+k)))
+		}
+		n, err := b.CreateBucketIfNotExists([]byte("nested"))
+		require.NoError(t, err)
+		require.NoError(t, n.Put([]byte("x"), []byte("y")))
+		seq, err := n.NextSequence()
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), seq)
+		return nil
+	}))
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		b := tx.Bucket([]byte("top"))
+		var keys []string
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			keys = append(keys, string(k))
+		}
+		require.Equal(t, []string{"a", "b", "c", "nested"}, keys)
+		k, v := c.Seek([]byte("bb"))
+		require.Equal(t, "c", string(k))
+		require.Equal(t, "vc", string(v))
+		k, _ = c.Last()
+		require.Equal(t, "nested", string(k))
+		k, _ = c.Prev()
+		require.Equal(t, "c", string(k))
+		require.Equal(t, []byte("y"), b.Bucket([]byte("nested")).Get([]byte("x")))
+		require.Nil(t, b.Bucket([]byte("absent")))
+		require.Nil(t, tx.Bucket([]byte("absent")))
+		return nil
+	}))
+}
+
+func TestCheckFindsRegisteredProblems(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, nil)
+	problems, err := db.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func TestManualClock(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := kv.NewManualClock(t0)
+	db := dbtest.Open(t, &kv.Options{Clock: c})
+	require.Equal(t, t0, db.Now())
+	c.Advance(time.Hour)
+	require.Equal(t, t0.Add(time.Hour), db.Now())
+}

@@ -1,0 +1,96 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned by Open.
+var (
+	// ErrLocked is returned (wrapped in a *LockedError) when another process
+	// holds the database file's lock for longer than Options.LockTimeout.
+	ErrLocked = errors.New("kv: database is locked by another process")
+
+	// ErrNewerFormat is returned (wrapped in a *FormatError) when the file was
+	// written by a newer oncekv format than this build understands.
+	ErrNewerFormat = errors.New("kv: database was written by a newer oncekv format")
+
+	// ErrInvalidOptions is returned when Options fail validation.
+	ErrInvalidOptions = errors.New("kv: invalid options")
+)
+
+// Errors returned by transactions.
+var (
+	// ErrReservedName is returned when a caller tries to create, open or delete
+	// a top-level bucket in oncekv's reserved namespace through a Tx.
+	ErrReservedName = errors.New("kv: bucket name is in oncekv's reserved namespace")
+
+	// ErrClosed is returned by managed transactions on a closed DB.
+	ErrClosed = errors.New("kv: database is closed")
+
+	// ErrCorrupt is returned (wrapped in a *CorruptError) when a stored record
+	// cannot be decoded.
+	ErrCorrupt = errors.New("kv: corrupt record")
+)
+
+// LockedError reports that the database file is held by another process.
+// errors.Is(err, ErrLocked) is true for it.
+type LockedError struct {
+	Path    string        // database file
+	Waited  time.Duration // how long Open waited for the lock
+	Cause   error         // bbolt's error
+	ReadOnly bool         // whether a shared (read-only) lock was requested
+}
+
+func (e *LockedError) Error() string {
+	mode := "read-write"
+	if e.ReadOnly {
+		mode = "read-only"
+	}
+	return fmt.Sprintf("kv: open %s (%s): file lock held by another process after waiting %s; "+
+		"bbolt allows one writing process per file: stop that process, or inspect it live through its admin endpoint",
+		e.Path, mode, e.Waited)
+}
+
+// Unwrap returns ErrLocked and bbolt's cause.
+func (e *LockedError) Unwrap() []error { return []error{ErrLocked, e.Cause} }
+
+// FormatError reports a format version this build cannot read.
+type FormatError struct {
+	Path      string
+	Found     uint32 // format version stored in the file
+	Supported uint32 // newest version this build reads
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("kv: %s has oncekv format version %d, this build reads up to %d; upgrade oncekv to open it (the file was not modified)",
+		e.Path, e.Found, e.Supported)
+}
+
+// Unwrap returns ErrNewerFormat.
+func (e *FormatError) Unwrap() error { return ErrNewerFormat }
+
+// CorruptError reports a stored record that failed to decode: a bad checksum,
+// an unknown kind or version, or a field that runs past the end.
+// errors.Is(err, ErrCorrupt) is true for it.
+type CorruptError struct {
+	Kind   Kind   // record kind expected by the caller
+	Offset int    // byte offset where decoding failed
+	Reason string // what was wrong
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("kv: corrupt %s record at byte %d: %s", e.Kind, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// PanicError is returned by Batch to the other calls of a batch when one call
+// panicked; the panicking call itself re-panics in its own goroutine.
+type PanicError struct {
+	Value any
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("kv: transaction function panicked: %v", e.Value) }
