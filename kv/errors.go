@@ -37,10 +37,10 @@ var (
 // LockedError reports that the database file is held by another process.
 // errors.Is(err, ErrLocked) is true for it.
 type LockedError struct {
-	Path    string        // database file
-	Waited  time.Duration // how long Open waited for the lock
-	Cause   error         // bbolt's error
-	ReadOnly bool         // whether a shared (read-only) lock was requested
+	Path     string        // database file
+	Waited   time.Duration // how long Open waited for the lock
+	Cause    error         // bbolt's error
+	ReadOnly bool          // whether a shared (read-only) lock was requested
 }
 
 func (e *LockedError) Error() string {
@@ -93,4 +93,6 @@ type PanicError struct {
 	Value any
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("kv: transaction function panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("kv: transaction function panicked: %v", e.Value)
+}

@@ -148,7 +148,7 @@ func wrapBucket(b *bolt.Bucket) Bucket {
 
 func (b *boltBucket) bolt() *bolt.Bucket { return (*bolt.Bucket)(b) }
 
-func (b *boltBucket) Get(key []byte) []byte      { return b.bolt().Get(key) }
+func (b *boltBucket) Get(key []byte) []byte       { return b.bolt().Get(key) }
 func (b *boltBucket) Put(key, value []byte) error { return b.bolt().Put(key, value) }
 func (b *boltBucket) Delete(key []byte) error     { return b.bolt().Delete(key) }
 func (b *boltBucket) Cursor() Cursor              { return (*boltCursor)(b.bolt().Cursor()) }
@@ -165,13 +165,13 @@ func (b *boltBucket) CreateBucketIfNotExists(name []byte) (Bucket, error) {
 	return (*boltBucket)(nb), nil
 }
 
-func (c *boltCursor) bolt() *bolt.Cursor                 { return (*bolt.Cursor)(c) }
-func (c *boltCursor) First() ([]byte, []byte)            { return c.bolt().First() }
-func (c *boltCursor) Last() ([]byte, []byte)             { return c.bolt().Last() }
-func (c *boltCursor) Next() ([]byte, []byte)             { return c.bolt().Next() }
-func (c *boltCursor) Prev() ([]byte, []byte)             { return c.bolt().Prev() }
-func (c *boltCursor) Seek(seek []byte) ([]byte, []byte)  { return c.bolt().Seek(seek) }
-func (c *boltCursor) Delete() error                      { return c.bolt().Delete() }
+func (c *boltCursor) bolt() *bolt.Cursor                { return (*bolt.Cursor)(c) }
+func (c *boltCursor) First() ([]byte, []byte)           { return c.bolt().First() }
+func (c *boltCursor) Last() ([]byte, []byte)            { return c.bolt().Last() }
+func (c *boltCursor) Next() ([]byte, []byte)            { return c.bolt().Next() }
+func (c *boltCursor) Prev() ([]byte, []byte)            { return c.bolt().Prev() }
+func (c *boltCursor) Seek(seek []byte) ([]byte, []byte) { return c.bolt().Seek(seek) }
+func (c *boltCursor) Delete() error                     { return c.bolt().Delete() }
 
 // HasPrefix reports whether key starts with prefix; a small helper for prefix
 // scans with a Cursor.
