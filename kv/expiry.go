@@ -1,0 +1,142 @@
+package kv
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// ExpiryIndex is a reserved bucket of (expiry time, record key) entries.
+// Writers keep it in the same transaction as the records it indexes, so that
+// a retention sweep reads only what has expired, in expiry order, instead of
+// scanning every record.
+//
+// Entry keys are the expiry as 8 big-endian bytes (Unix nanoseconds with the
+// sign bit flipped, so byte order is time order) followed by the record key;
+// values are empty.
+type ExpiryIndex struct {
+	ns Namespace
+}
+
+// NewExpiryIndex returns the index stored in the reserved bucket name.
+func NewExpiryIndex(name string) ExpiryIndex { return ExpiryIndex{ns: NewNamespace(name)} }
+
+// Namespace returns the index's bucket.
+func (x ExpiryIndex) Namespace() Namespace { return x.ns }
+
+func expiryKey(at time.Time, key []byte) []byte {
+	k := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint64(k, uint64(at.UnixNano())^(1<<63))
+	return append(k, key...)
+}
+
+// SplitExpiryKey splits an index entry key into its time and record key.
+func SplitExpiryKey(k []byte) (time.Time, []byte, error) {
+	if len(k) < 8 {
+		return time.Time{}, nil, fmt.Errorf("kv: expiry index key of %d bytes is too short", len(k))
+	}
+	ns := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
+	return time.Unix(0, ns).UTC(), k[8:], nil
+}
+
+// Put records that the record key expires at at.
+func (x ExpiryIndex) Put(tx Tx, at time.Time, key []byte) error {
+	b, err := x.ns.Create(tx)
+	if err != nil {
+		return err
+	}
+	return b.Put(expiryKey(at, key), nil)
+}
+
+// Delete removes the entry for key at at. A missing entry is not an error.
+func (x ExpiryIndex) Delete(tx Tx, at time.Time, key []byte) error {
+	b := x.ns.Bucket(tx)
+	if b == nil {
+		return nil
+	}
+	return b.Delete(expiryKey(at, key))
+}
+
+// Move replaces the entry (from, key) with (to, key), when they differ.
+func (x ExpiryIndex) Move(tx Tx, from, to time.Time, key []byte) error {
+	if from.Equal(to) {
+		return nil
+	}
+	if !from.IsZero() {
+		if err := x.Delete(tx, from, key); err != nil {
+			return err
+		}
+	}
+	return x.Put(tx, to, key)
+}
+
+// Has reports whether the entry (at, key) exists.
+func (x ExpiryIndex) Has(tx Tx, at time.Time, key []byte) bool {
+	b := x.ns.Bucket(tx)
+	return b != nil && hasKey(b, expiryKey(at, key))
+}
+
+func hasKey(b Bucket, k []byte) bool {
+	got, _ := b.Cursor().Seek(k)
+	return got != nil && string(got) == string(k)
+}
+
+// Entry is one index entry.
+type Entry struct {
+	At  time.Time
+	Key []byte // the record key (a copy)
+}
+
+// Due returns up to limit entries that expire at or before now, in expiry
+// order, starting after the entry key `after` (nil to start at the
+// beginning). The keys are copies, so the caller may delete them later in
+// another transaction.
+func (x ExpiryIndex) Due(tx Tx, now time.Time, after []byte, limit int) []Entry {
+	b := x.ns.Bucket(tx)
+	if b == nil {
+		return nil
+	}
+	end := expiryKey(now, nil)
+	var out []Entry
+	c := b.Cursor()
+	var k []byte
+	if after == nil {
+		k, _ = c.First()
+	} else {
+		k, _ = c.Seek(after)
+		if k != nil && string(k) == string(after) {
+			k, _ = c.Next()
+		}
+	}
+	for ; k != nil && len(out) < limit; k, _ = c.Next() {
+		if string(k[:min(8, len(k))]) > string(end) {
+			break
+		}
+		at, rk, err := SplitExpiryKey(k)
+		if err != nil {
+			continue
+		}
+		out = append(out, Entry{At: at, Key: append([]byte(nil), rk...)})
+	}
+	return out
+}
+
+// ForEach calls fn for every entry in expiry order. The key passed to fn is
+// only valid during the call.
+func (x ExpiryIndex) ForEach(tx Tx, fn func(at time.Time, key []byte) error) error {
+	b := x.ns.Bucket(tx)
+	if b == nil {
+		return nil
+	}
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		at, rk, err := SplitExpiryKey(k)
+		if err != nil {
+			return err
+		}
+		if err := fn(at, rk); err != nil {
+			return err
+		}
+	}
+	return nil
+}

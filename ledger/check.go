@@ -1,0 +1,48 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+func init() { kv.RegisterChecker("ledger", checkTx) }
+
+// checkTx verifies the ledger's invariants: every record decodes, every
+// record has exactly the expiry-index entry for its ExpiresAt, and every
+// index entry points to a record with that expiry.
+func checkTx(tx kv.Tx, report func(string)) {
+	b := recordsNS.Bucket(tx)
+	expiries := map[string]time.Time{}
+	corrupt := map[string]bool{} // already reported; their index entries are not
+	if b != nil {
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			r, err := decodeRecord(k, v, true)
+			if err != nil {
+				report(fmt.Sprintf("record %q: %v", k, err))
+				corrupt[string(k)] = true
+				continue
+			}
+			if r.Status == StatusInProgress && r.ExpiresAt.Before(r.LeaseExpiresAt) {
+				report(fmt.Sprintf("record %q: in progress with a lease (%s) outliving its retention (%s)", k, r.LeaseExpiresAt, r.ExpiresAt))
+			}
+			expiries[string(k)] = r.ExpiresAt
+			if !expiryIdx.Has(tx, r.ExpiresAt, k) {
+				report(fmt.Sprintf("record %q: no expiry-index entry at %s", k, r.ExpiresAt.Format(time.RFC3339Nano)))
+			}
+		}
+	}
+	_ = expiryIdx.ForEach(tx, func(at time.Time, rk []byte) error {
+		exp, ok := expiries[string(rk)]
+		switch {
+		case corrupt[string(rk)]:
+		case !ok:
+			report(fmt.Sprintf("expiry-index entry %s %q: no such record", at.Format(time.RFC3339Nano), rk))
+		case !exp.Equal(at):
+			report(fmt.Sprintf("expiry-index entry %s %q: record expires at %s", at.Format(time.RFC3339Nano), rk, exp.Format(time.RFC3339Nano)))
+		}
+		return nil
+	})
+}

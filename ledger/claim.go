@@ -1,0 +1,230 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Claim is a committed in-progress record owned by this attempt of the
+// two-phase path. The holder does its outside work, then calls Complete (or
+// Release if the work definitely did not happen).
+type Claim struct {
+	Scope       string
+	Key         string
+	Fingerprint Fingerprint
+	// Version fences the completion: it commits only while the stored record
+	// still has this version.
+	Version        uint64
+	LeaseExpiresAt time.Time
+	CreatedAt      time.Time
+	// Takeover is true when an earlier attempt held the key and its claim was
+	// taken over (its lease expired, or its process died and RecoverOrphans
+	// is set). The earlier attempt's outside work may have happened: ask the
+	// outside system before doing it again.
+	Takeover bool
+	// PreviousOwner is the incarnation that held the key before a takeover.
+	PreviousOwner uuid.UUID
+	// Orphaned is true when the previous owner was an earlier incarnation of
+	// the database (a process that has died), not a slow goroutine of this one.
+	Orphaned bool
+}
+
+// Outcome is the result of a claim: exactly one of Claim and Replay is set.
+type Outcome struct {
+	// Claim is set when the caller now owns the key and must do the work.
+	Claim *Claim
+	// Replay is set when the key completed earlier with the same fingerprint.
+	Replay *Result
+}
+
+// Claim starts the two-phase path for work that calls something outside the
+// database. It commits an in-progress record with a lease and a new version
+// before returning, so the outside call happens after the claim is durable.
+//
+// Outcomes: no live record → a new Claim (version 1, or the old version + 1
+// after expiry); completed with the same fingerprint → Replay; different
+// fingerprint → *MismatchError; a live claim held by another attempt →
+// *InProgressError, or a wait when Request.Wait is set; a claim whose lease
+// has expired → a Claim with Takeover set and the version bumped, so the
+// paused original attempt's completion matches nothing.
+func (l *Ledger) Claim(ctx context.Context, req Request) (Outcome, error) {
+	if err := validate(req.Scope, req.Key); err != nil {
+		return Outcome{}, err
+	}
+	deadline := time.Now().Add(req.Wait)
+	for {
+		var out Outcome
+		err := l.batch(ctx, func(tx kv.Tx) error {
+			var err error
+			out, err = l.ClaimTx(ctx, tx, req)
+			return err
+		})
+		var ip *InProgressError
+		if req.Wait > 0 && errors.As(err, &ip) && l.waitTurn(ctx, req.Scope, req.Key, ip, deadline) {
+			continue
+		}
+		return out, err
+	}
+}
+
+// ClaimTx is Claim inside the caller's writable transaction. The claim only
+// protects the key once the caller commits; it never waits.
+func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, error) {
+	a, err := l.admit(tx, req)
+	switch {
+	case err != nil:
+		return Outcome{}, err
+	case a.replay != nil:
+		return Outcome{Replay: a.replay}, nil
+	}
+	now := a.now
+	c := &Claim{Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint, CreatedAt: now}
+	var prevExpiry time.Time
+	c.Version, prevExpiry = a.next()
+	if a.takeover {
+		c.Takeover, c.PreviousOwner, c.CreatedAt = true, a.prev.Owner, a.prev.CreatedAt
+		c.Orphaned = a.prev.Owner != l.db.Incarnation()
+	}
+	c.LeaseExpiresAt = now.Add(l.cfg.Lease)
+	rec := &Record{
+		Scope: req.Scope, Key: req.Key, Status: StatusInProgress, Fingerprint: req.Fingerprint,
+		Version: c.Version, Owner: l.db.Incarnation(), LeaseExpiresAt: c.LeaseExpiresAt,
+		CreatedAt: c.CreatedAt, ExpiresAt: now.Add(l.retention(req.Scope)),
+	}
+	if err := l.store(tx, a.b, a.rk, rec, prevExpiry); err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Claim: c}, nil
+}
+
+// owned loads the record of c and checks that c still owns it.
+func (l *Ledger) owned(tx kv.Tx, c *Claim, now time.Time) (kv.Bucket, []byte, *Record, error) {
+	if c == nil {
+		return nil, nil, nil, errors.New("ledger: nil claim")
+	}
+	b, err := recordsNS.Create(tx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rk := recordKey(nil, c.Scope, c.Key)
+	cur, err := load(b, rk, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cur == nil || cur.Expired(now) {
+		return nil, nil, nil, &LeaseLostError{Scope: c.Scope, Key: c.Key, Claimed: c.Version}
+	}
+	if cur.Version != c.Version || cur.Status != StatusInProgress {
+		return nil, nil, nil, &LeaseLostError{Scope: c.Scope, Key: c.Key, Claimed: c.Version, Current: cur.Version, Status: cur.Status}
+	}
+	return b, rk, cur, nil
+}
+
+// Complete finishes a claim: in one transaction it checks that the claim's
+// version is still current, runs work (the business writes that go with the
+// outside result; may be nil), and stores the completed record with resp.
+// If the claim was superseded it returns *LeaseLostError and neither work
+// nor the record is written. An error from work rolls everything back and
+// leaves the claim in progress. work may run more than once (group commit).
+func (l *Ledger) Complete(ctx context.Context, c *Claim, resp Response, work func(tx kv.Tx) error) (Result, error) {
+	var res Result
+	err := l.batch(ctx, func(tx kv.Tx) error {
+		var err error
+		res, err = l.CompleteTx(ctx, tx, c, resp, work)
+		return err
+	})
+	return res, err
+}
+
+// CompleteTx is Complete inside the caller's writable transaction.
+func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Response, work func(tx kv.Tx) error) (Result, error) {
+	now := l.now()
+	b, rk, cur, err := l.owned(tx, c, now)
+	if err != nil {
+		return Result{}, err
+	}
+	if work != nil {
+		if err := work(tx); err != nil {
+			return Result{}, err
+		}
+	}
+	rec := &Record{
+		Scope: c.Scope, Key: c.Key, Status: StatusCompleted, Fingerprint: cur.Fingerprint,
+		Version: c.Version, Owner: cur.Owner, CreatedAt: cur.CreatedAt, CompletedAt: now,
+		ExpiresAt: now.Add(l.retention(c.Scope)), Response: &resp,
+	}
+	if err := l.store(tx, b, rk, rec, cur.ExpiresAt); err != nil {
+		return Result{}, err
+	}
+	l.notifyOnCommit(tx, rk)
+	return Result{Response: resp, Version: c.Version}, nil
+}
+
+// Release gives up a claim whose outside work definitely did not happen (it
+// failed before reaching the outside system, or that system reported a
+// definite failure): the record is deleted so that a retry runs the work
+// again. It returns *LeaseLostError if the claim was superseded.
+func (l *Ledger) Release(ctx context.Context, c *Claim) error {
+	return l.batch(ctx, func(tx kv.Tx) error { return l.ReleaseTx(ctx, tx, c) })
+}
+
+// ReleaseTx is Release inside the caller's writable transaction.
+func (l *Ledger) ReleaseTx(ctx context.Context, tx kv.Tx, c *Claim) error {
+	b, rk, cur, err := l.owned(tx, c, l.now())
+	if err != nil {
+		return err
+	}
+	if err := b.Delete(rk); err != nil {
+		return err
+	}
+	if err := expiryIdx.Delete(tx, cur.ExpiresAt, rk); err != nil {
+		return err
+	}
+	l.notifyOnCommit(tx, rk)
+	return nil
+}
+
+// Extend renews the claim's lease to now + Lease, for outside work that
+// takes longer than one lease. It updates c.LeaseExpiresAt, and returns
+// *LeaseLostError if the claim was superseded.
+func (l *Ledger) Extend(ctx context.Context, c *Claim) error {
+	var lease time.Time
+	err := l.batch(ctx, func(tx kv.Tx) error {
+		var err error
+		lease, err = l.extendTx(tx, c)
+		return err
+	})
+	if err == nil {
+		c.LeaseExpiresAt = lease
+	}
+	return err
+}
+
+// ExtendTx is Extend inside the caller's writable transaction. c is updated
+// immediately; the new lease holds once the caller commits.
+func (l *Ledger) ExtendTx(ctx context.Context, tx kv.Tx, c *Claim) error {
+	lease, err := l.extendTx(tx, c)
+	if err == nil {
+		c.LeaseExpiresAt = lease
+	}
+	return err
+}
+
+func (l *Ledger) extendTx(tx kv.Tx, c *Claim) (time.Time, error) {
+	now := l.now()
+	b, rk, cur, err := l.owned(tx, c, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	prevExpiry := cur.ExpiresAt
+	cur.LeaseExpiresAt = now.Add(l.cfg.Lease)
+	if exp := now.Add(l.retention(c.Scope)); exp.After(cur.ExpiresAt) {
+		cur.ExpiresAt = exp
+	}
+	return cur.LeaseExpiresAt, l.store(tx, b, rk, cur, prevExpiry)
+}

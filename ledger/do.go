@@ -1,0 +1,218 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+type kvTx = kv.Tx
+
+// Request identifies one attempt of a logical operation.
+type Request struct {
+	// Scope separates key spaces: tenant plus endpoint (see Scope). Two
+	// scopes never share keys.
+	Scope string
+	// Key is the idempotency key chosen by the client (see ValidateKey).
+	Key string
+	// Fingerprint identifies the request's content (see Fingerprinter).
+	Fingerprint Fingerprint
+	// Wait, when positive, makes a managed call that meets an in-progress
+	// claim wait up to Wait for it to finish (woken by an in-process
+	// notification, not by polling) instead of returning *InProgressError at
+	// once. The *Tx forms never wait.
+	Wait time.Duration
+}
+
+// Result is the outcome of a request that did not fail.
+type Result struct {
+	// Response is the response to return: fresh, or the stored one on replay.
+	Response Response
+	// Replayed is true when Response comes from an earlier completion.
+	Replayed bool
+	// Version is the record's version.
+	Version uint64
+}
+
+// Work is the business logic of the single-transaction path. It runs inside
+// the ledger's transaction, does its writes through tx, and returns the
+// response to store and return. An error rolls everything back and stores
+// nothing, so a retry runs the work again. Under Do (group commit) Work may
+// run more than once and must have no effect outside tx.
+type Work func(tx kv.Tx) (Response, error)
+
+// Do runs work at most once per (scope, key) while the record is retained,
+// in one transaction with the idempotency record: the business writes, the
+// record and the stored response commit together or not at all, so an
+// in-progress state is never visible.
+//
+// Outcomes: no live record → work runs and its response is stored; completed
+// with the same fingerprint → the stored response is replayed (Replayed
+// true) and work does not run; a different fingerprint → *MismatchError; an
+// in-progress two-phase claim on the key → *InProgressError (or a wait, see
+// Request.Wait). An error from work is returned and nothing is written.
+//
+// Do answers replays and conflicts from a read-only transaction and runs new
+// work under group commit (kv.DB.Batch).
+func (l *Ledger) Do(ctx context.Context, req Request, work Work) (Result, error) {
+	if err := validate(req.Scope, req.Key); err != nil {
+		return Result{}, err
+	}
+	deadline := time.Now().Add(req.Wait)
+	for {
+		res, err := l.do(ctx, req, work)
+		var ip *InProgressError
+		if req.Wait > 0 && errors.As(err, &ip) && l.waitTurn(ctx, req.Scope, req.Key, ip, deadline) {
+			continue
+		}
+		return res, err
+	}
+}
+
+func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error) {
+	// Fast path: replays, mismatches and conflicts need no write transaction.
+	var a admission
+	err := l.db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		a, err = l.admit(tx, req)
+		return err
+	})
+	switch {
+	case err != nil:
+		return Result{}, err
+	case a.replay != nil:
+		return *a.replay, nil
+	}
+
+	var res Result
+	err = l.batch(ctx, func(tx kv.Tx) error {
+		var err error
+		res, err = l.DoTx(ctx, tx, req, work)
+		return err
+	})
+	return res, err
+}
+
+// batch runs fn under group commit. Rejections (mismatch, in progress, lease
+// lost) write nothing, so they are handed back without failing the batch,
+// which would make every other call in it run again.
+func (l *Ledger) batch(ctx context.Context, fn func(tx kv.Tx) error) error {
+	var outcome error
+	err := l.db.Batch(ctx, func(tx kv.Tx) error {
+		outcome = fn(tx)
+		if isRejection(outcome) {
+			return nil
+		}
+		return outcome
+	})
+	if err != nil {
+		return err
+	}
+	return outcome
+}
+
+// admission is what an attempt finds under its key.
+type admission struct {
+	b   kv.Bucket // nil in a read-only transaction before the first write
+	rk  []byte
+	now time.Time
+	// prev is the stored record, live or expired; nil if there is none.
+	prev *Record
+	// replay is set when a live completed record has the same fingerprint.
+	replay *Result
+	// takeover is set when a live in-progress claim may be taken over.
+	takeover bool
+}
+
+// admit looks the request's key up and applies the rules every path shares:
+// a live record with another fingerprint is a mismatch, a live completed one
+// is a replay, a live claim that cannot be taken over is in progress.
+func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
+	if err := validate(req.Scope, req.Key); err != nil {
+		return admission{}, err
+	}
+	a := admission{rk: recordKey(nil, req.Scope, req.Key), now: l.now()}
+	if tx.Writable() {
+		var err error
+		if a.b, err = recordsNS.Create(tx); err != nil {
+			return admission{}, err
+		}
+	} else {
+		a.b = recordsNS.Bucket(tx)
+	}
+	prev, err := load(a.b, a.rk, true)
+	if err != nil || prev == nil {
+		return a, err
+	}
+	a.prev = prev
+	if prev.Expired(a.now) {
+		return a, nil
+	}
+	switch {
+	case !prev.Fingerprint.Equal(req.Fingerprint):
+		return a, mismatch(prev, req)
+	case prev.Status == StatusCompleted:
+		a.replay = &Result{Response: *prev.Response, Replayed: true, Version: prev.Version}
+	case !l.takeable(prev, a.now):
+		return a, l.inProgress(prev, a.now)
+	default:
+		a.takeover = true
+	}
+	return a, nil
+}
+
+// next returns the version and previous expiry for the record that replaces
+// a.prev.
+func (a *admission) next() (uint64, time.Time) {
+	if a.prev == nil {
+		return 1, time.Time{}
+	}
+	return a.prev.Version + 1, a.prev.ExpiresAt
+}
+
+func mismatch(prev *Record, req Request) error {
+	return &MismatchError{Scope: req.Scope, Key: req.Key, Stored: prev.Fingerprint, Got: req.Fingerprint}
+}
+
+// isRejection reports outcomes that write nothing and are not failures of
+// the transaction.
+func isRejection(err error) bool {
+	return errors.Is(err, ErrMismatch) || errors.Is(err, ErrInProgress) || errors.Is(err, ErrLeaseLost)
+}
+
+// DoTx is Do inside the caller's transaction, which must be writable. It
+// never commits, never waits, and leaves rollback to the caller: when it
+// returns an error from work, the caller must roll back. Rejections
+// (*MismatchError, *InProgressError) write nothing.
+func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Result, error) {
+	a, err := l.admit(tx, req)
+	switch {
+	case err != nil:
+		return Result{}, err
+	case a.replay != nil:
+		return *a.replay, nil
+	case a.takeover:
+		// A dead two-phase claim: all of this path's work is inside the
+		// transaction, so running it now is safe. Wake its waiters.
+		l.notifyOnCommit(tx, a.rk)
+	}
+	version, prevExpiry := a.next()
+	now := a.now
+
+	resp, err := work(tx)
+	if err != nil {
+		return Result{}, err
+	}
+	rec := &Record{
+		Scope: req.Scope, Key: req.Key, Status: StatusCompleted,
+		Fingerprint: req.Fingerprint, Version: version, Owner: l.db.Incarnation(),
+		CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(l.retention(req.Scope)),
+		Response: &resp,
+	}
+	if err := l.store(tx, a.b, a.rk, rec, prevExpiry); err != nil {
+		return Result{}, err
+	}
+	return Result{Response: resp, Version: version}, nil
+}

@@ -1,0 +1,76 @@
+// Package ledger stores idempotency-key records so that a request retried by
+// a client, an SDK, a proxy or a queue takes effect once: the first attempt
+// runs, later attempts with the same key and the same content get the stored
+// response back byte for byte, and attempts that reuse a key for different
+// content are rejected.
+//
+// # Records and scopes
+//
+// A record is identified by a scope and a key. The scope is the tenant (from
+// the server's own authentication, never a client header) plus the endpoint
+// (method and route pattern), built by Scope; the key is the client's
+// Idempotency-Key (1 to 255 bytes of visible ASCII, see ParseKey). A record
+// holds a status (in_progress or completed), the request's Fingerprint, the
+// stored Response, a version, a lease and its times. A record past its
+// retention is treated as absent whether or not a sweep has removed it.
+//
+// Fingerprints are SHA-256 over the method, the route and the body. JSON
+// bodies are canonicalised first (sorted keys, no insignificant whitespace,
+// numbers as written, configured fields such as client timestamps removed),
+// so a client that re-serialises its request still matches. Fingerprints are
+// compared in constant time.
+//
+// # Single-transaction path
+//
+// When all the work is inside the database, Do runs it in one transaction
+// with the record: the business writes, the record and the response commit
+// together or not at all. In-progress is never visible, and a failure rolls
+// everything back so a retry simply runs again.
+//
+//	res, err := l.Do(ctx, ledger.Request{Scope: scope, Key: key, Fingerprint: fp},
+//		func(tx kv.Tx) (ledger.Response, error) {
+//			// business writes through tx
+//			return ledger.Response{Status: 201, Body: body}, nil
+//		})
+//
+// # Two-phase path
+//
+// When the work calls something outside (a payment provider), the claim must
+// be durable before the call. Claim commits an in-progress record with a
+// lease and a version; the work runs; Complete commits the response and the
+// caller's business writes only if the version still matches. A retry that
+// arrives after the lease expired takes the claim over with version+1 (the
+// Claim says Takeover), so the original attempt, if it was only paused,
+// completes nothing. A takeover must not redo the outside work blindly: ask
+// the outside system first (package sideeffect does).
+//
+//	out, err := l.Claim(ctx, req)
+//	if out.Replay != nil { return out.Replay.Response }
+//	charge, err := provider.Charge(ctx, ...)
+//	_, err = l.Complete(ctx, out.Claim, resp, func(tx kv.Tx) error { /* mark paid */ })
+//
+// bbolt's file lock means one process owns the file, so a claim carries the
+// incarnation of the process that made it. With Config.RecoverOrphans, a
+// claim left by an earlier incarnation (a dead process) is taken over at once
+// on the next attempt instead of after its lease.
+//
+// A concurrent duplicate of an in-progress request gets *InProgressError
+// with a retry hint or, with Request.Wait, waits for the first attempt through
+// an in-process notification.
+//
+// Every operation has a managed form (Do, Claim, Complete, Release, Extend)
+// that opens its own transaction under group commit, and a Tx form (DoTx,
+// ClaimTx, ...) that works inside the caller's transaction and never commits.
+//
+// # Caveats
+//
+//   - A key is remembered only for its retention (Config.Retention, 24 hours
+//     by default). A retry that arrives later runs again.
+//   - Functions run under the managed forms may run more than once (group
+//     commit re-runs a batch when one of its calls fails). They must have no
+//     effect outside the transaction.
+//   - The ledger makes the database side exactly-once. An outside call in the
+//     two-phase path is at-least-once unless the outside system honours a key
+//     of its own; derive one from the claim (package sideeffect).
+//   - Waiting for an in-progress claim works within one process only.
+package ledger

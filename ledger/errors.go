@@ -1,0 +1,104 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned when validating input.
+var (
+	// ErrInvalidKey is returned when an idempotency key is empty, longer than
+	// MaxKeyLen bytes, or contains anything but visible ASCII.
+	ErrInvalidKey = errors.New("ledger: invalid idempotency key")
+
+	// ErrInvalidScope is returned when a scope is empty, too long or contains
+	// a NUL byte.
+	ErrInvalidScope = errors.New("ledger: invalid scope")
+
+	// ErrInvalidJSON is returned by a Fingerprinter for a body declared as
+	// JSON that does not parse.
+	ErrInvalidJSON = errors.New("ledger: invalid JSON body")
+
+	// ErrJSONTooDeep is returned by a Fingerprinter for a JSON body nested
+	// deeper than its MaxDepth.
+	ErrJSONTooDeep = errors.New("ledger: JSON body nested too deeply")
+
+	// ErrInvalidConfig is returned by New for a Config that fails validation.
+	ErrInvalidConfig = errors.New("ledger: invalid config")
+
+	// ErrResponseTooLarge is returned when a response to be stored exceeds
+	// Config.MaxResponseBytes; nothing is written.
+	ErrResponseTooLarge = errors.New("ledger: response too large to store")
+)
+
+// Errors returned by lookups, claims and completions.
+var (
+	// ErrMismatch is returned (as a *MismatchError) when a key is reused with a
+	// different request: the fingerprints differ.
+	ErrMismatch = errors.New("ledger: idempotency key reused with a different request")
+
+	// ErrInProgress is returned (as an *InProgressError) when another attempt
+	// with the same key holds a live claim.
+	ErrInProgress = errors.New("ledger: request with this idempotency key is in progress")
+
+	// ErrLeaseLost is returned (as a *LeaseLostError) when a completion,
+	// release or extension no longer owns its claim: the lease expired and
+	// another attempt took over, or the record is gone. Nothing is written.
+	ErrLeaseLost = errors.New("ledger: claim lost")
+
+	// ErrNotFound is returned by Get when no live record exists.
+	ErrNotFound = errors.New("ledger: record not found")
+)
+
+// MismatchError carries both fingerprints of a rejected reuse of a key.
+type MismatchError struct {
+	Scope, Key string
+	Stored     Fingerprint // fingerprint of the request that first used the key
+	Got        Fingerprint // fingerprint of this request
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("ledger: idempotency key %q in scope %q was first used with request %s, this request is %s",
+		e.Key, e.Scope, e.Stored.Short(), e.Got.Short())
+}
+
+// Unwrap returns ErrMismatch.
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+// InProgressError reports a live claim held by another attempt.
+type InProgressError struct {
+	Scope, Key     string
+	Version        uint64
+	LeaseExpiresAt time.Time
+	// RetryAfter is a hint for when to try again: the configured RetryAfter,
+	// capped by the time left on the lease.
+	RetryAfter time.Duration
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("ledger: idempotency key %q in scope %q is in progress (version %d, lease until %s); retry after %s",
+		e.Key, e.Scope, e.Version, e.LeaseExpiresAt.Format(time.RFC3339Nano), e.RetryAfter)
+}
+
+// Unwrap returns ErrInProgress.
+func (e *InProgressError) Unwrap() error { return ErrInProgress }
+
+// LeaseLostError reports a completion whose claim was superseded.
+type LeaseLostError struct {
+	Scope, Key string
+	Claimed    uint64 // the version this attempt claimed
+	Current    uint64 // the version now stored; 0 if the record is gone
+	Status     Status // the stored status; 0 if the record is gone
+}
+
+func (e *LeaseLostError) Error() string {
+	if e.Current == 0 {
+		return fmt.Sprintf("ledger: claim on key %q in scope %q (version %d) is gone", e.Key, e.Scope, e.Claimed)
+	}
+	return fmt.Sprintf("ledger: claim on key %q in scope %q (version %d) was superseded: now version %d, %s",
+		e.Key, e.Scope, e.Claimed, e.Current, e.Status)
+}
+
+// Unwrap returns ErrLeaseLost.
+func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }

@@ -1,0 +1,191 @@
+package ledger_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/ledger"
+)
+
+func mustFP(t *testing.T, f *ledger.Fingerprinter, method, route, ct, body string) ledger.Fingerprint {
+	t.Helper()
+	s, err := f.Sum(method, route, ct, []byte(body))
+	require.NoError(t, err)
+	return s
+}
+
+func TestFingerprintCanonicalisation(t *testing.T) {
+	t.Parallel()
+	f, err := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts", "meta.request_id", "items.note"}})
+	require.NoError(t, err)
+	const ct = "application/json; charset=utf-8"
+	base := `{"external_ref":"ord-1","amount_cents":2500,"currency":"eur","client_ts":"2026-01-01T00:00:00Z","meta":{"request_id":"r1","source":"app"},"items":[{"sku":"a","note":"x"}]}`
+	want := mustFP(t, f, "POST", "/v1/orders", ct, base)
+
+	same := map[string]string{
+		"reordered keys":     `{"currency":"eur","amount_cents":2500,"external_ref":"ord-1","items":[{"note":"x","sku":"a"}],"meta":{"source":"app","request_id":"r1"},"client_ts":"2026-01-01T00:00:00Z"}`,
+		"whitespace":         "{ \"external_ref\" : \"ord-1\",\n\t\"amount_cents\": 2500, \"currency\":\"eur\", \"client_ts\":\"2026-01-01T00:00:00Z\", \"meta\": {\"request_id\":\"r1\", \"source\":\"app\"}, \"items\": [ {\"sku\":\"a\",\"note\":\"x\"} ] }\n",
+		"changed client_ts":  strings.Replace(base, "2026-01-01T00:00:00Z", "2027-05-05T05:05:05Z", 1),
+		"dropped client_ts":  strings.Replace(base, `"client_ts":"2026-01-01T00:00:00Z",`, "", 1),
+		"changed request_id": strings.Replace(base, `"request_id":"r1"`, `"request_id":"r2"`, 1),
+		"changed array note": strings.Replace(base, `"note":"x"`, `"note":"y"`, 1),
+		"escaped letters":    strings.Replace(base, `"eur"`, `"\u0065\u0075r"`, 1),
+		"json type param":    base,
+	}
+	for name, body := range same {
+		require.Equal(t, want, mustFP(t, f, "POST", "/v1/orders", ct, body), name)
+	}
+	require.Equal(t, want, mustFP(t, f, "POST", "/v1/orders", "application/vnd.api+json", base), "+json types are JSON")
+
+	different := map[string]string{
+		"amount":                  strings.Replace(base, "2500", "2501", 1),
+		"number as written":       strings.Replace(base, "2500", "2500.0", 1),
+		"exponent":                strings.Replace(base, "2500", "2.5e3", 1),
+		"currency case":           strings.Replace(base, `"eur"`, `"EUR"`, 1),
+		"meta.source":             strings.Replace(base, `"app"`, `"web"`, 1),
+		"nested other":            strings.Replace(base, `"sku":"a"`, `"sku":"b"`, 1),
+		"array order":             strings.Replace(base, `[{"sku":"a","note":"x"}]`, `[{"sku":"a","note":"x"},{"sku":"b"}]`, 1),
+		"type change":             strings.Replace(base, "2500", `"2500"`, 1),
+		"null vs missing":         strings.Replace(base, `"currency":"eur"`, `"currency":null`, 1),
+		"excluded name elsewhere": strings.Replace(base, `"source":"app"`, `"source":"app","client_ts":"x"`, 1),
+	}
+	for name, body := range different {
+		require.NotEqual(t, want, mustFP(t, f, "POST", "/v1/orders", ct, body), name)
+	}
+	require.NotEqual(t, want, mustFP(t, f, "PUT", "/v1/orders", ct, base), "method")
+	require.NotEqual(t, want, mustFP(t, f, "POST", "/v1/refunds", ct, base), "route")
+	require.NotEqual(t, want, mustFP(t, f, "POST", "/v1/orders", "text/plain", base), "JSON and bytes never collide")
+}
+
+func TestFingerprintNonJSONIsBytes(t *testing.T) {
+	t.Parallel()
+	f := &ledger.Fingerprinter{}
+	a := mustFP(t, f, "POST", "/x", "text/plain", `{"b":1,"a":2}`)
+	b := mustFP(t, f, "POST", "/x", "text/plain", `{"a":2,"b":1}`)
+	require.NotEqual(t, a, b, "non-JSON bodies are hashed as bytes")
+	require.Equal(t, a, mustFP(t, f, "POST", "/x", "", `{"b":1,"a":2}`))
+	// Invalid JSON under a non-JSON type is fine; an empty JSON body is bytes.
+	mustFP(t, f, "POST", "/x", "application/octet-stream", "{{{")
+	mustFP(t, f, "POST", "/x", "application/json", "")
+	require.True(t, a.Equal(a))
+	require.False(t, a.Equal(b))
+	require.Len(t, a.Short(), 12)
+}
+
+func TestFingerprintRejectsBadJSON(t *testing.T) {
+	t.Parallel()
+	f, err := ledger.NewFingerprinter(ledger.FingerprintOptions{MaxDepth: 8})
+	require.NoError(t, err)
+	bad := []string{
+		`{`, `{"a":}`, `{"a" 1}`, `[1,]`, `{"a":1,}`, `01`, `1.`, `-`, `1e`, `tru`, `nul`, `"abc`,
+		`"\x"`, `"\u12"`, "\"a\x01b\"", "\"\xff\"", `{} {}`, `{"a":1}x`, `{1:2}`,
+	}
+	for _, b := range bad {
+		_, err := f.Sum("POST", "/x", "application/json", []byte(b))
+		require.ErrorIs(t, err, ledger.ErrInvalidJSON, "%q", b)
+	}
+	deep := strings.Repeat("[", 9) + strings.Repeat("]", 9)
+	_, err = f.Sum("POST", "/x", "application/json", []byte(deep))
+	require.ErrorIs(t, err, ledger.ErrJSONTooDeep)
+	_, err = f.Sum("POST", "/x", "application/json", []byte(strings.Repeat(`{"a":`, 100000)))
+	require.ErrorIs(t, err, ledger.ErrJSONTooDeep)
+	ok := strings.Repeat("[", 8) + strings.Repeat("]", 8)
+	_, err = f.Sum("POST", "/x", "application/json", []byte(ok))
+	require.NoError(t, err)
+
+	_, err = ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"a..b"}})
+	require.ErrorIs(t, err, ledger.ErrInvalidConfig)
+}
+
+func TestCanonicalForm(t *testing.T) {
+	t.Parallel()
+	f, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"x"}})
+	cases := map[string]string{
+		` { "b" : [ 1 , 2.50 , -0 , 1E+2 ] , "a" : { "d":true,"c":null } , "x": 9 } `: `{"a":{"c":null,"d":true},"b":[1,2.50,-0,1E+2]}`,
+		`"\u00e9\n\t\u0001\"\\\/"`: "\"\u00e9\\n\\t\\u0001\\\"\\\\/\"",
+		`"\ud83d\ude00"`:           "\"\U0001F600\"",
+		`"\ud800"`:                 `"\ud800"`,
+		`{"a":1,"a":0}`:            `{"a":1,"a":0}`,
+		`[]`:                       `[]`,
+		`{}`:                       `{}`,
+	}
+	for in, want := range cases {
+		got, err := f.Canonical([]byte(in))
+		require.NoError(t, err, in)
+		require.Equal(t, want, string(got), in)
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	t.Parallel()
+	ok := map[string]string{
+		"abc":                                  "abc",
+		"  abc  ":                              "abc",
+		`"abc"`:                                "abc",
+		`"a\"b\\c"`:                            `a"b\c`,
+		"550e8400-e29b-41d4-a716-446655440000": "550e8400-e29b-41d4-a716-446655440000",
+		strings.Repeat("k", 255):               strings.Repeat("k", 255),
+		`"` + strings.Repeat("k", 255) + `"`:   strings.Repeat("k", 255),
+		"x":                                    "x",
+	}
+	for in, want := range ok {
+		got, err := ledger.ParseKey(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got)
+	}
+	bad := []string{
+		"", " ", `""`, strings.Repeat("k", 256), `"` + strings.Repeat("k", 256) + `"`, "a b", `"a b"`,
+		"a\x00b", "ключ", "a\tb", `"abc`, `"abc"x`, `"a\nb"`, `"a\x"`, strings.Repeat("k", 40000), "\x7f",
+	}
+	for _, in := range bad {
+		_, err := ledger.ParseKey(in)
+		require.ErrorIs(t, err, ledger.ErrInvalidKey, "%q", in)
+	}
+}
+
+func TestScope(t *testing.T) {
+	t.Parallel()
+	s, err := ledger.Scope("acme", "POST", "/v1/orders")
+	require.NoError(t, err)
+	require.Equal(t, "acme|POST /v1/orders", s)
+	for _, tenant := range []string{"", "a|b", "a\x00", "a\nb"} {
+		_, err := ledger.Scope(tenant, "POST", "/v1/orders")
+		require.ErrorIs(t, err, ledger.ErrInvalidScope, "%q", tenant)
+	}
+}
+
+// FuzzCanonicalise: never panics; accepts only what encoding/json accepts;
+// accepts all valid UTF-8 JSON within the depth bound; is idempotent; and
+// produces valid JSON.
+func FuzzCanonicalise(f *testing.F) {
+	for _, s := range []string{
+		`{"b":1,"a":[true,false,null,"x\u0041"]}`, `[]`, `{}`, `"\ud83d\ude00"`, `-0.5e+10`,
+		`{"a":{"b":{"c":[1,2,{"d":"e"}]}}}`, `{"client_ts":1,"meta":{"request_id":2}}`, `"\ud800"`,
+	} {
+		f.Add([]byte(s))
+	}
+	fp, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts", "meta.request_id"}, MaxDepth: 32})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := fp.Canonical(in)
+		if err != nil {
+			if json.Valid(in) && utf8.Valid(in) && !strings.Contains(err.Error(), "nested too deeply") {
+				t.Fatalf("rejected valid JSON %q: %v", in, err)
+			}
+			return
+		}
+		if !json.Valid(in) {
+			t.Fatalf("accepted invalid JSON %q", in)
+		}
+		if !json.Valid(out) {
+			t.Fatalf("canonical form %q of %q is not JSON", out, in)
+		}
+		again, err := fp.Canonical(out)
+		if err != nil || string(again) != string(out) {
+			t.Fatalf("not idempotent: %q -> %q -> %q (%v)", in, out, again, err)
+		}
+	})
+}

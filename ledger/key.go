@@ -1,0 +1,110 @@
+package ledger
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MaxKeyLen is the longest idempotency key accepted, in bytes.
+const MaxKeyLen = 255
+
+// MaxScopeLen is the longest scope accepted, in bytes.
+const MaxScopeLen = 1024
+
+// ValidateKey checks that key is 1 to MaxKeyLen bytes of visible ASCII
+// (0x21 to 0x7E). It returns an error wrapping ErrInvalidKey otherwise.
+func ValidateKey(key string) error {
+	if len(key) == 0 {
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: byte 0x%02x at offset %d is not visible ASCII", ErrInvalidKey, c, i)
+		}
+	}
+	return nil
+}
+
+// ParseKey reads the value of an Idempotency-Key header. The header is a
+// Structured Field string (RFC 8941), so the quoted form "abc" is accepted and
+// unquoted; a bare token is accepted as is. The result is validated with
+// ValidateKey.
+func ParseKey(header string) (string, error) {
+	v := strings.TrimSpace(header)
+	if len(v) > 0 && v[0] == '"' {
+		k, err := unquoteSFString(v)
+		if err != nil {
+			return "", err
+		}
+		v = k
+	}
+	if err := ValidateKey(v); err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// unquoteSFString parses an RFC 8941 sf-string: DQUOTE *chr DQUOTE where chr
+// is printable ASCII other than '"' and '\', or an escaped '"' or '\'.
+func unquoteSFString(s string) (string, error) {
+	if len(s) > 2*MaxKeyLen+2 {
+		return "", fmt.Errorf("%w: quoted value of %d bytes is too long", ErrInvalidKey, len(s))
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i++
+			if i >= len(s) || (s[i] != '"' && s[i] != '\\') {
+				return "", fmt.Errorf("%w: bad escape in quoted string", ErrInvalidKey)
+			}
+			b.WriteByte(s[i])
+		case c == '"':
+			if i != len(s)-1 {
+				return "", fmt.Errorf("%w: text after the closing quote", ErrInvalidKey)
+			}
+			return b.String(), nil
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("%w: byte 0x%02x in quoted string", ErrInvalidKey, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", fmt.Errorf("%w: missing closing quote", ErrInvalidKey)
+}
+
+// ValidateScope checks that scope is 1 to MaxScopeLen bytes without NUL.
+func ValidateScope(scope string) error {
+	switch {
+	case len(scope) == 0:
+		return fmt.Errorf("%w: empty", ErrInvalidScope)
+	case len(scope) > MaxScopeLen:
+		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidScope, len(scope), MaxScopeLen)
+	case strings.IndexByte(scope, 0) >= 0:
+		return fmt.Errorf("%w: contains a NUL byte", ErrInvalidScope)
+	}
+	return nil
+}
+
+// Scope builds the scope of an HTTP endpoint: the tenant (from the server's
+// own authentication, never from a client header), the method and the route
+// pattern. The tenant may not contain '|' or control characters, so two
+// tenants can never produce the same scope.
+//
+//	ledger.Scope("acme", "POST", "/v1/orders") == "acme|POST /v1/orders"
+func Scope(tenant, method, route string) (string, error) {
+	if tenant == "" {
+		return "", fmt.Errorf("%w: empty tenant", ErrInvalidScope)
+	}
+	for i := 0; i < len(tenant); i++ {
+		if c := tenant[i]; c == '|' || c < 0x20 || c == 0x7f {
+			return "", fmt.Errorf("%w: tenant contains byte 0x%02x", ErrInvalidScope, c)
+		}
+	}
+	s := tenant + "|" + method + " " + route
+	return s, ValidateScope(s)
+}

@@ -1,0 +1,196 @@
+package ledger
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Defaults used when the corresponding Config field is zero.
+const (
+	// DefaultRetention is how long a completed record is kept (and replayed)
+	// after completion.
+	DefaultRetention = 24 * time.Hour
+
+	// DefaultLease is how long a two-phase claim is protected from takeover.
+	DefaultLease = 30 * time.Second
+
+	// DefaultRetryAfter is the retry hint returned with an in-progress
+	// conflict.
+	DefaultRetryAfter = time.Second
+
+	// DefaultMaxResponseBytes bounds a stored response body.
+	DefaultMaxResponseBytes = 8 << 20
+)
+
+// Config configures a Ledger. A nil *Config means all defaults.
+type Config struct {
+	// Retention is how long a record counts after it completes. A retry that
+	// arrives later runs again. 0 means DefaultRetention.
+	Retention time.Duration
+
+	// RetentionFor, if set, overrides Retention per scope (for example by
+	// scope prefix); it must return a positive duration.
+	RetentionFor func(scope string) time.Duration
+
+	// Lease is how long a two-phase claim is protected. After it expires a
+	// retry takes the claim over with a new version. 0 means DefaultLease.
+	Lease time.Duration
+
+	// RetryAfter is the hint given with an in-progress conflict, capped by
+	// the time left on the lease. 0 means DefaultRetryAfter.
+	RetryAfter time.Duration
+
+	// CompressThreshold is the body size above which stored responses are
+	// zstd-compressed. 0 means kv.DefaultCompressThreshold; negative disables
+	// compression.
+	CompressThreshold int
+
+	// MaxResponseBytes bounds the body of a stored response; larger responses
+	// fail with ErrResponseTooLarge and nothing is stored. 0 means
+	// DefaultMaxResponseBytes.
+	MaxResponseBytes int
+
+	// RecoverOrphans lets a claim left by an earlier incarnation of the
+	// database (a process that has since died) be taken over at once instead
+	// of after its lease. Set it only when the caller verifies the outside
+	// work before redoing it after a takeover, as the sideeffect executor
+	// does by asking the provider.
+	RecoverOrphans bool
+}
+
+func (c *Config) withDefaults() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.Retention == 0 {
+		r.Retention = DefaultRetention
+	}
+	if r.Lease == 0 {
+		r.Lease = DefaultLease
+	}
+	if r.RetryAfter == 0 {
+		r.RetryAfter = DefaultRetryAfter
+	}
+	if r.CompressThreshold == 0 {
+		r.CompressThreshold = kv.DefaultCompressThreshold
+	}
+	if r.MaxResponseBytes == 0 {
+		r.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	return r
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Retention < 0:
+		return fmt.Errorf("%w: Retention %s is negative", ErrInvalidConfig, c.Retention)
+	case c.Lease < 0:
+		return fmt.Errorf("%w: Lease %s is negative", ErrInvalidConfig, c.Lease)
+	case c.Retention < c.Lease:
+		return fmt.Errorf("%w: Retention %s is shorter than Lease %s: a record could expire while its claim is live",
+			ErrInvalidConfig, c.Retention, c.Lease)
+	case c.RetryAfter < 0:
+		return fmt.Errorf("%w: RetryAfter %s is negative", ErrInvalidConfig, c.RetryAfter)
+	case c.MaxResponseBytes < 0:
+		return fmt.Errorf("%w: MaxResponseBytes %d is negative", ErrInvalidConfig, c.MaxResponseBytes)
+	}
+	return nil
+}
+
+// Ledger stores idempotency-key records in a kv.DB. It is safe for
+// concurrent use; create one per database and share it.
+type Ledger struct {
+	db      *kv.DB
+	cfg     Config
+	waiters waiters
+	encPool sync.Pool
+}
+
+var (
+	recordsNS = kv.NewNamespace("ledger")
+	expiryIdx = kv.NewExpiryIndex("ledger.expiry")
+)
+
+// New returns a Ledger over db. cfg may be nil for defaults.
+func New(db *kv.DB, cfg *Config) (*Ledger, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	l := &Ledger{db: db, cfg: c}
+	l.encPool.New = func() any { return new(kv.Encoder) }
+	return l, nil
+}
+
+// DB returns the database the ledger writes to.
+func (l *Ledger) DB() *kv.DB { return l.db }
+
+// Config returns the ledger's configuration with defaults applied.
+func (l *Ledger) Config() Config { return l.cfg }
+
+func (l *Ledger) now() time.Time { return l.db.Now() }
+
+func (l *Ledger) retention(scope string) time.Duration {
+	if l.cfg.RetentionFor != nil {
+		if d := l.cfg.RetentionFor(scope); d > 0 {
+			return max(d, l.cfg.Lease)
+		}
+	}
+	return l.cfg.Retention
+}
+
+func validate(scope, key string) error {
+	if err := ValidateScope(scope); err != nil {
+		return err
+	}
+	return ValidateKey(key)
+}
+
+// load reads and decodes the record at rk; nil if absent.
+func load(b kv.Bucket, rk []byte, withBody bool) (*Record, error) {
+	if b == nil {
+		return nil, nil
+	}
+	v := b.Get(rk)
+	if v == nil {
+		return nil, nil
+	}
+	r, err := decodeRecord(rk, v, withBody)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: record %q: %w", rk, err)
+	}
+	return r, nil
+}
+
+// store writes r and moves its expiry-index entry from prevExpiry.
+func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prevExpiry time.Time) error {
+	if r.Response != nil && len(r.Response.Body) > l.cfg.MaxResponseBytes {
+		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrResponseTooLarge, len(r.Response.Body), l.cfg.MaxResponseBytes)
+	}
+	e := l.encPool.Get().(*kv.Encoder)
+	defer l.encPool.Put(e)
+	if err := b.Put(rk, encodeRecord(e, r, l.cfg.CompressThreshold)); err != nil {
+		return err
+	}
+	return expiryIdx.Move(tx, prevExpiry, r.ExpiresAt, rk)
+}
+
+func (l *Ledger) inProgress(r *Record, now time.Time) *InProgressError {
+	ra := l.cfg.RetryAfter
+	if left := r.LeaseExpiresAt.Sub(now); left < ra {
+		ra = max(left, time.Millisecond)
+	}
+	return &InProgressError{Scope: r.Scope, Key: r.Key, Version: r.Version, LeaseExpiresAt: r.LeaseExpiresAt, RetryAfter: ra}
+}
+
+// takeable reports whether an in-progress record may be taken over now.
+func (l *Ledger) takeable(r *Record, now time.Time) bool {
+	if !r.leaseLive(now) {
+		return true
+	}
+	return l.cfg.RecoverOrphans && r.Owner != l.db.Incarnation()
+}

@@ -1,0 +1,546 @@
+package ledger_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+)
+
+var ctx = context.Background()
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	db    *kv.DB
+	clock *kv.ManualClock
+	path  string
+}
+
+func setup(t *testing.T, cfg *ledger.Config) (*ledger.Ledger, *bundle) {
+	t.Helper()
+	clock := kv.NewManualClock(t0)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db := dbtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
+	l, err := ledger.New(db, cfg)
+	require.NoError(t, err)
+	return l, &bundle{db: db, clock: clock, path: path}
+}
+
+func fp(s string) ledger.Fingerprint {
+	f, err := (&ledger.Fingerprinter{}).Sum("POST", "/v1/orders", "text/plain", []byte(s))
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+func req(key, body string) ledger.Request {
+	return ledger.Request{Scope: "acme|POST /v1/orders", Key: key, Fingerprint: fp(body)}
+}
+
+// order is the business write used by the tests: it stores an order and
+// counts how many orders exist.
+func order(id string, runs *int) ledger.Work {
+	return func(tx kv.Tx) (ledger.Response, error) {
+		if runs != nil {
+			*runs++
+		}
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return ledger.Response{}, err
+		}
+		if err := b.Put([]byte(id), []byte("pending")); err != nil {
+			return ledger.Response{}, err
+		}
+		return ledger.Response{
+			Status: http.StatusCreated,
+			Header: http.Header{"Content-Type": {"application/json"}, "Location": {"/v1/orders/" + id}},
+			Body:   []byte(`{"id":"` + id + `","status":"pending"}`),
+		}, nil
+	}
+}
+
+func orders(t *testing.T, db *kv.DB) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		b := tx.Bucket([]byte("orders"))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			m[string(k)] = string(v)
+		}
+		return nil
+	}))
+	return m
+}
+
+func TestDoOutcomes(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, &ledger.Config{Retention: time.Hour, Lease: time.Minute})
+
+	// New key: the work runs and the response is stored.
+	runs := 0
+	res, err := l.Do(ctx, req("k1", "body"), order("o1", &runs))
+	require.NoError(t, err)
+	require.False(t, res.Replayed)
+	require.Equal(t, uint64(1), res.Version)
+	require.Equal(t, 1, runs)
+	rec, err := l.Get(ctx, "acme|POST /v1/orders", "k1")
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusCompleted, rec.Status)
+	require.Equal(t, fp("body"), rec.Fingerprint)
+	require.Equal(t, []byte(`{"id":"o1","status":"pending"}`), rec.Response.Body)
+	require.Equal(t, http.StatusCreated, rec.Response.Status)
+	require.Equal(t, "/v1/orders/o1", rec.Response.Header.Get("Location"))
+	require.Equal(t, t0, rec.CompletedAt)
+	require.Equal(t, t0.Add(time.Hour), rec.ExpiresAt)
+	require.Equal(t, bb.db.Incarnation(), rec.Owner)
+
+	// Same key, same request: replayed byte for byte; the work does not run.
+	res2, err := l.Do(ctx, req("k1", "body"), order("o1-again", &runs))
+	require.NoError(t, err)
+	require.True(t, res2.Replayed)
+	require.Equal(t, 1, runs)
+	require.Equal(t, res.Response, res2.Response)
+	require.Equal(t, map[string]string{"o1": "pending"}, orders(t, bb.db))
+
+	// Same key, different request: rejected with both fingerprints.
+	_, err = l.Do(ctx, req("k1", "other body"), order("o2", &runs))
+	var me *ledger.MismatchError
+	require.ErrorAs(t, err, &me)
+	require.ErrorIs(t, err, ledger.ErrMismatch)
+	require.Equal(t, fp("body"), me.Stored)
+	require.Equal(t, fp("other body"), me.Got)
+	require.Contains(t, err.Error(), fp("body").Short())
+	require.Contains(t, err.Error(), fp("other body").Short())
+	require.Equal(t, 1, runs)
+
+	// In progress: a two-phase claim holds the key.
+	out, err := l.Claim(ctx, req("k2", "body"))
+	require.NoError(t, err)
+	require.NotNil(t, out.Claim)
+	_, err = l.Do(ctx, req("k2", "body"), order("o3", &runs))
+	var ip *ledger.InProgressError
+	require.ErrorAs(t, err, &ip)
+	require.Equal(t, ledger.DefaultRetryAfter, ip.RetryAfter)
+	require.Equal(t, t0.Add(time.Minute), ip.LeaseExpiresAt)
+	require.Equal(t, 1, runs)
+
+	// Expired: past retention the record is absent, the work runs again
+	// with the next version.
+	bb.clock.Advance(time.Hour)
+	_, err = l.Get(ctx, "acme|POST /v1/orders", "k1")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+	res3, err := l.Do(ctx, req("k1", "other body"), order("o4", &runs))
+	require.NoError(t, err)
+	require.False(t, res3.Replayed)
+	require.Equal(t, uint64(2), res3.Version)
+	require.Equal(t, 2, runs)
+}
+
+func TestDoRollsBackOnErrorAndPanic(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, nil)
+	boom := errors.New("provider said no")
+	_, err := l.Do(ctx, req("k", "b"), func(tx kv.Tx) (ledger.Response, error) {
+		_, _ = order("o1", nil)(tx)
+		return ledger.Response{}, boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Empty(t, orders(t, bb.db))
+	_, err = l.Get(ctx, "acme|POST /v1/orders", "k")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+
+	require.Panics(t, func() {
+		_, _ = l.Do(ctx, req("k", "b"), func(tx kv.Tx) (ledger.Response, error) {
+			_, _ = order("o1", nil)(tx)
+			panic("handler bug")
+		})
+	})
+	require.Empty(t, orders(t, bb.db))
+
+	// The retry runs again and succeeds.
+	res, err := l.Do(ctx, req("k", "b"), order("o1", nil))
+	require.NoError(t, err)
+	require.False(t, res.Replayed)
+	require.Equal(t, map[string]string{"o1": "pending"}, orders(t, bb.db))
+}
+
+// The single-transaction path works inside a caller's own bbolt transaction.
+func TestDoTxInCallerTransaction(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, nil)
+	err := bb.db.Bolt().Update(func(btx *bolt.Tx) error {
+		_, err := l.DoTx(ctx, kv.WrapTx(btx), req("k", "b"), order("o1", nil))
+		if err != nil {
+			return err
+		}
+		return errors.New("caller rolls back")
+	})
+	require.Error(t, err)
+	require.Empty(t, orders(t, bb.db))
+	_, err = l.Get(ctx, "acme|POST /v1/orders", "k")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+
+	require.NoError(t, bb.db.Update(ctx, func(tx kv.Tx) error {
+		_, err := l.DoTx(ctx, tx, req("k", "b"), order("o1", nil))
+		return err
+	}))
+	require.Equal(t, map[string]string{"o1": "pending"}, orders(t, bb.db))
+}
+
+// 64 goroutines send the same key and payload at once: the work commits once
+// and every caller gets identical bytes.
+func TestConcurrentDuplicatesRunOnce(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, nil)
+	const n = 64
+	var wg sync.WaitGroup
+	results := make([]ledger.Result, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = l.Do(ctx, req("same-key", "same body"), func(tx kv.Tx) (ledger.Response, error) {
+				b, err := tx.CreateBucketIfNotExists([]byte("counter"))
+				if err != nil {
+					return ledger.Response{}, err
+				}
+				n, _ := strconv.Atoi(string(b.Get([]byte("executions"))))
+				if err := b.Put([]byte("executions"), []byte(strconv.Itoa(n+1))); err != nil {
+					return ledger.Response{}, err
+				}
+				return ledger.Response{Status: 201, Body: []byte(fmt.Sprintf(`{"execution":%d}`, n+1))}, nil
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+	fresh := 0
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, []byte(`{"execution":1}`), results[i].Response.Body)
+		require.Equal(t, 201, results[i].Response.Status)
+		if !results[i].Replayed {
+			fresh++
+		}
+	}
+	require.Equal(t, 1, fresh)
+	require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
+		require.Equal(t, "1", string(tx.Bucket([]byte("counter")).Get([]byte("executions"))))
+		return nil
+	}))
+}
+
+// A crash between claim and completion: the process state is dropped and
+// the file reopened. Before the lease expires a retry is told "in progress";
+// after, it takes over with version+1; the stale worker's completion is
+// rejected and its business writes are not applied.
+func TestTwoPhaseCrashBetweenClaimAndCompletion(t *testing.T) {
+	t.Parallel()
+	clock := kv.NewManualClock(t0)
+	path := filepath.Join(t.TempDir(), "crash.db")
+	cfg := &ledger.Config{Lease: 30 * time.Second}
+
+	db1, err := kv.Open(path, &kv.Options{Clock: clock})
+	require.NoError(t, err)
+	l1, err := ledger.New(db1, cfg)
+	require.NoError(t, err)
+	out, err := l1.Claim(ctx, req("pay-1", "charge 2500"))
+	require.NoError(t, err)
+	stale := out.Claim
+	require.Equal(t, uint64(1), stale.Version)
+	require.False(t, stale.Takeover)
+	require.NoError(t, db1.Close()) // the process "dies": nothing but the file survives
+
+	db2 := dbtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	l2, err := ledger.New(db2, cfg)
+	require.NoError(t, err)
+	rec, err := l2.Get(ctx, "acme|POST /v1/orders", "pay-1")
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusInProgress, rec.Status)
+	require.Equal(t, db1.Incarnation(), rec.Owner)
+
+	clock.Advance(10 * time.Second)
+	_, err = l2.Claim(ctx, req("pay-1", "charge 2500"))
+	var ip *ledger.InProgressError
+	require.ErrorAs(t, err, &ip)
+	require.Equal(t, uint64(1), ip.Version)
+
+	clock.Advance(21 * time.Second) // lease expired
+	out2, err := l2.Claim(ctx, req("pay-1", "charge 2500"))
+	require.NoError(t, err)
+	require.NotNil(t, out2.Claim)
+	require.True(t, out2.Claim.Takeover)
+	require.True(t, out2.Claim.Orphaned)
+	require.Equal(t, db1.Incarnation(), out2.Claim.PreviousOwner)
+	require.Equal(t, uint64(2), out2.Claim.Version)
+
+	// The stale worker wakes up and tries to complete through the live handle.
+	_, err = l2.Complete(ctx, stale, ledger.Response{Status: 200, Body: []byte("stale")}, func(tx kv.Tx) error {
+		_, err := order("stale-order", nil)(tx)
+		return err
+	})
+	var lost *ledger.LeaseLostError
+	require.ErrorAs(t, err, &lost)
+	require.Equal(t, uint64(1), lost.Claimed)
+	require.Equal(t, uint64(2), lost.Current)
+	require.Empty(t, orders(t, db2), "a stale completion writes nothing")
+
+	// The new owner completes.
+	res, err := l2.Complete(ctx, out2.Claim, ledger.Response{Status: 200, Body: []byte("paid")}, func(tx kv.Tx) error {
+		_, err := order("o1", nil)(tx)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), res.Version)
+	require.Equal(t, map[string]string{"o1": "pending"}, orders(t, db2))
+	rec, err = l2.Get(ctx, "acme|POST /v1/orders", "pay-1")
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusCompleted, rec.Status)
+	require.Equal(t, []byte("paid"), rec.Response.Body)
+	require.Equal(t, t0, rec.CreatedAt, "a takeover keeps the original creation time")
+
+	// And a retry now replays.
+	out3, err := l2.Claim(ctx, req("pay-1", "charge 2500"))
+	require.NoError(t, err)
+	require.NotNil(t, out3.Replay)
+	require.Equal(t, []byte("paid"), out3.Replay.Response.Body)
+}
+
+func TestRecoverOrphansTakesOverAtOnce(t *testing.T) {
+	t.Parallel()
+	clock := kv.NewManualClock(t0)
+	path := filepath.Join(t.TempDir(), "orphan.db")
+	cfg := &ledger.Config{RecoverOrphans: true}
+	db1, err := kv.Open(path, &kv.Options{Clock: clock})
+	require.NoError(t, err)
+	l1, _ := ledger.New(db1, cfg)
+	_, err = l1.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+	// Within the same incarnation the lease still protects the claim.
+	_, err = l1.Claim(ctx, req("k", "b"))
+	require.ErrorIs(t, err, ledger.ErrInProgress)
+	require.NoError(t, db1.Close())
+
+	db2 := dbtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	l2, _ := ledger.New(db2, cfg)
+	out, err := l2.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+	require.True(t, out.Claim.Takeover)
+	require.True(t, out.Claim.Orphaned)
+	require.Equal(t, uint64(2), out.Claim.Version)
+}
+
+// A duplicate that asks to wait is woken by the first attempt's completion.
+func TestWaitForInProgress(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t, nil)
+	out, err := l.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+
+	r := req("k", "b")
+	r.Wait = time.Minute
+	done := make(chan ledger.Outcome)
+	go func() {
+		o, err := l.Claim(ctx, r)
+		require.NoError(t, err)
+		done <- o
+	}()
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 201, Body: []byte("done")}, nil)
+	require.NoError(t, err)
+	o := <-done
+	require.NotNil(t, o.Replay)
+	require.Equal(t, []byte("done"), o.Replay.Response.Body)
+
+	// Do waits too, and a release lets the waiter run the work itself.
+	out, err = l.Claim(ctx, req("k2", "b"))
+	require.NoError(t, err)
+	r2 := req("k2", "b")
+	r2.Wait = time.Minute
+	res := make(chan ledger.Result)
+	go func() {
+		rr, err := l.Do(ctx, r2, order("o1", nil))
+		require.NoError(t, err)
+		res <- rr
+	}()
+	require.NoError(t, l.Release(ctx, out.Claim))
+	rr := <-res
+	require.False(t, rr.Replayed)
+	require.Equal(t, uint64(1), rr.Version, "a released key starts again at version 1")
+}
+
+func TestWaitTimesOut(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t, nil)
+	_, err := l.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+	r := req("k", "b")
+	r.Wait = 20 * time.Millisecond
+	_, err = l.Claim(ctx, r)
+	require.ErrorIs(t, err, ledger.ErrInProgress)
+
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	r.Wait = time.Minute
+	_, err = l.Do(c, r, order("x", nil))
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestExtendAndRelease(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, &ledger.Config{Lease: 10 * time.Second})
+	out, err := l.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+	c := out.Claim
+	bb.clock.Advance(8 * time.Second)
+	require.NoError(t, l.Extend(ctx, c))
+	require.Equal(t, t0.Add(18*time.Second), c.LeaseExpiresAt)
+	bb.clock.Advance(8 * time.Second) // 16s: past the first lease, within the extended one
+	_, err = l.Claim(ctx, req("k", "b"))
+	require.ErrorIs(t, err, ledger.ErrInProgress)
+
+	bb.clock.Advance(5 * time.Second) // 21s: the extended lease is over
+	out2, err := l.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+	require.True(t, out2.Claim.Takeover)
+	require.False(t, out2.Claim.Orphaned)
+	require.ErrorIs(t, l.Extend(ctx, c), ledger.ErrLeaseLost)
+	require.ErrorIs(t, l.Release(ctx, c), ledger.ErrLeaseLost)
+
+	require.NoError(t, l.Release(ctx, out2.Claim))
+	_, err = l.Get(ctx, "acme|POST /v1/orders", "k")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+	_, err = l.Complete(ctx, out2.Claim, ledger.Response{}, nil)
+	var lost *ledger.LeaseLostError
+	require.ErrorAs(t, err, &lost)
+	require.Zero(t, lost.Current)
+}
+
+func TestCompleteWorkErrorKeepsClaim(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, nil)
+	out, err := l.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 200}, func(tx kv.Tx) error {
+		_, _ = order("o", nil)(tx)
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Empty(t, orders(t, bb.db))
+	rec, err := l.Get(ctx, "acme|POST /v1/orders", "k")
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusInProgress, rec.Status)
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 200}, nil)
+	require.NoError(t, err)
+}
+
+func TestLargeResponsesAreCompressedAndBounded(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t, &ledger.Config{MaxResponseBytes: 1 << 20})
+	body := bytes.Repeat([]byte(`{"line":"a repeated response line"},`), 2000)
+	_, err := l.Do(ctx, req("big", "b"), func(kv.Tx) (ledger.Response, error) {
+		return ledger.Response{Status: 200, Body: body}, nil
+	})
+	require.NoError(t, err)
+	rec, err := l.Get(ctx, "acme|POST /v1/orders", "big")
+	require.NoError(t, err)
+	require.True(t, rec.Compressed)
+	require.Less(t, rec.StoredBytes, len(body)/10)
+	require.Equal(t, body, rec.Response.Body)
+	res, err := l.Do(ctx, req("big", "b"), order("x", nil))
+	require.NoError(t, err)
+	require.True(t, res.Replayed)
+	require.Equal(t, body, res.Response.Body)
+
+	_, err = l.Do(ctx, req("huge", "b"), func(kv.Tx) (ledger.Response, error) {
+		return ledger.Response{Status: 200, Body: make([]byte, 1<<20+1)}, nil
+	})
+	require.ErrorIs(t, err, ledger.ErrResponseTooLarge)
+	_, err = l.Get(ctx, "acme|POST /v1/orders", "huge")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+}
+
+func TestInvalidInputIsRejectedBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, nil)
+	for _, r := range []ledger.Request{
+		{Scope: "s", Key: ""},
+		{Scope: "s", Key: "has space"},
+		{Scope: "s", Key: string(make([]byte, 256))},
+		{Scope: "", Key: "k"},
+		{Scope: "a\x00b", Key: "k"},
+	} {
+		_, err := l.Do(ctx, r, order("x", nil))
+		require.Error(t, err)
+		require.True(t, errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrInvalidScope), err)
+		_, err = l.Claim(ctx, r)
+		require.Error(t, err)
+	}
+	require.Empty(t, orders(t, bb.db))
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	_, bb := setup(t, nil)
+	for _, c := range []ledger.Config{
+		{Retention: -1}, {Lease: -1}, {Retention: time.Second, Lease: time.Minute}, {RetryAfter: -1}, {MaxResponseBytes: -1},
+	} {
+		_, err := ledger.New(bb.db, &c)
+		require.ErrorIs(t, err, ledger.ErrInvalidConfig)
+	}
+}
+
+func TestRecordsIteration(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, &ledger.Config{Retention: time.Hour, Lease: time.Minute})
+	for _, s := range []string{"acme|POST /a", "acme|POST /b", "globex|POST /a"} {
+		for i := range 3 {
+			_, err := l.Do(ctx, ledger.Request{Scope: s, Key: fmt.Sprint("k", i), Fingerprint: fp("x")}, order(fmt.Sprint(s, i), nil))
+			require.NoError(t, err)
+		}
+	}
+	_, err := l.Claim(ctx, ledger.Request{Scope: "acme|POST /c", Key: "pending", Fingerprint: fp("x")})
+	require.NoError(t, err)
+
+	collect := func(o ledger.ListOptions) []string {
+		var out []string
+		require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
+			for r, err := range l.Records(tx, o) {
+				require.NoError(t, err)
+				out = append(out, r.Scope+"/"+r.Key)
+			}
+			return nil
+		}))
+		return out
+	}
+	require.Len(t, collect(ledger.ListOptions{}), 10)
+	require.Equal(t, []string{"acme|POST /a/k0", "acme|POST /a/k1", "acme|POST /a/k2", "acme|POST /b/k0", "acme|POST /b/k1", "acme|POST /b/k2", "acme|POST /c/pending"},
+		collect(ledger.ListOptions{ScopePrefix: "acme|"}))
+	require.Equal(t, []string{"acme|POST /c/pending"}, collect(ledger.ListOptions{Status: ledger.StatusInProgress}))
+	require.Len(t, collect(ledger.ListOptions{Limit: 4}), 4)
+
+	bb.clock.Advance(time.Hour)
+	require.Empty(t, collect(ledger.ListOptions{}))
+	require.Len(t, collect(ledger.ListOptions{ExpiredOnly: true}), 10)
+	require.Len(t, collect(ledger.ListOptions{IncludeExpired: true}), 10)
+}

@@ -1,0 +1,263 @@
+package ledger
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Status is the state of an idempotency record.
+type Status byte
+
+// Record statuses.
+const (
+	// StatusInProgress: a two-phase attempt has claimed the key and holds a
+	// lease; its outside work may be under way.
+	StatusInProgress Status = 1
+	// StatusCompleted: the work is done and its response is stored for replay.
+	StatusCompleted Status = 2
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusInProgress:
+		return "in_progress"
+	case StatusCompleted:
+		return "completed"
+	}
+	return fmt.Sprintf("status(%d)", byte(s))
+}
+
+// ParseStatus parses the names printed by Status.String.
+func ParseStatus(s string) (Status, error) {
+	switch s {
+	case "in_progress":
+		return StatusInProgress, nil
+	case "completed":
+		return StatusCompleted, nil
+	}
+	return 0, fmt.Errorf("ledger: unknown status %q (want in_progress or completed)", s)
+}
+
+// Response is what a completed request produced and what a replay returns:
+// for HTTP, the status code, the headers kept for replay and the body. Code
+// that is not HTTP may leave Status and Header empty and use Body alone.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Record is one idempotency-key record.
+type Record struct {
+	Scope       string
+	Key         string
+	Status      Status
+	Fingerprint Fingerprint
+	// Version increases on every claim and takeover; completions are fenced by it.
+	Version uint64
+	// Owner is the incarnation (kv.DB.Incarnation) that holds the claim.
+	Owner          uuid.UUID
+	LeaseExpiresAt time.Time // zero once completed
+	CreatedAt      time.Time
+	CompletedAt    time.Time // zero while in progress
+	// ExpiresAt is when the record stops counting: from then on a lookup treats
+	// it as absent, whether or not a sweep has deleted it.
+	ExpiresAt time.Time
+	// Response is the stored response; nil while in progress.
+	Response *Response
+	// StoredBytes is the size of the encoded record, compressed body included.
+	StoredBytes int
+	// Compressed reports whether the body is stored zstd-compressed.
+	Compressed bool
+}
+
+// Expired reports whether the record is past its retention at now.
+func (r *Record) Expired(now time.Time) bool { return !now.Before(r.ExpiresAt) }
+
+// leaseLive reports whether an in-progress record's lease still holds.
+func (r *Record) leaseLive(now time.Time) bool { return now.Before(r.LeaseExpiresAt) }
+
+// Record layout, version 1:
+//
+//	status byte | fingerprint [32] | version uvarint | owner [16] |
+//	lease, created, completed, expires: time |
+//	flags byte (1: has response, 2: body compressed) |
+//	[status uvarint | nheaders uvarint | (name, nvalues, values...)... |
+//	 raw body length uvarint | body bytes]
+const recordLayout = 1
+
+const (
+	flagResponse   = 1
+	flagCompressed = 2
+)
+
+// recordKey is scope NUL key; scopes cannot contain NUL, keys are visible
+// ASCII, so the split is unambiguous and a scope prefix is a key prefix.
+func recordKey(dst []byte, scope, key string) []byte {
+	dst = append(dst, scope...)
+	dst = append(dst, 0)
+	return append(dst, key...)
+}
+
+func splitRecordKey(k []byte) (scope, key string, ok bool) {
+	i := bytes.IndexByte(k, 0)
+	if i < 0 {
+		return "", "", false
+	}
+	return string(k[:i]), string(k[i+1:]), true
+}
+
+// encodeRecord writes r into e. Bodies longer than threshold (when
+// threshold > 0) are compressed.
+func encodeRecord(e *kv.Encoder, r *Record, threshold int) []byte {
+	e.Reset(kv.KindIdempotency, recordLayout)
+	e.Byte(byte(r.Status))
+	e.Fixed(r.Fingerprint[:])
+	e.Uvarint(r.Version)
+	e.Fixed(r.Owner[:])
+	e.Time(r.LeaseExpiresAt)
+	e.Time(r.CreatedAt)
+	e.Time(r.CompletedAt)
+	e.Time(r.ExpiresAt)
+	if r.Response == nil {
+		e.Byte(0)
+		return e.Finish()
+	}
+	resp := r.Response
+	body := resp.Body
+	flags := byte(flagResponse)
+	r.Compressed = false
+	if threshold > 0 && len(body) > threshold {
+		if c := kv.Compress(nil, body); len(c) < len(body) {
+			body, flags, r.Compressed = c, flags|flagCompressed, true
+		}
+	}
+	e.Byte(flags)
+	e.Uvarint(uint64(resp.Status))
+	names := make([]string, 0, len(resp.Header))
+	for n := range resp.Header {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	e.Uvarint(uint64(len(names)))
+	for _, n := range names {
+		e.String(n)
+		vs := resp.Header[n]
+		e.Uvarint(uint64(len(vs)))
+		for _, v := range vs {
+			e.String(v)
+		}
+	}
+	e.Uvarint(uint64(len(resp.Body)))
+	e.Bytes(body)
+	out := e.Finish()
+	r.StoredBytes = len(out)
+	return out
+}
+
+// decodeRecord decodes a stored record. With withBody false the response is
+// skipped (cheap look-ups for status and expiry); otherwise the body is
+// copied out (and decompressed), so the Record outlives the transaction.
+func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
+	var d kv.Decoder
+	layout, err := d.Reset(kv.KindIdempotency, v)
+	if err != nil {
+		return nil, err
+	}
+	if layout != recordLayout {
+		return nil, d.Fail(fmt.Sprintf("unknown record layout %d", layout))
+	}
+	r := &Record{StoredBytes: len(v)}
+	var ok bool
+	if r.Scope, r.Key, ok = splitRecordKey(k); !ok {
+		return nil, d.Fail("record key has no scope separator")
+	}
+	r.Status = Status(d.Byte())
+	copy(r.Fingerprint[:], d.Fixed(32))
+	r.Version = d.Uvarint()
+	copy(r.Owner[:], d.Fixed(16))
+	r.LeaseExpiresAt = d.Time()
+	r.CreatedAt = d.Time()
+	r.CompletedAt = d.Time()
+	r.ExpiresAt = d.Time()
+	flags := d.Byte()
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	if r.Status != StatusInProgress && r.Status != StatusCompleted {
+		return nil, d.Fail(fmt.Sprintf("unknown status %d", r.Status))
+	}
+	if flags&^(flagResponse|flagCompressed) != 0 {
+		return nil, d.Fail(fmt.Sprintf("unknown flags 0x%02x", flags))
+	}
+	r.Compressed = flags&flagCompressed != 0
+	if flags&flagResponse == 0 {
+		if r.Status == StatusCompleted {
+			return nil, d.Fail("completed record without a response")
+		}
+		return r, d.Done()
+	}
+	if !withBody {
+		return r, nil
+	}
+	resp := &Response{}
+	st := d.Uvarint()
+	if st > 999 {
+		return nil, d.Fail(fmt.Sprintf("response status %d out of range", st))
+	}
+	resp.Status = int(st)
+	nh := d.Uvarint()
+	if nh > uint64(len(v)) {
+		return nil, d.Fail(fmt.Sprintf("%d headers in a %d-byte record", nh, len(v)))
+	}
+	if nh > 0 {
+		resp.Header = make(http.Header, nh)
+	}
+	for i := uint64(0); i < nh && d.Err() == nil; i++ {
+		name := d.String()
+		nv := d.Uvarint()
+		if nv > uint64(len(v)) {
+			return nil, d.Fail(fmt.Sprintf("%d header values in a %d-byte record", nv, len(v)))
+		}
+		vals := make([]string, 0, nv)
+		for j := uint64(0); j < nv && d.Err() == nil; j++ {
+			vals = append(vals, d.String())
+		}
+		resp.Header[name] = vals
+	}
+	rawLen := d.Uvarint()
+	body := d.Bytes()
+	if err := d.Done(); err != nil {
+		return nil, err
+	}
+	if r.Compressed {
+		if rawLen > kv.MaxDecompressedSize {
+			return nil, d.Fail(fmt.Sprintf("body of %d bytes exceeds the decompression limit", rawLen))
+		}
+		// Pre-size from the stored length, but never trust it for more than a
+		// few times the compressed size: DecodeAll grows the buffer if needed.
+		out, err := kv.Decompress(kv.KindIdempotency, make([]byte, 0, min(rawLen, uint64(8*len(body)+4096))), body)
+		if err != nil {
+			return nil, err
+		}
+		body = out
+	} else {
+		body = bytes.Clone(body)
+	}
+	if uint64(len(body)) != rawLen {
+		return nil, d.Fail(fmt.Sprintf("body is %d bytes, record says %d", len(body), rawLen))
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	resp.Body = body
+	r.Response = resp
+	return r, nil
+}

@@ -1,0 +1,99 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// waiters lets callers that met an in-progress claim wait for it to finish
+// without polling: every completion and release closes the channel of its
+// key after commit. Waiting is in-process only; across processes there is
+// only one writer (bbolt's file lock), so there is nobody else to notify.
+type waiters struct {
+	mu sync.Mutex
+	m  map[string]*waitEntry
+}
+
+type waitEntry struct {
+	ch   chan struct{}
+	refs int
+}
+
+// register returns a channel closed when key is next completed or released,
+// and a function to call when done waiting.
+func (w *waiters) register(key string) (<-chan struct{}, func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]*waitEntry{}
+	}
+	e := w.m[key]
+	if e == nil {
+		e = &waitEntry{ch: make(chan struct{})}
+		w.m[key] = e
+	}
+	e.refs++
+	return e.ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		e.refs--
+		if e.refs == 0 && w.m[key] == e {
+			delete(w.m, key)
+		}
+	}
+}
+
+// notify wakes everyone waiting on key.
+func (w *waiters) notify(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e := w.m[key]; e != nil {
+		close(e.ch)
+		delete(w.m, key)
+	}
+}
+
+// notifyOnCommit arranges for waiters on rk to be woken after tx commits.
+func (l *Ledger) notifyOnCommit(tx interface{ OnCommit(func()) }, rk []byte) {
+	key := string(rk)
+	tx.OnCommit(func() { l.waiters.notify(key) })
+}
+
+// waitTurn blocks until the claim described by ip may have finished: its key
+// was completed or released, its lease ran out, or deadline passed. It
+// returns false when the caller should give up (deadline or ctx).
+func (l *Ledger) waitTurn(ctx context.Context, scope, key string, ip *InProgressError, deadline time.Time) bool {
+	rk := string(recordKey(nil, scope, key))
+	ch, done := l.waiters.register(rk)
+	defer done()
+
+	// The completion may have committed between the caller's look-up and
+	// registration above; look again now that a notification cannot be missed.
+	var cur *Record
+	_ = l.db.View(ctx, func(tx kvTx) error {
+		cur, _ = load(recordsNS.Bucket(tx), []byte(rk), false)
+		return nil
+	})
+	if cur == nil || cur.Status != StatusInProgress || cur.Version != ip.Version {
+		return true
+	}
+
+	d := time.Until(deadline)
+	if lease := cur.LeaseExpiresAt.Sub(l.now()); lease < d {
+		d = max(lease, 0) // wake when the lease runs out: a takeover becomes possible
+	}
+	if d <= 0 {
+		return time.Now().Before(deadline)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return time.Now().Before(deadline)
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for the given time (default 10s). CI uses the
+# default; a release run uses 10m:  ./scripts/fuzz.sh 10m
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t=${1:-10s}
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
+    echo "fuzz $pkg $target ($t)"
+    go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$t"
+  done
+done
