@@ -26,7 +26,8 @@ import (
 // lone caller pays nothing. Options.MaxBatchDelay adds a wait, and
 // Options.MaxBatchSize caps a batch.
 //
-// If fn returns an error, it is returned and fn's writes are rolled back; if
+// If fn returns an error, it is returned and fn's writes are rolled back
+// (see Reject for outcomes that should not fail the batch); if
 // fn panics, the panic is re-raised in the calling goroutine. A ctx that ends
 // while the call waits for its batch cancels it before it runs; once running
 // it is not interrupted.
@@ -62,7 +63,7 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		case r.solo:
 			// fn failed after other calls of its batch; its error may have been
 			// caused by their writes, so find its real outcome alone.
-			return db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+			return unreject(db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) }))
 		case r.panic != nil:
 			panic(r.panic.Value)
 		}
@@ -139,13 +140,21 @@ func (b *batcher) run(calls []*batchCall) {
 	}
 	calls = live
 
+	rejected := make([]error, len(calls))
 	for len(calls) > 0 {
 		failed := -1
 		var res batchResult
+		rejected = rejected[:len(calls)]
 		err := b.db.bolt.Update(func(t *bolt.Tx) error {
 			tx := (*boltTx)(t)
 			for i, c := range calls {
-				if err, p := safeCall(c.fn, tx); err != nil || p != nil {
+				err, p := safeCall(c.fn, tx)
+				rejected[i] = nil
+				if r, ok := err.(*rejection); ok {
+					rejected[i] = r.err // wrote nothing: the batch goes on
+					continue
+				}
+				if err != nil || p != nil {
 					failed, res = i, batchResult{err: err, panic: p}
 					return errBatchCallFailed
 				}
@@ -154,7 +163,11 @@ func (b *batcher) run(calls []*batchCall) {
 		})
 		switch {
 		case failed < 0:
-			for _, c := range calls {
+			for i, c := range calls {
+				if err == nil && rejected[i] != nil {
+					c.done <- batchResult{err: rejected[i]}
+					continue
+				}
 				c.done <- batchResult{err: err}
 			}
 			return
@@ -168,6 +181,33 @@ func (b *batcher) run(calls []*batchCall) {
 			calls = append(calls[:failed], calls[failed+1:]...)
 		}
 	}
+}
+
+// Reject wraps an outcome that a transaction function decided without
+// writing anything: a version mismatch, a duplicate, a key in use. Returned
+// from a function run by Batch, it does not fail the batch (which would roll
+// back and re-run every other call in it); the batch commits the others and
+// Batch returns err. Returned from a function run by Update, the transaction
+// is rolled back and Update returns err. The function must not have written
+// anything before it rejects.
+func Reject(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &rejection{err: err}
+}
+
+type rejection struct{ err error }
+
+func (r *rejection) Error() string { return r.err.Error() }
+func (r *rejection) Unwrap() error { return r.err }
+
+// unreject returns the error a rejection wraps, or err itself.
+func unreject(err error) error {
+	if r, ok := err.(*rejection); ok {
+		return r.err
+	}
+	return err
 }
 
 func safeCall(fn func(Tx) error, tx Tx) (err error, p *PanicError) {

@@ -209,3 +209,44 @@ func TestBatchManyConcurrent(t *testing.T) {
 		return nil
 	}))
 }
+
+// A rejected call does not fail its batch: the others commit without a
+// re-run, and the rejected caller gets its error.
+func TestBatchRejectionDoesNotRerun(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, nil)
+	ctx := context.Background()
+	release := make(chan struct{})
+	go func() { _ = db.Batch(ctx, func(tx Tx) error { <-release; return nil }) }()
+	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+
+	taken := errors.New("taken")
+	var runs atomic.Int32
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			errs[i] = db.Batch(ctx, func(tx Tx) error {
+				runs.Add(1)
+				if i == 1 {
+					return Reject(taken)
+				}
+				return put(fmt.Sprint("r", i))(tx)
+			})
+		})
+		waitQueued(t, db, i+1)
+	}
+	close(release)
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], taken)
+	require.Equal(t, taken, errs[1], "the caller gets the error itself, not the wrapper")
+	require.NoError(t, errs[2])
+	require.EqualValues(t, 3, runs.Load(), "no call ran twice")
+	require.Equal(t, []byte("v"), get(t, db, "r0"))
+	require.Equal(t, []byte("v"), get(t, db, "r2"))
+
+	err := db.Update(ctx, func(tx Tx) error { return Reject(taken) })
+	require.Equal(t, taken, err)
+	require.NoError(t, Reject(nil))
+}

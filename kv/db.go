@@ -221,7 +221,7 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
-	return db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+	return unreject(db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) }))
 }
 
 // View runs fn in a read-only transaction. Views run concurrently with each

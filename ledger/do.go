@@ -96,21 +96,16 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 }
 
 // batch runs fn under group commit. Rejections (mismatch, in progress, lease
-// lost) write nothing, so they are handed back without failing the batch,
-// which would make every other call in it run again.
+// lost) write nothing, so they are passed through kv.Reject and do not fail
+// the batch, which would make every other call in it run again.
 func (l *Ledger) batch(ctx context.Context, fn func(tx kv.Tx) error) error {
-	var outcome error
-	err := l.db.Batch(ctx, func(tx kv.Tx) error {
-		outcome = fn(tx)
-		if isRejection(outcome) {
-			return nil
+	return l.db.Batch(ctx, func(tx kv.Tx) error {
+		err := fn(tx)
+		if isRejection(err) {
+			return kv.Reject(err)
 		}
-		return outcome
-	})
-	if err != nil {
 		return err
-	}
-	return outcome
+	})
 }
 
 // admission is what an attempt finds under its key.
