@@ -53,3 +53,16 @@ func (n Namespace) Create(tx Tx) (Bucket, error) {
 	}
 	return tx.reserved(n.full, true)
 }
+
+// Namespaces returns the short names of the reserved buckets that exist in
+// tx and start with prefix, in byte order. The CLI and the consistency
+// checks use it to find every table and index.
+func Namespaces(tx Tx, prefix string) []Namespace {
+	var out []Namespace
+	for _, n := range tx.reservedNames() {
+		if len(n) >= len(prefix) && n[:len(prefix)] == prefix {
+			out = append(out, NewNamespace(n))
+		}
+	}
+	return out
+}

@@ -30,6 +30,8 @@ type Tx interface {
 	// reserved gives oncekv's own packages access to the reserved namespace;
 	// it is unexported so that only this package's implementations satisfy Tx.
 	reserved(name []byte, create bool) (Bucket, error)
+	// reservedNames lists the reserved top-level buckets that exist.
+	reservedNames() []string
 }
 
 // Bucket is a collection of key/value pairs, possibly holding nested buckets.
@@ -137,6 +139,15 @@ func (t *boltTx) reserved(name []byte, create bool) (Bucket, error) {
 		return nil, err
 	}
 	return (*boltBucket)(b), nil
+}
+
+func (t *boltTx) reservedNames() []string {
+	var names []string
+	c := t.bolt().Cursor()
+	for k, _ := c.Seek(reservedPrefix); k != nil && IsReserved(k); k, _ = c.Next() {
+		names = append(names, string(k[len(reservedPrefix):]))
+	}
+	return names
 }
 
 func wrapBucket(b *bolt.Bucket) Bucket {

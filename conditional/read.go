@@ -1,0 +1,93 @@
+package conditional
+
+import (
+	"context"
+	"iter"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Get returns the row with the given ID, or ErrNotFound.
+func (t *Table[T]) Get(ctx context.Context, id string) (Row[T], error) {
+	var r Row[T]
+	err := t.db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		r, err = t.GetTx(tx, id)
+		return err
+	})
+	return r, err
+}
+
+// GetTx is Get inside the caller's transaction.
+func (t *Table[T]) GetTx(tx kv.Tx, id string) (Row[T], error) {
+	if err := validID(id); err != nil {
+		return Row[T]{}, err
+	}
+	sr, ok, err := t.load(tx, id)
+	if err != nil {
+		return Row[T]{}, err
+	}
+	if !ok {
+		return Row[T]{}, ErrNotFound
+	}
+	return t.decode(id, sr)
+}
+
+// GetByIndex returns the row whose key in the named unique index is key, or
+// ErrNotFound.
+func (t *Table[T]) GetByIndex(ctx context.Context, index string, key []byte) (Row[T], error) {
+	var r Row[T]
+	err := t.db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		r, err = t.GetByIndexTx(tx, index, key)
+		return err
+	})
+	return r, err
+}
+
+// GetByIndexTx is GetByIndex inside the caller's transaction.
+func (t *Table[T]) GetByIndexTx(tx kv.Tx, index string, key []byte) (Row[T], error) {
+	id, err := t.lookupIndex(tx, index, key)
+	if err != nil {
+		return Row[T]{}, err
+	}
+	return t.GetTx(tx, id)
+}
+
+func (t *Table[T]) lookupIndex(tx kv.Tx, index string, key []byte) (string, error) {
+	i, err := t.indexPos(index)
+	if err != nil {
+		return "", err
+	}
+	ib := t.idxNS[i].Bucket(tx)
+	if ib == nil {
+		return "", ErrNotFound
+	}
+	id := ib.Get(key)
+	if id == nil {
+		return "", ErrNotFound
+	}
+	return string(id), nil
+}
+
+// All iterates the table's rows in ID order inside tx. A row that fails to
+// decode is yielded as an error and the iteration goes on.
+func (t *Table[T]) All(tx kv.Tx) iter.Seq2[Row[T], error] {
+	return func(yield func(Row[T], error) bool) {
+		b := t.rows.Bucket(tx)
+		if b == nil {
+			return
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			sr, err := decodeRow(v)
+			var r Row[T]
+			if err == nil {
+				r, err = t.decode(string(k), sr)
+			}
+			if !yield(r, err) {
+				return
+			}
+		}
+	}
+}

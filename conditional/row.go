@@ -1,0 +1,96 @@
+package conditional
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Row is a stored value with its primary key and version. Versions start at
+// 1 and increase by one on every write that changes the row.
+type Row[T any] struct {
+	ID      string
+	Version uint64
+	Value   T
+}
+
+// Key builds an index key from a tuple of parts, such as (tenant,
+// external_ref). Each part is length-prefixed, so ("ab", "c") and ("a", "bc")
+// never collide.
+func Key(parts ...string) []byte {
+	var k []byte
+	for _, p := range parts {
+		k = binary.AppendUvarint(k, uint64(len(p)))
+		k = append(k, p...)
+	}
+	return k
+}
+
+// indexKey is one index's key for a row, as stored in the row.
+type indexKey struct {
+	index string
+	key   []byte
+}
+
+// storedRow is the encoding-level view of a row: what the generic checker
+// can read without knowing T.
+type storedRow struct {
+	version uint64
+	keys    []indexKey
+	value   []byte
+}
+
+// Row layout, version 1: version uvarint | nkeys uvarint |
+// (index name, key)... | value bytes.
+const rowLayout = 1
+
+func encodeRow(e *kv.Encoder, r storedRow) []byte {
+	e.Reset(kv.KindVersioned, rowLayout)
+	e.Uvarint(r.version)
+	e.Uvarint(uint64(len(r.keys)))
+	for _, k := range r.keys {
+		e.String(k.index)
+		e.Bytes(k.key)
+	}
+	e.Bytes(r.value)
+	return e.Finish()
+}
+
+// decodeRow decodes a stored row; slices alias v.
+func decodeRow(v []byte) (storedRow, error) {
+	var d kv.Decoder
+	layout, err := d.Reset(kv.KindVersioned, v)
+	if err != nil {
+		return storedRow{}, err
+	}
+	if layout != rowLayout {
+		return storedRow{}, d.Fail(fmt.Sprintf("unknown row layout %d", layout))
+	}
+	var r storedRow
+	r.version = d.Uvarint()
+	n := d.Uvarint()
+	if n > uint64(len(v)) {
+		return storedRow{}, d.Fail(fmt.Sprintf("%d index keys in a %d-byte row", n, len(v)))
+	}
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		r.keys = append(r.keys, indexKey{index: d.String(), key: d.Bytes()})
+	}
+	r.value = d.Bytes()
+	if err := d.Done(); err != nil {
+		return storedRow{}, err
+	}
+	if r.version == 0 {
+		return storedRow{}, d.Fail("row version 0")
+	}
+	return r, nil
+}
+
+func (r storedRow) keyFor(index string) ([]byte, bool) {
+	for _, k := range r.keys {
+		if k.index == index {
+			return k.key, true
+		}
+	}
+	return nil, false
+}
