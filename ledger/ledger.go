@@ -112,7 +112,7 @@ type Ledger struct {
 
 var (
 	recordsNS = kv.NewNamespace("ledger")
-	expiryIdx = kv.NewExpiryIndex("ledger.expiry")
+	expiryIdx = kv.NewTimeIndex("ledger.expiry")
 )
 
 // New returns a Ledger over db. cfg may be nil for defaults.

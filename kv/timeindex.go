@@ -6,59 +6,59 @@ import (
 	"time"
 )
 
-// ExpiryIndex is a reserved bucket of (expiry time, record key) entries.
-// Writers keep it in the same transaction as the records it indexes, so that
-// a retention sweep reads only what has expired, in expiry order, instead of
-// scanning every record.
+// TimeIndex is a reserved bucket of (time, record key) entries: an expiry
+// index, a due-time index. Writers keep it in the same transaction as the
+// records it indexes, so that a sweep or a scheduler reads only what is due,
+// in time order, instead of scanning every record.
 //
-// Entry keys are the expiry as 8 big-endian bytes (Unix nanoseconds with the
+// Entry keys are the time as 8 big-endian bytes (Unix nanoseconds with the
 // sign bit flipped, so byte order is time order) followed by the record key;
 // values are empty.
-type ExpiryIndex struct {
+type TimeIndex struct {
 	ns Namespace
 }
 
-// NewExpiryIndex returns the index stored in the reserved bucket name.
-func NewExpiryIndex(name string) ExpiryIndex { return ExpiryIndex{ns: NewNamespace(name)} }
+// NewTimeIndex returns the index stored in the reserved bucket name.
+func NewTimeIndex(name string) TimeIndex { return TimeIndex{ns: NewNamespace(name)} }
 
 // Namespace returns the index's bucket.
-func (x ExpiryIndex) Namespace() Namespace { return x.ns }
+func (x TimeIndex) Namespace() Namespace { return x.ns }
 
-func expiryKey(at time.Time, key []byte) []byte {
+func timeKey(at time.Time, key []byte) []byte {
 	k := make([]byte, 8, 8+len(key))
 	binary.BigEndian.PutUint64(k, uint64(at.UnixNano())^(1<<63))
 	return append(k, key...)
 }
 
-// SplitExpiryKey splits an index entry key into its time and record key.
-func SplitExpiryKey(k []byte) (time.Time, []byte, error) {
+// SplitTimeKey splits an index entry key into its time and record key.
+func SplitTimeKey(k []byte) (time.Time, []byte, error) {
 	if len(k) < 8 {
-		return time.Time{}, nil, fmt.Errorf("kv: expiry index key of %d bytes is too short", len(k))
+		return time.Time{}, nil, fmt.Errorf("kv: time index key of %d bytes is too short", len(k))
 	}
 	ns := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
 	return time.Unix(0, ns).UTC(), k[8:], nil
 }
 
 // Put records that the record key expires at at.
-func (x ExpiryIndex) Put(tx Tx, at time.Time, key []byte) error {
+func (x TimeIndex) Put(tx Tx, at time.Time, key []byte) error {
 	b, err := x.ns.Create(tx)
 	if err != nil {
 		return err
 	}
-	return b.Put(expiryKey(at, key), nil)
+	return b.Put(timeKey(at, key), nil)
 }
 
 // Delete removes the entry for key at at. A missing entry is not an error.
-func (x ExpiryIndex) Delete(tx Tx, at time.Time, key []byte) error {
+func (x TimeIndex) Delete(tx Tx, at time.Time, key []byte) error {
 	b := x.ns.Bucket(tx)
 	if b == nil {
 		return nil
 	}
-	return b.Delete(expiryKey(at, key))
+	return b.Delete(timeKey(at, key))
 }
 
 // Move replaces the entry (from, key) with (to, key), when they differ.
-func (x ExpiryIndex) Move(tx Tx, from, to time.Time, key []byte) error {
+func (x TimeIndex) Move(tx Tx, from, to time.Time, key []byte) error {
 	if from.Equal(to) {
 		return nil
 	}
@@ -71,9 +71,9 @@ func (x ExpiryIndex) Move(tx Tx, from, to time.Time, key []byte) error {
 }
 
 // Has reports whether the entry (at, key) exists.
-func (x ExpiryIndex) Has(tx Tx, at time.Time, key []byte) bool {
+func (x TimeIndex) Has(tx Tx, at time.Time, key []byte) bool {
 	b := x.ns.Bucket(tx)
-	return b != nil && hasKey(b, expiryKey(at, key))
+	return b != nil && hasKey(b, timeKey(at, key))
 }
 
 func hasKey(b Bucket, k []byte) bool {
@@ -87,16 +87,16 @@ type Entry struct {
 	Key []byte // the record key (a copy)
 }
 
-// Due returns up to limit entries that expire at or before now, in expiry
+// Due returns up to limit entries whose time is at or before now, in expiry
 // order, starting after the entry key `after` (nil to start at the
 // beginning). The keys are copies, so the caller may delete them later in
 // another transaction.
-func (x ExpiryIndex) Due(tx Tx, now time.Time, after []byte, limit int) []Entry {
+func (x TimeIndex) Due(tx Tx, now time.Time, after []byte, limit int) []Entry {
 	b := x.ns.Bucket(tx)
 	if b == nil {
 		return nil
 	}
-	end := expiryKey(now, nil)
+	end := timeKey(now, nil)
 	var out []Entry
 	c := b.Cursor()
 	var k []byte
@@ -112,7 +112,7 @@ func (x ExpiryIndex) Due(tx Tx, now time.Time, after []byte, limit int) []Entry 
 		if string(k[:min(8, len(k))]) > string(end) {
 			break
 		}
-		at, rk, err := SplitExpiryKey(k)
+		at, rk, err := SplitTimeKey(k)
 		if err != nil {
 			continue
 		}
@@ -123,14 +123,14 @@ func (x ExpiryIndex) Due(tx Tx, now time.Time, after []byte, limit int) []Entry 
 
 // ForEach calls fn for every entry in expiry order. The key passed to fn is
 // only valid during the call.
-func (x ExpiryIndex) ForEach(tx Tx, fn func(at time.Time, key []byte) error) error {
+func (x TimeIndex) ForEach(tx Tx, fn func(at time.Time, key []byte) error) error {
 	b := x.ns.Bucket(tx)
 	if b == nil {
 		return nil
 	}
 	c := b.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		at, rk, err := SplitExpiryKey(k)
+		at, rk, err := SplitTimeKey(k)
 		if err != nil {
 			return err
 		}
@@ -139,4 +139,18 @@ func (x ExpiryIndex) ForEach(tx Tx, fn func(at time.Time, key []byte) error) err
 		}
 	}
 	return nil
+}
+
+// First returns the earliest time in the index, and false if it is empty.
+func (x TimeIndex) First(tx Tx) (time.Time, bool) {
+	b := x.ns.Bucket(tx)
+	if b == nil {
+		return time.Time{}, false
+	}
+	k, _ := b.Cursor().First()
+	if k == nil {
+		return time.Time{}, false
+	}
+	at, _, err := SplitTimeKey(k)
+	return at, err == nil
 }

@@ -1,0 +1,51 @@
+package sideeffect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+func init() { kv.RegisterChecker("sideeffect", checkTx) }
+
+// checkTx verifies the intent invariants: every intent decodes; a live
+// intent (pending, unknown) has exactly one due-index entry, at its
+// NextAttemptAt; other intents have none; every due entry and every
+// in-flight entry points to a live intent.
+func checkTx(tx kv.Tx, report func(string)) {
+	live := map[string]time.Time{}
+	for in, err := range Intents(tx, 0) {
+		if err != nil {
+			report(err.Error())
+			continue
+		}
+		if in.State.live() {
+			live[in.ID] = in.NextAttemptAt
+			if !dueIdx.Has(tx, in.NextAttemptAt, []byte(in.ID)) {
+				report(fmt.Sprintf("intent %s (%s): no due-index entry at %s", in.ID, in.State, in.NextAttemptAt.Format(time.RFC3339Nano)))
+			}
+		}
+		if in.State.Final() && in.FinishedAt.IsZero() {
+			report(fmt.Sprintf("intent %s is %s without a finish time", in.ID, in.State))
+		}
+	}
+	_ = dueIdx.ForEach(tx, func(at time.Time, id []byte) error {
+		want, ok := live[string(id)]
+		switch {
+		case !ok:
+			report(fmt.Sprintf("due-index entry %s %s: no live intent", at.Format(time.RFC3339Nano), id))
+		case !want.Equal(at):
+			report(fmt.Sprintf("due-index entry %s %s: intent is due at %s", at.Format(time.RFC3339Nano), id, want.Format(time.RFC3339Nano)))
+		}
+		return nil
+	})
+	if ib := inflightNS.Bucket(tx); ib != nil {
+		c := ib.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if _, ok := live[string(k)]; !ok {
+				report(fmt.Sprintf("in-flight entry %s: no live intent", k))
+			}
+		}
+	}
+}

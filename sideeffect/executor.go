@@ -1,0 +1,413 @@
+package sideeffect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Defaults used when the corresponding Config field is zero.
+const (
+	// DefaultGrace is how long a new intent is left to the code that created
+	// it before the reconciler may take it over.
+	DefaultGrace = 30 * time.Second
+	// DefaultLease is how long an attempt holds an intent.
+	DefaultLease = time.Minute
+	// DefaultCallTimeout bounds one provider call.
+	DefaultCallTimeout = 30 * time.Second
+	// DefaultMaxAttempts is how many attempts an intent gets before it is
+	// parked as needs_attention.
+	DefaultMaxAttempts = 8
+	// DefaultPollInterval is the reconciler's fallback poll.
+	DefaultPollInterval = 30 * time.Second
+)
+
+// Handler knows how to perform one kind of intent and what to write when
+// it finishes.
+type Handler struct {
+	// Provider performs the call and reports status.
+	Provider Provider
+	// OnSucceeded runs in the transaction that marks the intent succeeded
+	// ("order paid", an outbox event). It may run more than once (group
+	// commit) and must write only through tx. May be nil.
+	OnSucceeded func(tx kv.Tx, in *Intent) error
+	// OnFailed runs in the transaction that marks the intent failed. May be nil.
+	OnFailed func(tx kv.Tx, in *Intent) error
+}
+
+// Config configures an Executor.
+type Config struct {
+	// Handlers maps an intent Kind to its Handler. Required.
+	Handlers map[string]Handler
+	// Grace: see DefaultGrace.
+	Grace time.Duration
+	// Lease: see DefaultLease. Must exceed CallTimeout.
+	Lease time.Duration
+	// CallTimeout: see DefaultCallTimeout.
+	CallTimeout time.Duration
+	// MaxAttempts: see DefaultMaxAttempts.
+	MaxAttempts int
+	// Backoff spaces attempts whose outcome was unknown. Zero fields mean 1s
+	// base and 5m cap.
+	Backoff Backoff
+	// PollInterval is the reconciler's fallback when nothing wakes it.
+	PollInterval time.Duration
+	// Concurrency is how many intents the reconciler works on at once. 0 means 4.
+	Concurrency int
+	// Logger receives one line per finished attempt. nil discards.
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() Config {
+	r := *c
+	if r.Grace == 0 {
+		r.Grace = DefaultGrace
+	}
+	if r.Lease == 0 {
+		r.Lease = DefaultLease
+	}
+	if r.CallTimeout == 0 {
+		r.CallTimeout = DefaultCallTimeout
+	}
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = DefaultMaxAttempts
+	}
+	if r.Backoff.Base == 0 {
+		r.Backoff.Base = time.Second
+	}
+	if r.Backoff.Cap == 0 {
+		r.Backoff.Cap = 5 * time.Minute
+	}
+	if r.PollInterval == 0 {
+		r.PollInterval = DefaultPollInterval
+	}
+	if r.Concurrency == 0 {
+		r.Concurrency = 4
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	return r
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Handlers) == 0:
+		return fmt.Errorf("%w: no Handlers", ErrInvalidConfig)
+	case c.Grace < 0 || c.Lease < 0 || c.CallTimeout < 0 || c.PollInterval < 0:
+		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
+	case c.Lease <= c.CallTimeout:
+		return fmt.Errorf("%w: Lease %s must exceed CallTimeout %s, or a slow call could be taken over while it runs", ErrInvalidConfig, c.Lease, c.CallTimeout)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("%w: MaxAttempts %d", ErrInvalidConfig, c.MaxAttempts)
+	}
+	for k, h := range c.Handlers {
+		if h.Provider == nil {
+			return fmt.Errorf("%w: handler %q has no Provider", ErrInvalidConfig, k)
+		}
+	}
+	return nil
+}
+
+// Executor runs intents against their providers and finishes them. It is
+// safe for concurrent use; create one per database.
+type Executor struct {
+	db   *kv.DB
+	cfg  Config
+	wake chan struct{}
+}
+
+// New returns an Executor over db.
+func New(db *kv.DB, cfg Config) (*Executor, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Executor{db: db, cfg: c, wake: make(chan struct{}, 1)}, nil
+}
+
+// DB returns the executor's database.
+func (x *Executor) DB() *kv.DB { return x.db }
+
+// Wake nudges a running reconciler to look for due intents now.
+func (x *Executor) Wake() {
+	select {
+	case x.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Finish is extra work done in the transaction that finishes an intent, on
+// top of the handler's completion: Perform uses it to complete the
+// idempotency record with the response.
+type Finish func(tx kv.Tx, in *Intent) error
+
+// Execute runs one attempt of the intent: it takes the intent over (a new
+// version and a lease, committed before the call), calls the provider
+// outside any transaction, and records the outcome in one transaction with
+// the handler's completion, only if the version is still its own.
+//
+// A first attempt calls Do. Any later attempt asks Status first and only
+// calls Do (with the same downstream key) if the provider never received it,
+// so a call whose response was lost is never repeated blindly.
+//
+// An intent that is already final is returned as is. An intent being
+// executed by another goroutine returns ErrBusy; one parked for an operator,
+// ErrNeedsAttention; a finish that lost its intent to a takeover,
+// *StaleError.
+func (x *Executor) Execute(ctx context.Context, id string) (*Intent, error) {
+	return x.ExecuteWith(ctx, id, nil)
+}
+
+// ExecuteWith is Execute with extra work in the finishing transaction. When
+// the intent is already final, finish runs at once in its own transaction.
+func (x *Executor) ExecuteWith(ctx context.Context, id string, finish Finish) (*Intent, error) {
+	return x.execute(ctx, id, false, finish)
+}
+
+type attempt struct {
+	in        *Intent // as taken over
+	askFirst  bool
+	handler   Handler
+	finalized bool // already final before this attempt
+}
+
+// takeOver claims the intent for one attempt.
+func (x *Executor) takeOver(ctx context.Context, id string, reconciling bool) (attempt, error) {
+	var a attempt
+	err := x.db.Batch(ctx, func(tx kv.Tx) error {
+		a = attempt{}
+		in, err := loadIntent(tx, id)
+		if err != nil {
+			return err
+		}
+		if in == nil {
+			return kv.Reject(fmt.Errorf("%w: %s", ErrNotFound, id))
+		}
+		h, ok := x.cfg.Handlers[in.Kind]
+		if !ok {
+			return fmt.Errorf("%w: %q (intent %s)", ErrUnknownKind, in.Kind, id)
+		}
+		a.handler = h
+		now := x.db.Now()
+		switch {
+		case in.State.Final():
+			a.in, a.finalized = in, true
+			return nil
+		case in.State == StateNeedsAttention:
+			a.in = in
+			return kv.Reject(fmt.Errorf("%w: %s (%s %s): %s", ErrNeedsAttention, id, in.Kind, in.Subject, in.LastError))
+		case now.Before(in.LeaseExpiresAt) && in.Owner == x.db.Incarnation():
+			a.in = in
+			return kv.Reject(fmt.Errorf("%w: %s", ErrBusy, id))
+		}
+		prev := *in
+		a.askFirst = reconciling || in.Attempts > 0
+		in.Version++
+		in.Attempts++
+		in.Owner = x.db.Incarnation()
+		in.LeaseExpiresAt = now.Add(x.cfg.Lease)
+		in.NextAttemptAt = in.LeaseExpiresAt // if this attempt dies, the intent is due when its lease ends
+		in.UpdatedAt = now
+		if err := storeIntent(tx, in, &prev); err != nil {
+			return err
+		}
+		ib, err := inflightNS.Create(tx)
+		if err != nil {
+			return err
+		}
+		if err := ib.Put([]byte(id), in.Owner[:]); err != nil {
+			return err
+		}
+		a.in = in
+		return nil
+	})
+	return a, err
+}
+
+func (x *Executor) execute(ctx context.Context, id string, reconciling bool, finish Finish) (*Intent, error) {
+	a, err := x.takeOver(ctx, id, reconciling)
+	if err != nil {
+		return a.in, err
+	}
+	if a.finalized {
+		if finish != nil {
+			err = x.db.Batch(ctx, func(tx kv.Tx) error { return finish(tx, a.in) })
+		}
+		return a.in, err
+	}
+
+	rep := x.call(ctx, a)
+	return x.record(ctx, a, rep, finish)
+}
+
+// call asks the provider, outside any transaction.
+func (x *Executor) call(ctx context.Context, a attempt) Report {
+	in := a.in
+	c := Call{IntentID: in.ID, Kind: in.Kind, Subject: in.Subject, DownstreamKey: in.DownstreamKey, Payload: in.Payload, Attempt: in.Attempts}
+	cctx, cancel := context.WithTimeout(ctx, x.cfg.CallTimeout)
+	defer cancel()
+	if a.askFirst {
+		st, err := a.handler.Provider.Status(cctx, c)
+		switch {
+		case err != nil:
+			return Report{State: Unknown, Reason: "status: " + err.Error()}
+		case st.State != NotFound:
+			return st
+		}
+		// The provider never received the key: sending it again is safe.
+	}
+	rep, err := a.handler.Provider.Do(cctx, c)
+	switch {
+	case err != nil:
+		return Report{State: Unknown, Reason: err.Error()}
+	case rep.State == NotFound:
+		return Report{State: Unknown, Reason: "provider answered not_found to a call"}
+	}
+	return rep
+}
+
+// record writes an attempt's outcome, fenced by the attempt's version.
+func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Finish) (*Intent, error) {
+	var out *Intent
+	err := x.db.Batch(ctx, func(tx kv.Tx) error {
+		out = nil
+		cur, err := loadIntent(tx, a.in.ID)
+		if err != nil {
+			return err
+		}
+		if cur == nil || cur.Version != a.in.Version {
+			st := &StaleError{ID: a.in.ID, Executed: a.in.Version}
+			if cur != nil {
+				st.Current = cur.Version
+			}
+			out = cur
+			return kv.Reject(st)
+		}
+		prev := *cur
+		now := x.db.Now()
+		cur.UpdatedAt, cur.LeaseExpiresAt = now, time.Time{}
+		switch rep.State {
+		case Succeeded:
+			cur.State, cur.Result, cur.FinishedAt, cur.LastError = StateSucceeded, rep.Result, now, ""
+		case Failed:
+			cur.State, cur.FinishedAt, cur.LastError = StateFailed, now, rep.Reason
+		default:
+			cur.LastError = rep.Reason
+			if cur.Attempts >= x.cfg.MaxAttempts {
+				cur.State = StateNeedsAttention
+			} else {
+				cur.State = StateUnknown
+				cur.NextAttemptAt = now.Add(x.cfg.Backoff.Delay(cur.Attempts))
+			}
+		}
+		if err := storeIntent(tx, cur, &prev); err != nil {
+			return err
+		}
+		if ib := inflightNS.Bucket(tx); ib != nil {
+			if err := ib.Delete([]byte(cur.ID)); err != nil {
+				return err
+			}
+		}
+		switch {
+		case cur.State == StateSucceeded && a.handler.OnSucceeded != nil:
+			err = a.handler.OnSucceeded(tx, cur)
+		case cur.State == StateFailed && a.handler.OnFailed != nil:
+			err = a.handler.OnFailed(tx, cur)
+		}
+		if err != nil {
+			return fmt.Errorf("sideeffect: completion of intent %s (%s): %w", cur.ID, cur.State, err)
+		}
+		if finish != nil && cur.State.Final() {
+			if err := finish(tx, cur); err != nil {
+				return err
+			}
+		}
+		out = cur
+		return nil
+	})
+	if err == nil {
+		x.cfg.Logger.Info("intent attempt", "id", out.ID, "kind", out.Kind, "subject", out.Subject,
+			"attempt", out.Attempts, "state", out.State.String(), "error", out.LastError)
+	}
+	return out, err
+}
+
+// Requeue makes a parked (needs_attention) or unknown intent due now with a
+// fresh attempt budget, for an operator who has fixed the cause. The next
+// attempt asks the provider first.
+func (x *Executor) Requeue(ctx context.Context, id string) (*Intent, error) {
+	var out *Intent
+	err := x.db.Update(ctx, func(tx kv.Tx) error {
+		in, err := GetTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if in.State.Final() {
+			return fmt.Errorf("sideeffect: intent %s is %s; nothing to requeue", id, in.State)
+		}
+		prev := *in
+		now := x.db.Now()
+		in.State, in.Attempts, in.NextAttemptAt, in.UpdatedAt = StateUnknown, 1, now, now
+		in.Version++
+		if err := storeIntent(tx, in, &prev); err != nil {
+			return err
+		}
+		tx.OnCommit(x.Wake)
+		out = in
+		return nil
+	})
+	return out, err
+}
+
+// Resolve finishes a live or parked intent by hand (an operator who checked
+// the provider's dashboard): state must be StateSucceeded or StateFailed,
+// and the handler's completion runs as if the provider had answered.
+func (x *Executor) Resolve(ctx context.Context, id string, state State, result []byte, reason string) (*Intent, error) {
+	if !state.Final() {
+		return nil, fmt.Errorf("sideeffect: resolve to %s: want succeeded or failed", state)
+	}
+	var out *Intent
+	err := x.db.Update(ctx, func(tx kv.Tx) error {
+		in, err := GetTx(tx, id)
+		if err != nil {
+			return err
+		}
+		if in.State.Final() {
+			return fmt.Errorf("sideeffect: intent %s is already %s", id, in.State)
+		}
+		h := x.cfg.Handlers[in.Kind]
+		prev := *in
+		now := x.db.Now()
+		in.State, in.FinishedAt, in.UpdatedAt, in.LeaseExpiresAt = state, now, now, time.Time{}
+		in.Version++
+		if state == StateSucceeded {
+			in.Result = result
+		} else {
+			in.LastError = reason
+		}
+		if err := storeIntent(tx, in, &prev); err != nil {
+			return err
+		}
+		if ib := inflightNS.Bucket(tx); ib != nil {
+			_ = ib.Delete([]byte(id))
+		}
+		if state == StateSucceeded && h.OnSucceeded != nil {
+			err = h.OnSucceeded(tx, in)
+		} else if state == StateFailed && h.OnFailed != nil {
+			err = h.OnFailed(tx, in)
+		}
+		out = in
+		return err
+	})
+	return out, err
+}
+
+// isRejected reports errors that mean "nothing to do now" rather than failure.
+func isRejected(err error) bool {
+	return errors.Is(err, ErrBusy) || errors.Is(err, ErrNeedsAttention) || errors.Is(err, ErrStale) || errors.Is(err, ErrNotFound)
+}

@@ -1,0 +1,313 @@
+package sideeffect
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// State is where an intent stands.
+type State byte
+
+// Intent states. Pending and Unknown are live (the reconciler will get to
+// them); Succeeded and Failed are final; NeedsAttention is parked for an
+// operator and never removed by retention.
+const (
+	// StatePending: recorded, the call not yet known to have happened.
+	StatePending State = 1
+	// StateUnknown: an attempt's outcome is unknown; retried after a backoff,
+	// asking the provider first.
+	StateUnknown State = 2
+	// StateSucceeded: the provider confirmed the effect.
+	StateSucceeded State = 3
+	// StateFailed: the provider confirmed the effect did not happen.
+	StateFailed State = 4
+	// StateNeedsAttention: too many attempts without a definite answer.
+	StateNeedsAttention State = 5
+)
+
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateUnknown:
+		return "unknown"
+	case StateSucceeded:
+		return "succeeded"
+	case StateFailed:
+		return "failed"
+	case StateNeedsAttention:
+		return "needs_attention"
+	}
+	return fmt.Sprintf("state(%d)", byte(s))
+}
+
+// ParseState parses the names printed by State.String.
+func ParseState(s string) (State, error) {
+	for st := StatePending; st <= StateNeedsAttention; st++ {
+		if st.String() == s {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("sideeffect: unknown state %q (want pending, unknown, succeeded, failed or needs_attention)", s)
+}
+
+// Final reports whether the state is succeeded or failed.
+func (s State) Final() bool { return s == StateSucceeded || s == StateFailed }
+
+// live reports whether the reconciler should work on the state.
+func (s State) live() bool { return s == StatePending || s == StateUnknown }
+
+// Intent records a side effect before it is attempted: "charge pending for
+// order 1042". It is written in the same transaction as the business change
+// that calls for it.
+type Intent struct {
+	ID            string // equal to DownstreamKey
+	Kind          string // selects the Handler: "charge", "email"
+	Subject       string // what it is about: "order/1042"
+	DownstreamKey string // sent to the provider on every attempt
+	Payload       []byte
+	State         State
+	Attempts      int // provider attempts started
+	// NextAttemptAt is when the reconciler may next work on a live intent.
+	NextAttemptAt time.Time
+	LastError     string
+	Result        []byte // the provider's result on success
+	// Version increases on every takeover; a finishing write is fenced by it.
+	Version        uint64
+	Owner          uuid.UUID // incarnation running the current attempt
+	LeaseExpiresAt time.Time // the current attempt's lease; zero when none
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	FinishedAt     time.Time // when it became succeeded or failed
+}
+
+// Spec describes an intent to create.
+type Spec struct {
+	// Kind selects the Handler (provider and completions).
+	Kind string
+	// Subject names what the effect is about, for people: "order/1042".
+	Subject string
+	// Scope, Key and Purpose derive the downstream key (see DownstreamKey):
+	// typically the idempotency scope and key of the request, and what the
+	// call is for ("charge"). They must be stable across retries.
+	Scope, Key, Purpose string
+	// Payload is passed to the provider (an amount, an address).
+	Payload []byte
+}
+
+func (s Spec) validate() error {
+	switch {
+	case s.Kind == "":
+		return fmt.Errorf("%w: empty Kind", ErrInvalidSpec)
+	case s.Key == "" || s.Purpose == "":
+		return fmt.Errorf("%w: Key and Purpose derive the downstream key and must be set", ErrInvalidSpec)
+	case len(s.Payload) > 1<<20:
+		return fmt.Errorf("%w: payload of %d bytes (limit 1 MiB)", ErrInvalidSpec, len(s.Payload))
+	}
+	return nil
+}
+
+var (
+	intentsNS  = kv.NewNamespace("intent")
+	dueIdx     = kv.NewTimeIndex("intent.due")
+	inflightNS = kv.NewNamespace("intent.inflight")
+)
+
+// Intent layout, version 1: kind, subject, downstream key, payload (bytes) |
+// state byte | attempts uvarint | next attempt (time) | last error | result |
+// version uvarint | owner [16] | lease, created, updated, finished (times).
+const intentLayout = 1
+
+func encodeIntent(e *kv.Encoder, in *Intent) []byte {
+	e.Reset(kv.KindIntent, intentLayout)
+	e.String(in.Kind)
+	e.String(in.Subject)
+	e.String(in.DownstreamKey)
+	e.Bytes(in.Payload)
+	e.Byte(byte(in.State))
+	e.Uvarint(uint64(in.Attempts))
+	e.Time(in.NextAttemptAt)
+	e.String(in.LastError)
+	e.Bytes(in.Result)
+	e.Uvarint(in.Version)
+	e.Fixed(in.Owner[:])
+	e.Time(in.LeaseExpiresAt)
+	e.Time(in.CreatedAt)
+	e.Time(in.UpdatedAt)
+	e.Time(in.FinishedAt)
+	return e.Finish()
+}
+
+func decodeIntent(id, v []byte) (*Intent, error) {
+	var d kv.Decoder
+	layout, err := d.Reset(kv.KindIntent, v)
+	if err != nil {
+		return nil, err
+	}
+	if layout != intentLayout {
+		return nil, d.Fail(fmt.Sprintf("unknown intent layout %d", layout))
+	}
+	in := &Intent{ID: string(id)}
+	in.Kind = d.String()
+	in.Subject = d.String()
+	in.DownstreamKey = d.String()
+	in.Payload = cloneOrNil(d.Bytes())
+	in.State = State(d.Byte())
+	in.Attempts = int(d.Uvarint())
+	in.NextAttemptAt = d.Time()
+	in.LastError = d.String()
+	in.Result = cloneOrNil(d.Bytes())
+	in.Version = d.Uvarint()
+	copy(in.Owner[:], d.Fixed(16))
+	in.LeaseExpiresAt = d.Time()
+	in.CreatedAt = d.Time()
+	in.UpdatedAt = d.Time()
+	in.FinishedAt = d.Time()
+	if err := d.Done(); err != nil {
+		return nil, err
+	}
+	if in.State < StatePending || in.State > StateNeedsAttention {
+		return nil, d.Fail(fmt.Sprintf("unknown intent state %d", in.State))
+	}
+	if in.Attempts < 0 {
+		return nil, d.Fail("negative attempts")
+	}
+	return in, nil
+}
+
+func cloneOrNil(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Clone(b)
+}
+
+func loadIntent(tx kv.Tx, id string) (*Intent, error) {
+	b := intentsNS.Bucket(tx)
+	if b == nil {
+		return nil, nil
+	}
+	v := b.Get([]byte(id))
+	if v == nil {
+		return nil, nil
+	}
+	in, err := decodeIntent([]byte(id), v)
+	if err != nil {
+		return nil, fmt.Errorf("sideeffect: intent %s: %w", id, err)
+	}
+	return in, nil
+}
+
+// storeIntent writes in, keeping the due index in step: a live intent has
+// one entry at NextAttemptAt, any other has none. prev is the stored
+// version (nil for a new intent).
+func storeIntent(tx kv.Tx, in *Intent, prev *Intent) error {
+	b, err := intentsNS.Create(tx)
+	if err != nil {
+		return err
+	}
+	var e kv.Encoder
+	if err := b.Put([]byte(in.ID), encodeIntent(&e, in)); err != nil {
+		return err
+	}
+	id := []byte(in.ID)
+	if prev != nil && prev.State.live() && (!in.State.live() || !prev.NextAttemptAt.Equal(in.NextAttemptAt)) {
+		if err := dueIdx.Delete(tx, prev.NextAttemptAt, id); err != nil {
+			return err
+		}
+	}
+	if in.State.live() && (prev == nil || !prev.State.live() || !prev.NextAttemptAt.Equal(in.NextAttemptAt)) {
+		if err := dueIdx.Put(tx, in.NextAttemptAt, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateTx records the intent described by s in the caller's transaction,
+// next to the business change that calls for it. The intent's ID is its
+// downstream key, so creating the same spec again (a retry) returns the
+// existing intent with created false and writes nothing.
+func (x *Executor) CreateTx(tx kv.Tx, s Spec) (in *Intent, created bool, err error) {
+	if err := s.validate(); err != nil {
+		return nil, false, err
+	}
+	if _, ok := x.cfg.Handlers[s.Kind]; !ok {
+		return nil, false, fmt.Errorf("%w: %q", ErrUnknownKind, s.Kind)
+	}
+	key := DownstreamKey(s.Scope, s.Key, s.Purpose)
+	existing, err := loadIntent(tx, key)
+	if err != nil || existing != nil {
+		return existing, false, err
+	}
+	now := x.db.Now()
+	in = &Intent{
+		ID: key, Kind: s.Kind, Subject: s.Subject, DownstreamKey: key, Payload: bytes.Clone(s.Payload),
+		State: StatePending, NextAttemptAt: now.Add(x.cfg.Grace), Version: 1, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := storeIntent(tx, in, nil); err != nil {
+		return nil, false, err
+	}
+	tx.OnCommit(x.Wake)
+	return in, true, nil
+}
+
+// Create is CreateTx in its own transaction.
+func (x *Executor) Create(ctx context.Context, s Spec) (*Intent, bool, error) {
+	var in *Intent
+	var created bool
+	err := x.db.Batch(ctx, func(tx kv.Tx) error {
+		var err error
+		in, created, err = x.CreateTx(tx, s)
+		return err
+	})
+	return in, created, err
+}
+
+// Get returns the intent with the given ID, or ErrNotFound.
+func (x *Executor) Get(ctx context.Context, id string) (*Intent, error) {
+	var in *Intent
+	err := x.db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		in, err = GetTx(tx, id)
+		return err
+	})
+	return in, err
+}
+
+// GetTx returns the intent with the given ID inside tx, or ErrNotFound.
+func GetTx(tx kv.Tx, id string) (*Intent, error) {
+	in, err := loadIntent(tx, id)
+	if err == nil && in == nil {
+		err = ErrNotFound
+	}
+	return in, err
+}
+
+// Intents iterates every intent in ID order inside tx, optionally only those
+// in state (0 for all). A record that fails to decode is yielded as an error.
+func Intents(tx kv.Tx, state State) iter.Seq2[*Intent, error] {
+	return func(yield func(*Intent, error) bool) {
+		b := intentsNS.Bucket(tx)
+		if b == nil {
+			return
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			in, err := decodeIntent(k, v)
+			if err == nil && state != 0 && in.State != state {
+				continue
+			}
+			if !yield(in, err) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package sideeffect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+)
+
+// Respond builds the response stored for an idempotent request from its
+// finished intent (a charge ID on success, a decline on failure). It must be
+// a pure function of the intent: it may run more than once, and again when a
+// later retry finds the intent already finished.
+type Respond func(in *Intent) (ledger.Response, error)
+
+// Perform runs an idempotent request whose work is one side effect,
+// wiring the two-phase ledger path to an intent:
+//
+//  1. One transaction claims the idempotency key (ledger.ClaimTx) and
+//     records the intent (CreateTx); a completed key is replayed instead.
+//  2. The intent is executed (ExecuteWith): the provider is called with the
+//     downstream key, outside any transaction.
+//  3. One transaction marks the intent final, runs the handler's
+//     completion ("order paid") and completes the key with respond(intent).
+//
+// When a retry finds the key in progress after its lease (or, with
+// ledger.Config.RecoverOrphans, left by a dead process), it takes the claim
+// over; the intent already exists, so the executor asks the provider for the
+// key's status before anything else and finishes from the answer: an
+// interrupted request is finished by asking, not by charging again.
+//
+// If the outcome is not known (the provider timed out, the response was
+// lost), the claim is released so that a retry runs again, the intent stays
+// live for the reconciler, and *PendingError is returned. Rejections from
+// the ledger (*ledger.MismatchError, *ledger.InProgressError) are returned
+// as is.
+func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Request, spec Spec, respond Respond) (ledger.Result, error) {
+	var out ledger.Outcome
+	var in *Intent
+	err := x.db.Batch(ctx, func(tx kv.Tx) error {
+		out, in = ledger.Outcome{}, nil
+		o, err := l.ClaimTx(ctx, tx, req)
+		if errors.Is(err, ledger.ErrMismatch) || errors.Is(err, ledger.ErrInProgress) {
+			return kv.Reject(err)
+		}
+		if err != nil || o.Replay != nil {
+			out = o
+			return err
+		}
+		out = o
+		in, _, err = x.CreateTx(tx, spec)
+		return err
+	})
+	if err != nil {
+		return ledger.Result{}, err
+	}
+	if out.Replay != nil {
+		return *out.Replay, nil
+	}
+	claim := out.Claim
+
+	var res ledger.Result
+	var completed bool
+	final, err := x.ExecuteWith(ctx, in.ID, func(tx kv.Tx, fin *Intent) error {
+		resp, err := respond(fin)
+		if err != nil {
+			return err
+		}
+		r, err := l.CompleteTx(ctx, tx, claim, resp, nil)
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			// Another attempt owns the key now; the intent's outcome still
+			// commits and that attempt will find it.
+			completed = false
+			return nil
+		}
+		res, completed = r, err == nil
+		return err
+	})
+	switch {
+	case err == nil && completed:
+		return res, nil
+	case err == nil && final.State.Final():
+		return ledger.Result{}, fmt.Errorf("sideeffect: intent %s finished %s but the key was taken over: %w", final.ID, final.State, ledger.ErrLeaseLost)
+	}
+
+	// The outcome is not known (or the attempt could not run): give the key
+	// back so a retry runs again; the intent remembers what was attempted.
+	if rerr := l.Release(context.WithoutCancel(ctx), claim); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		return ledger.Result{}, errors.Join(err, rerr)
+	}
+	switch {
+	case errors.Is(err, ErrBusy):
+		return ledger.Result{}, &ledger.InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: time.Second}
+	case err != nil:
+		return ledger.Result{}, err
+	}
+	return ledger.Result{}, &PendingError{Intent: final, RetryAfter: max(final.NextAttemptAt.Sub(x.db.Now()), 0)}
+}

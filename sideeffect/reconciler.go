@@ -1,0 +1,133 @@
+package sideeffect
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// RunStats reports what one reconciler pass did.
+type RunStats struct {
+	Examined       int // intents picked up
+	Succeeded      int
+	Failed         int
+	Unknown        int // outcome still unknown: backed off
+	NeedsAttention int // parked after too many attempts
+	Skipped        int // busy in this process, stale, or already final
+	Errors         int // storage or completion errors (retried later)
+}
+
+// maxPerPass bounds how many intents one pass picks up.
+const maxPerPass = 1000
+
+// RunOnce finds every intent that is due — pending past its grace period,
+// unknown past its backoff, or held by an attempt whose lease ran out or
+// whose process died — and runs one attempt of each, asking the provider
+// for the key's status before anything else. It is what the background loop
+// runs, exposed for the CLI and tests.
+func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
+	var ids []string
+	err := x.db.View(ctx, func(tx kv.Tx) error {
+		seen := map[string]bool{}
+		for _, e := range dueIdx.Due(tx, x.db.Now(), nil, maxPerPass) {
+			seen[string(e.Key)] = true
+			ids = append(ids, string(e.Key))
+		}
+		// Attempts left running by a dead process: bbolt's lock means only
+		// this process writes, so any other owner is gone.
+		if ib := inflightNS.Bucket(tx); ib != nil {
+			inc := x.db.Incarnation()
+			c := ib.Cursor()
+			for k, owner := c.First(); k != nil && len(ids) < maxPerPass; k, owner = c.Next() {
+				if !bytes.Equal(owner, inc[:]) && !seen[string(k)] {
+					ids = append(ids, string(k))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return RunStats{}, err
+	}
+
+	var (
+		mu    sync.Mutex
+		stats = RunStats{Examined: len(ids)}
+		wg    sync.WaitGroup
+		work  = make(chan string)
+	)
+	for range min(x.cfg.Concurrency, len(ids)) {
+		wg.Go(func() {
+			for id := range work {
+				in, err := x.execute(ctx, id, true, nil)
+				mu.Lock()
+				switch {
+				case isRejected(err):
+					stats.Skipped++
+				case err != nil:
+					stats.Errors++
+					x.cfg.Logger.Warn("reconcile intent", "id", id, "error", err)
+				case in.State == StateSucceeded:
+					stats.Succeeded++
+				case in.State == StateFailed:
+					stats.Failed++
+				case in.State == StateNeedsAttention:
+					stats.NeedsAttention++
+				default:
+					stats.Unknown++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, id := range ids {
+		select {
+		case work <- id:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return stats, ctx.Err()
+}
+
+// Run is the background reconciler: it runs a pass, then sleeps until the
+// next intent is due, a new intent is committed (Wake), or PollInterval
+// passes, whichever is first. It returns when ctx ends (with ctx.Err()),
+// after the pass in progress finishes; it starts no goroutine that outlives
+// it. onPass, if not nil, receives each pass's stats (for metrics).
+func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error {
+	for {
+		stats, err := x.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if onPass != nil {
+			onPass(stats, err)
+		}
+		wait := x.cfg.PollInterval
+		if err == nil && stats.Examined < maxPerPass {
+			_ = x.db.View(ctx, func(tx kv.Tx) error {
+				if next, ok := dueIdx.First(tx); ok {
+					wait = min(wait, max(next.Sub(x.db.Now()), 0))
+				}
+				return nil
+			})
+		} else if stats.Examined >= maxPerPass {
+			wait = 0 // more to do
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-x.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
