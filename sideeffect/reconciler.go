@@ -130,4 +130,3 @@ func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error 
 		}
 	}
 }
-
