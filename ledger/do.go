@@ -34,6 +34,9 @@ type Result struct {
 	Replayed bool
 	// Version is the record's version.
 	Version uint64
+	// Takeover is true when this result finished a request whose earlier
+	// attempt had been abandoned (its claim taken over).
+	Takeover bool
 }
 
 // Work is the business logic of the single-transaction path. It runs inside
@@ -73,26 +76,40 @@ func (l *Ledger) Do(ctx context.Context, req Request, work Work) (Result, error)
 
 func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error) {
 	// Fast path: replays, mismatches and conflicts need no write transaction.
+	if replay, err := l.Peek(ctx, req); replay != nil || err != nil {
+		return derefResult(replay), err
+	}
+
+	var res Result
+	err := l.batch(ctx, func(tx kv.Tx) error {
+		var err error
+		res, err = l.DoTx(ctx, tx, req, work)
+		return err
+	})
+	return res, err
+}
+
+// Peek answers a request from the stored record without writing anything:
+// a completed record with the same fingerprint returns its replay; a
+// mismatch or a live claim returns *MismatchError or *InProgressError; a
+// request that must run (no live record, or a claim that may be taken over)
+// returns (nil, nil). Middleware uses it to answer retries before reading
+// anything else.
+func (l *Ledger) Peek(ctx context.Context, req Request) (*Result, error) {
 	var a admission
 	err := l.db.View(ctx, func(tx kv.Tx) error {
 		var err error
 		a, err = l.admit(tx, req)
 		return err
 	})
-	switch {
-	case err != nil:
-		return Result{}, err
-	case a.replay != nil:
-		return *a.replay, nil
-	}
+	return a.replay, err
+}
 
-	var res Result
-	err = l.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		res, err = l.DoTx(ctx, tx, req, work)
-		return err
-	})
-	return res, err
+func derefResult(r *Result) Result {
+	if r == nil {
+		return Result{}
+	}
+	return *r
 }
 
 // batch runs fn under group commit. Rejections (mismatch, in progress, lease
@@ -209,5 +226,5 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	if err := l.store(tx, a.b, a.rk, rec, prevExpiry); err != nil {
 		return Result{}, err
 	}
-	return Result{Response: resp, Version: version}, nil
+	return Result{Response: resp, Version: version, Takeover: a.takeover}, nil
 }

@@ -81,6 +81,7 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	})
 	switch {
 	case err == nil && completed:
+		res.Takeover = claim.Takeover
 		return res, nil
 	case err == nil && final.State.Final():
 		return ledger.Result{}, fmt.Errorf("sideeffect: intent %s finished %s but the key was taken over: %w", final.ID, final.State, ledger.ErrLeaseLost)

@@ -1,0 +1,60 @@
+package idemhttp
+
+import (
+	"bytes"
+	"net/http"
+)
+
+// capture is a ResponseWriter that buffers the response so it can be
+// stored, and released only after the transaction commits. A fresh capture
+// is used for every run of a handler (group commit may run it twice).
+type capture struct {
+	header      http.Header
+	status      int
+	body        bytes.Buffer
+	wroteHeader bool
+	limit       int
+	overflow    bool
+}
+
+func newCapture(limit int) *capture { return &capture{header: http.Header{}, limit: limit} }
+
+func (c *capture) Header() http.Header { return c.header }
+
+func (c *capture) WriteHeader(code int) {
+	if c.wroteHeader {
+		return
+	}
+	c.wroteHeader, c.status = true, code
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if !c.wroteHeader {
+		c.WriteHeader(http.StatusOK)
+	}
+	if c.limit > 0 && c.body.Len()+len(p) > c.limit {
+		c.overflow = true
+		return 0, errResponseTooLarge
+	}
+	return c.body.Write(p)
+}
+
+// Flush is accepted and ignored: a stored response cannot stream.
+func (c *capture) Flush() {}
+
+func (c *capture) statusCode() int {
+	if !c.wroteHeader {
+		return http.StatusOK
+	}
+	return c.status
+}
+
+// writeTo sends the captured response to the real writer.
+func (c *capture) writeTo(w http.ResponseWriter) {
+	h := w.Header()
+	for k, v := range c.header {
+		h[k] = v
+	}
+	w.WriteHeader(c.statusCode())
+	_, _ = w.Write(c.body.Bytes())
+}

@@ -1,0 +1,63 @@
+// Package idemhttp is the HTTP face of the ledger: a net/http middleware
+// that makes POST and PATCH handlers safe to retry with an Idempotency-Key
+// header.
+//
+//	mw, err := idemhttp.New(idemhttp.Config{
+//		Ledger: l,
+//		Tenant: func(r *http.Request) (string, error) { return tenantFromAPIKey(r) },
+//		Fingerprint: ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}},
+//	})
+//	mux.Handle("POST /v1/orders", mw.Wrap(createOrder))           // work inside the database
+//	mux.Handle("POST /v1/orders/{id}/pay", mw.WrapExternal(pay))  // work calls a provider
+//
+// Wrap each route's handler (not the whole mux), so the ServeMux pattern is
+// known: the scope of a key is the tenant from your own authentication plus
+// the method and route pattern, so two tenants never collide and a refund key
+// never matches a charge.
+//
+// # Behaviour
+//
+//	key missing on a route that requires one   400 application/problem+json
+//	key malformed (empty, >255 bytes, not visible ASCII, repeated)   400
+//	same key, same request, completed          the stored status, kept headers and
+//	                                           body, byte for byte, plus
+//	                                           Idempotent-Replayed: true
+//	same key, different request                422
+//	same key, still in progress                409 with Retry-After (or wait: Config.Wait)
+//	body over Config.MaxBodyBytes (1 MiB)      413
+//	handler panics or answers 5xx              nothing stored, writes rolled back;
+//	                                           a retry runs again
+//	side effect outcome unknown (external)     502 with Retry-After, nothing stored
+//
+// Every problem body is RFC 9457 JSON with a stable type URI (the Problem*
+// constants). "The same request" means the same fingerprint: method, route
+// and body, with JSON canonicalised (key order and whitespace do not matter)
+// and the fields in Config.Fingerprint.Exclude ignored.
+//
+// # In-transaction routes (Wrap)
+//
+// The handler does its business writes through Tx(r.Context()). Its response
+// is captured and stored with the record in the same transaction, under group
+// commit, and released to the client only after the commit. Stored headers
+// are an allow-list: Content-Type, Location and Config.KeepHeaders;
+// Set-Cookie is never stored. The first response carries every header the
+// handler set.
+//
+// # External routes (WrapExternal)
+//
+// The handler validates its input and calls Perform with the intent to
+// execute (package sideeffect): the key is claimed with a lease, the intent
+// recorded, the provider called with a downstream key derived from the
+// intent, and the completion committed only if the claim is still current.
+// A request interrupted after the provider acted is finished by asking the
+// provider (the retry, or the reconciler), never by calling it blindly again.
+//
+// # Caveats
+//
+//   - An in-transaction handler may run more than once per request (group
+//     commit); it must not act outside its transaction (no outbound calls, no
+//     metrics that must count once).
+//   - Responses are buffered in memory, up to the ledger's MaxResponseBytes;
+//     streaming handlers do not fit this middleware.
+//   - Waiting for an in-progress request works within one process only.
+package idemhttp

@@ -1,0 +1,85 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+type performState struct {
+	m     *Middleware
+	req   ledger.Request
+	ev    Event
+	start time.Time
+	used  bool
+}
+
+func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h http.Handler, req ledger.Request, body []byte, ev Event, start time.Time) {
+	// A retry of a finished request is answered before the handler runs.
+	replay, err := m.cfg.Ledger.Peek(r.Context(), req)
+	switch {
+	case replay != nil:
+		m.writeReplay(w, replay.Response)
+		ev.Kind, ev.Status, ev.Duration = EventReplayed, replay.Response.Status, time.Since(start)
+		m.event(ev)
+		return
+	case err != nil:
+		ev.Kind, ev.Status = m.writeLedgerError(w, err)
+		ev.Duration = time.Since(start)
+		m.event(ev)
+		return
+	}
+	ps := &performState{m: m, req: req, ev: ev, start: start}
+	rr := r.WithContext(context.WithValue(r.Context(), performKey, ps))
+	rr.Body = io.NopCloser(bytes.NewReader(body))
+	rr.ContentLength = int64(len(body))
+	h.ServeHTTP(w, rr)
+}
+
+// Perform runs the side effect of an external route's request: it claims
+// the request's idempotency key, records the intent described by spec,
+// executes it through the middleware's Executor and writes the response
+// built by respond — stored, so a retry replays it. It must be called once,
+// from a handler wrapped by WrapExternal, before anything is written to w.
+//
+// When the outcome is unknown (the provider failed or its answer was lost),
+// it answers 502 with Retry-After and stores nothing: a retry with the same
+// key asks the provider before calling it again. It returns true when it
+// wrote a stored (or replayed) response.
+func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respond sideeffect.Respond) bool {
+	ps, ok := r.Context().Value(performKey).(*performState)
+	if !ok || ps.used || ps.m.cfg.Executor == nil {
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+			Detail: "idemhttp.Perform needs a handler wrapped by WrapExternal with Config.Executor, called once"}, 0)
+		return false
+	}
+	ps.used = true
+	m, ev := ps.m, ps.ev
+	res, err := m.cfg.Executor.Perform(r.Context(), m.cfg.Ledger, ps.req, spec, respond)
+	switch {
+	case err == nil && res.Replayed:
+		m.writeReplay(w, res.Response)
+		ev.Kind, ev.Status = EventReplayed, res.Response.Status
+	case err == nil:
+		h := w.Header()
+		for k, v := range res.Response.Header {
+			h[k] = v
+		}
+		w.WriteHeader(res.Response.Status)
+		_, _ = w.Write(res.Response.Body)
+		ev.Kind, ev.Status = EventExecuted, res.Response.Status
+		if res.Takeover {
+			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
+		}
+	default:
+		ev.Kind, ev.Status = m.writeLedgerError(w, err)
+	}
+	ev.Duration = time.Since(ps.start)
+	m.event(ev)
+	return err == nil
+}

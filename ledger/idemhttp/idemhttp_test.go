@@ -1,0 +1,347 @@
+package idemhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/ledger/idemhttp"
+)
+
+var ctx = context.Background()
+
+type bundle struct {
+	db    *kv.DB
+	l     *ledger.Ledger
+	mw    *idemhttp.Middleware
+	srv   *httptest.Server
+	runs  atomic.Int32
+	fail  atomic.Int32 // status the handler answers when set
+	panic atomic.Bool
+}
+
+// setup serves POST /v1/orders through the middleware on a real loopback
+// server. The handler stores an order in the request's transaction and
+// answers 201 with a body that counts executions, so a replay is visible.
+func setup(t *testing.T, mutate func(*idemhttp.Config)) *bundle {
+	t.Helper()
+	b := &bundle{}
+	b.db = dbtest.Open(t, &kv.Options{NoSync: true})
+	var err error
+	b.l, err = ledger.New(b.db, nil)
+	require.NoError(t, err)
+	cfg := idemhttp.Config{
+		Ledger: b.l,
+		Tenant: func(r *http.Request) (string, error) {
+			switch r.Header.Get("Authorization") {
+			case "Bearer sk_acme":
+				return "acme", nil
+			case "Bearer sk_globex":
+				return "globex", nil
+			}
+			return "", errors.New("unknown API key")
+		},
+		Fingerprint: ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}},
+		KeepHeaders: []string{"X-Order-Id", "Set-Cookie"},
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	b.mw, err = idemhttp.New(cfg)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/orders", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, ok := idemhttp.Tx(r.Context())
+		require.True(t, ok)
+		var in map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			http.Error(w, "bad json", http.StatusBadRequest)
+			return
+		}
+		orders, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		n := b.runs.Add(1)
+		id := fmt.Sprintf("ord_%d", n)
+		if err := orders.Put([]byte(id), []byte(fmt.Sprint(in["amount_cents"]))); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		if b.panic.Load() {
+			panic("handler bug")
+		}
+		if code := b.fail.Load(); code != 0 {
+			w.WriteHeader(int(code))
+			fmt.Fprint(w, "failed")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/v1/orders/"+id)
+		w.Header().Set("X-Order-Id", id)
+		w.Header().Set("X-Not-Kept", "x")
+		http.SetCookie(w, &http.Cookie{Name: "session", Value: "secret"})
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q,"amount_cents":%v}`, id, in["amount_cents"])
+	})))
+	mux.HandleFunc("GET /v1/orders/{id}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "get") })
+	b.srv = httptest.NewServer(mux)
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (b *bundle) post(t *testing.T, apiKey, key, body string, extra ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/orders", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Add(extra[i], extra[i+1])
+	}
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return reply{resp.StatusCode, resp.Header, string(data)}
+}
+
+func (b *bundle) orderCount(t *testing.T) int {
+	n := 0
+	require.NoError(t, b.db.View(ctx, func(tx kv.Tx) error {
+		if bk := tx.Bucket([]byte("orders")); bk != nil {
+			c := bk.Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				n++
+			}
+		}
+		return nil
+	}))
+	return n
+}
+
+func problemType(t *testing.T, r reply) string {
+	t.Helper()
+	require.Equal(t, "application/problem+json", r.header.Get("Content-Type"), r.body)
+	var p idemhttp.Problem
+	require.NoError(t, json.Unmarshal([]byte(r.body), &p))
+	require.Equal(t, r.status, p.Status)
+	return p.Type
+}
+
+const order = `{"external_ref":"ext-1","amount_cents":2500,"currency":"eur","client_ts":"2026-12-01T10:00:00Z","request_id":"r1"}`
+
+func TestReplayIsByteForByte(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	first := b.post(t, "sk_acme", "k1", order)
+	require.Equal(t, 201, first.status)
+	require.Equal(t, `{"id":"ord_1","amount_cents":2500}`, first.body)
+	require.Empty(t, first.header.Get("Idempotent-Replayed"))
+	require.NotEmpty(t, first.header.Get("Set-Cookie"), "the first response carries every header")
+	require.Equal(t, "x", first.header.Get("X-Not-Kept"))
+
+	// The same request, re-serialised with a new client_ts and request_id.
+	retry := b.post(t, "sk_acme", "k1", `{"request_id":"r2","currency":"eur","amount_cents":2500,"client_ts":"2026-12-01T10:00:09Z","external_ref":"ext-1"}`)
+	require.Equal(t, 201, retry.status)
+	require.Equal(t, first.body, retry.body)
+	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
+	require.Equal(t, "application/json", retry.header.Get("Content-Type"))
+	require.Equal(t, "/v1/orders/ord_1", retry.header.Get("Location"))
+	require.Equal(t, "ord_1", retry.header.Get("X-Order-Id"), "a header the app keeps")
+	require.Empty(t, retry.header.Get("Set-Cookie"), "Set-Cookie is never stored")
+	require.Empty(t, retry.header.Get("X-Not-Kept"))
+	require.Equal(t, int32(1), b.runs.Load())
+	require.Equal(t, 1, b.orderCount(t))
+
+	// Any other change is a different request: 422, nothing runs.
+	other := b.post(t, "sk_acme", "k1", strings.Replace(order, "2500", "2501", 1))
+	require.Equal(t, 422, other.status)
+	require.Equal(t, idemhttp.ProblemKeyReused, problemType(t, other))
+	require.Equal(t, 1, b.orderCount(t))
+
+	s := b.mw.Stats()
+	require.Equal(t, uint64(1), s.Executed)
+	require.Equal(t, uint64(1), s.Replayed)
+	require.Equal(t, uint64(1), s.Mismatched)
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *idemhttp.Config) { c.MaxBodyBytes = 1024 })
+	cases := []struct {
+		name   string
+		apiKey string
+		key    string
+		body   string
+		extra  []string
+		status int
+		typ    string
+	}{
+		{"no api key", "", "k", order, nil, 401, idemhttp.ProblemUnauthenticated},
+		{"bad api key", "sk_nope", "k", order, nil, 401, idemhttp.ProblemUnauthenticated},
+		{"missing key", "sk_acme", "", order, nil, 400, idemhttp.ProblemKeyMissing},
+		{"empty key", "sk_acme", "", order, []string{"Idempotency-Key", ""}, 400, idemhttp.ProblemKeyInvalid},
+		{"256 bytes", "sk_acme", strings.Repeat("k", 256), order, nil, 400, idemhttp.ProblemKeyInvalid},
+		{"non-ascii", "sk_acme", "", order, []string{"Idempotency-Key", "ключ"}, 400, idemhttp.ProblemKeyInvalid},
+		{"space", "sk_acme", "a b", order, nil, 400, idemhttp.ProblemKeyInvalid},
+		{"two keys", "sk_acme", "a", order, []string{"Idempotency-Key", "b"}, 400, idemhttp.ProblemKeyInvalid},
+		{"invalid json", "sk_acme", "k2", `{"amount_cents":`, nil, 400, idemhttp.ProblemInvalidBody},
+		{"too deep", "sk_acme", "k3", strings.Repeat("[", 100) + strings.Repeat("]", 100), nil, 400, idemhttp.ProblemInvalidBody},
+		{"too large", "sk_acme", "k4", `{"pad":"` + strings.Repeat("x", 2000) + `"}`, nil, 413, idemhttp.ProblemBodyTooLarge},
+	}
+	for _, c := range cases {
+		r := b.post(t, c.apiKey, c.key, c.body, c.extra...)
+		require.Equal(t, c.status, r.status, c.name)
+		require.Equal(t, c.typ, problemType(t, r), c.name)
+	}
+	require.Zero(t, b.runs.Load())
+	require.Zero(t, b.orderCount(t))
+	require.Equal(t, uint64(len(cases)), b.mw.Stats().Rejected)
+	// Quoted keys (RFC 8941 strings) are accepted; 255 bytes is fine.
+	require.Equal(t, 201, b.post(t, "sk_acme", `"quoted-key"`, order).status)
+	require.Equal(t, 201, b.post(t, "sk_acme", strings.Repeat("k", 255), order).status)
+	// GET passes through untouched.
+	resp, err := b.srv.Client().Get(b.srv.URL + "/v1/orders/1")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+}
+
+func TestServerErrorsAndPanicsStoreNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.fail.Store(503)
+	r := b.post(t, "sk_acme", "k", order)
+	require.Equal(t, 503, r.status)
+	require.Equal(t, "failed", r.body)
+	require.Zero(t, b.orderCount(t), "the handler's writes rolled back")
+
+	b.fail.Store(0)
+	b.panic.Store(true)
+	r = b.post(t, "sk_acme", "k", order)
+	require.Equal(t, 500, r.status)
+	require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
+	require.Zero(t, b.orderCount(t))
+
+	b.panic.Store(false)
+	r = b.post(t, "sk_acme", "k", order)
+	require.Equal(t, 201, r.status, "the retry runs again")
+	require.Equal(t, 1, b.orderCount(t))
+	require.Equal(t, uint64(2), b.mw.Stats().NotStored)
+
+	// A 4xx is an answer and is stored.
+	b.fail.Store(409)
+	r = b.post(t, "sk_acme", "k-409", order)
+	require.Equal(t, 409, r.status)
+	b.fail.Store(0)
+	r = b.post(t, "sk_acme", "k-409", order)
+	require.Equal(t, 409, r.status)
+	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+}
+
+func TestTenantsNeverShareKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	a := b.post(t, "sk_acme", "shared", order)
+	g := b.post(t, "sk_globex", "shared", order)
+	require.Equal(t, 201, a.status)
+	require.Equal(t, 201, g.status)
+	require.NotEqual(t, a.body, g.body)
+	require.Equal(t, 2, b.orderCount(t))
+	// A forged tenant header changes nothing: the tenant comes from auth.
+	f := b.post(t, "sk_acme", "shared", order, "X-Tenant", "globex")
+	require.Equal(t, a.body, f.body)
+}
+
+func TestInProgressConflictAndWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	fp, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}})
+	sum, err := fp.Sum("POST", "/v1/orders", "application/json", []byte(order))
+	require.NoError(t, err)
+	out, err := b.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
+	require.NoError(t, err)
+	r := b.post(t, "sk_acme", "busy", order)
+	require.Equal(t, 409, r.status)
+	require.Equal(t, idemhttp.ProblemInProgress, problemType(t, r))
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	require.Equal(t, uint64(1), b.mw.Stats().InProgress)
+
+	// With Wait configured, the duplicate waits for the first attempt.
+	w := setup(t, func(c *idemhttp.Config) { c.Wait = time.Minute })
+	out, err = w.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
+	require.NoError(t, err)
+	got := make(chan reply)
+	go func() { got <- w.post(t, "sk_acme", "busy", order) }()
+	time.Sleep(20 * time.Millisecond) // let the request reach the wait; the result does not depend on it
+	_, err = w.l.Complete(ctx, out.Claim, ledger.Response{Status: 201, Body: []byte("finished elsewhere")}, nil)
+	require.NoError(t, err)
+	r = <-got
+	require.Equal(t, 201, r.status)
+	require.Equal(t, "finished elsewhere", r.body)
+}
+
+// 50 identical POSTs at once: one execution, every answer the same bytes.
+func TestStorm(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var wg sync.WaitGroup
+	replies := make([]reply, 50)
+	start := make(chan struct{})
+	for i := range replies {
+		wg.Go(func() {
+			<-start
+			replies[i] = b.post(t, "sk_acme", "storm", order)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, r := range replies {
+		if r.status == 409 {
+			continue
+		}
+		require.Equal(t, 201, r.status)
+		require.Equal(t, replies[0].body, r.body)
+	}
+	require.Equal(t, 1, b.orderCount(t))
+}
+
+func TestKeyOptionalAndConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *idemhttp.Config) { c.KeyOptional = true })
+	r := b.post(t, "sk_acme", "", order)
+	require.Equal(t, 201, r.status)
+	r = b.post(t, "sk_acme", "", order)
+	require.Equal(t, 201, r.status)
+	require.Equal(t, 2, b.orderCount(t), "without a key there is no protection")
+	_, err := idemhttp.New(idemhttp.Config{})
+	require.Error(t, err)
+}

@@ -1,0 +1,51 @@
+package idemhttp
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// ProblemBase prefixes the stable type URI of every problem this middleware
+// writes (RFC 9457). The suffixes are constants below; clients may switch
+// on them.
+const ProblemBase = "https://oncekv.dev/problems/"
+
+// Problem types.
+const (
+	ProblemKeyMissing      = ProblemBase + "idempotency-key-missing"
+	ProblemKeyInvalid      = ProblemBase + "idempotency-key-invalid"
+	ProblemKeyReused       = ProblemBase + "idempotency-key-reused"
+	ProblemInProgress      = ProblemBase + "request-in-progress"
+	ProblemBodyTooLarge    = ProblemBase + "body-too-large"
+	ProblemInvalidBody     = ProblemBase + "invalid-body"
+	ProblemUnauthenticated = ProblemBase + "unauthenticated"
+	ProblemOutcomePending  = ProblemBase + "outcome-pending"
+	ProblemInternal        = ProblemBase + "internal-error"
+)
+
+// Problem is an RFC 9457 problem detail.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Extensions.
+	RetryAfter int `json:"retry_after,omitempty"`
+}
+
+// WriteProblem writes p as application/problem+json. A positive retryAfter
+// also sets the Retry-After header (whole seconds, rounded up).
+func WriteProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
+	if retryAfter > 0 {
+		secs := int((retryAfter + time.Second - 1) / time.Second)
+		p.RetryAfter = secs
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	}
+	body, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,271 @@
+package sideeffect
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// EventState is where an outbox event stands.
+type EventState byte
+
+// Event states.
+const (
+	// EventPending: committed, not yet acknowledged by the publisher.
+	EventPending EventState = 1
+	// EventPublished: acknowledged; kept until retention removes it.
+	EventPublished EventState = 2
+	// EventQuarantined: gave up after too many attempts; kept until an
+	// operator requeues or deletes it.
+	EventQuarantined EventState = 3
+)
+
+func (s EventState) String() string {
+	switch s {
+	case EventPending:
+		return "pending"
+	case EventPublished:
+		return "published"
+	case EventQuarantined:
+		return "quarantined"
+	}
+	return fmt.Sprintf("event_state(%d)", byte(s))
+}
+
+// Event is a message written in the same transaction as the business change
+// it announces, and published later by the relay.
+type Event struct {
+	// ID is unique per event and stable across retries (derive it from the
+	// business change: "order.paid/ord_1042"); consumers dedupe on it.
+	ID      string
+	Topic   string
+	Key     string // partition or routing key; may be empty
+	Headers map[string]string
+	Payload []byte
+
+	// Set by the outbox.
+	Seq         uint64 // commit order
+	State       EventState
+	CreatedAt   time.Time
+	Attempts    int
+	NextAttempt time.Time
+	LastError   string
+	PublishedAt time.Time
+}
+
+// MaxEventIDLen bounds an event ID.
+const MaxEventIDLen = 512
+
+var (
+	outboxNS     = kv.NewNamespace("outbox")            // pending events by seq
+	outboxIDsNS  = kv.NewNamespace("outbox.ids")        // event ID -> seq
+	publishedNS  = kv.NewNamespace("outbox.published")  // published events by seq
+	quarantineNS = kv.NewNamespace("outbox.quarantine") // quarantined events by seq
+)
+
+func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// Event layout, version 1: id, topic, key (strings) | nheaders uvarint |
+// (name, value)... | payload | state byte | created (time) | attempts uvarint |
+// next attempt (time) | last error | published (time).
+const eventLayout = 1
+
+func encodeEvent(e *kv.Encoder, ev *Event) []byte {
+	e.Reset(kv.KindOutbox, eventLayout)
+	e.String(ev.ID)
+	e.String(ev.Topic)
+	e.String(ev.Key)
+	names := slices.Sorted(maps.Keys(ev.Headers))
+	e.Uvarint(uint64(len(names)))
+	for _, n := range names {
+		e.String(n)
+		e.String(ev.Headers[n])
+	}
+	e.Bytes(ev.Payload)
+	e.Byte(byte(ev.State))
+	e.Time(ev.CreatedAt)
+	e.Uvarint(uint64(ev.Attempts))
+	e.Time(ev.NextAttempt)
+	e.String(ev.LastError)
+	e.Time(ev.PublishedAt)
+	return e.Finish()
+}
+
+func decodeEvent(k, v []byte) (*Event, error) {
+	if len(k) != 8 {
+		return nil, &kv.CorruptError{Kind: kv.KindOutbox, Reason: fmt.Sprintf("event key of %d bytes", len(k))}
+	}
+	var d kv.Decoder
+	layout, err := d.Reset(kv.KindOutbox, v)
+	if err != nil {
+		return nil, err
+	}
+	if layout != eventLayout {
+		return nil, d.Fail(fmt.Sprintf("unknown event layout %d", layout))
+	}
+	ev := &Event{Seq: binary.BigEndian.Uint64(k)}
+	ev.ID, ev.Topic, ev.Key = d.String(), d.String(), d.String()
+	n := d.Uvarint()
+	if n > uint64(len(v)) {
+		return nil, d.Fail(fmt.Sprintf("%d headers in a %d-byte event", n, len(v)))
+	}
+	if n > 0 {
+		ev.Headers = make(map[string]string, n)
+	}
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		name := d.String()
+		ev.Headers[name] = d.String()
+	}
+	ev.Payload = cloneOrNil(d.Bytes())
+	ev.State = EventState(d.Byte())
+	ev.CreatedAt = d.Time()
+	ev.Attempts = int(d.Uvarint())
+	ev.NextAttempt = d.Time()
+	ev.LastError = d.String()
+	ev.PublishedAt = d.Time()
+	if err := d.Done(); err != nil {
+		return nil, err
+	}
+	if ev.State < EventPending || ev.State > EventQuarantined {
+		return nil, d.Fail(fmt.Sprintf("unknown event state %d", ev.State))
+	}
+	return ev, nil
+}
+
+// Outbox stores events in the caller's transactions and feeds them to a
+// Relay. Create one per database.
+type Outbox struct {
+	db   *kv.DB
+	wake chan struct{}
+}
+
+// NewOutbox returns the outbox of db.
+func NewOutbox(db *kv.DB) *Outbox { return &Outbox{db: db, wake: make(chan struct{}, 1)} }
+
+// DB returns the outbox's database.
+func (o *Outbox) DB() *kv.DB { return o.db }
+
+func (o *Outbox) notify() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// AddTx adds ev to the outbox in the caller's transaction: it becomes
+// visible to the relay when (and only if) the transaction commits, with a
+// sequence number that follows commit order. Adding an event ID that is
+// already in the outbox (pending, published or quarantined) keeps the first
+// and returns added false.
+func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
+	switch {
+	case ev.ID == "" || len(ev.ID) > MaxEventIDLen:
+		return 0, false, fmt.Errorf("sideeffect: event ID of %d bytes (want 1 to %d)", len(ev.ID), MaxEventIDLen)
+	case ev.Topic == "":
+		return 0, false, fmt.Errorf("sideeffect: event %s has no topic", ev.ID)
+	}
+	ids, err := outboxIDsNS.Create(tx)
+	if err != nil {
+		return 0, false, err
+	}
+	if s := ids.Get([]byte(ev.ID)); s != nil {
+		return binary.BigEndian.Uint64(s), false, nil
+	}
+	b, err := outboxNS.Create(tx)
+	if err != nil {
+		return 0, false, err
+	}
+	// bbolt has one writer at a time, so sequence order is commit order.
+	if seq, err = b.NextSequence(); err != nil {
+		return 0, false, err
+	}
+	ev.Seq, ev.State, ev.CreatedAt = seq, EventPending, o.db.Now()
+	ev.Attempts, ev.NextAttempt, ev.LastError, ev.PublishedAt = 0, time.Time{}, "", time.Time{}
+	var e kv.Encoder
+	if err := b.Put(seqKey(seq), encodeEvent(&e, &ev)); err != nil {
+		return 0, false, err
+	}
+	if err := ids.Put([]byte(ev.ID), seqKey(seq)); err != nil {
+		return 0, false, err
+	}
+	tx.OnCommit(o.notify)
+	return seq, true, nil
+}
+
+// Add is AddTx in its own transaction.
+func (o *Outbox) Add(ctx context.Context, ev Event) (uint64, bool, error) {
+	var seq uint64
+	var added bool
+	err := o.db.Batch(ctx, func(tx kv.Tx) error {
+		var err error
+		seq, added, err = o.AddTx(tx, ev)
+		return err
+	})
+	return seq, added, err
+}
+
+// Events iterates the events in one state, in sequence order, inside tx.
+func Events(tx kv.Tx, state EventState) iter.Seq2[*Event, error] {
+	ns := map[EventState]kv.Namespace{EventPending: outboxNS, EventPublished: publishedNS, EventQuarantined: quarantineNS}[state]
+	return func(yield func(*Event, error) bool) {
+		if ns.Bytes() == nil {
+			return
+		}
+		b := ns.Bucket(tx)
+		if b == nil {
+			return
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if !yield(decodeEvent(k, v)) {
+				return
+			}
+		}
+	}
+}
+
+// Lag describes how far the relay is behind.
+type Lag struct {
+	Pending     int           // events not yet published
+	OldestAge   time.Duration // age of the oldest pending event (0 if none)
+	Quarantined int
+}
+
+// LagTx reports the outbox's lag inside tx.
+func (o *Outbox) LagTx(tx kv.Tx) (Lag, error) {
+	var l Lag
+	for ev, err := range Events(tx, EventPending) {
+		if err != nil {
+			return l, err
+		}
+		if l.Pending == 0 {
+			l.OldestAge = max(o.db.Now().Sub(ev.CreatedAt), 0)
+		}
+		l.Pending++
+	}
+	if b := quarantineNS.Bucket(tx); b != nil {
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			l.Quarantined++
+		}
+	}
+	return l, nil
+}
+
+// Lag reports the outbox's lag.
+func (o *Outbox) Lag(ctx context.Context) (Lag, error) {
+	var l Lag
+	err := o.db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		l, err = o.LagTx(tx)
+		return err
+	})
+	return l, err
+}
+
