@@ -268,4 +268,3 @@ func (o *Outbox) Lag(ctx context.Context) (Lag, error) {
 	})
 	return l, err
 }
-
