@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/oncekv/oncekv/kv"
 )
@@ -42,7 +41,6 @@ type Table[T any] struct {
 	rows    kv.Namespace
 	indexes []Index[T]
 	idxNS   []kv.Namespace
-	enc     sync.Pool
 }
 
 const tablePrefix = "table/"
@@ -92,7 +90,6 @@ func NewTable[T any](db *kv.DB, name string, opts *Options[T]) (*Table[T], error
 			t.idxNS = append(t.idxNS, indexNamespace(name, ix.Name))
 		}
 	}
-	t.enc.New = func() any { return new(kv.Encoder) }
 	return t, nil
 }
 
@@ -189,9 +186,9 @@ func (t *Table[T]) write(tx kv.Tx, id string, version uint64, p prepared, old *s
 	if err != nil {
 		return err
 	}
-	e := t.enc.Get().(*kv.Encoder)
-	defer t.enc.Put(e)
-	if err := rb.Put([]byte(id), encodeRow(e, storedRow{version: version, keys: p.keys, value: p.value})); err != nil {
+	// A fresh buffer per row: bbolt keeps the value slice until commit.
+	var e kv.Encoder
+	if err := rb.Put([]byte(id), encodeRow(&e, storedRow{version: version, keys: p.keys, value: p.value})); err != nil {
 		return err
 	}
 	for i, ix := range t.indexes {

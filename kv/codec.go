@@ -104,8 +104,11 @@ func (e *Encoder) Time(t time.Time) {
 }
 
 // Finish appends the checksum and returns the encoded record. The slice is
-// owned by the Encoder and is overwritten by the next Reset; bbolt copies
-// values on Put, so it can be passed to Put directly.
+// the Encoder's buffer and is overwritten by the next Reset. bbolt does NOT
+// copy values on Put: it keeps the slice until the transaction commits. So a
+// buffer handed to Put must not be reused in the same transaction — use a
+// fresh Encoder per stored record (a pooled one once corrupted records that
+// shared a group-commit batch).
 func (e *Encoder) Finish() []byte {
 	e.buf = binary.LittleEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, castagnoli))
 	return e.buf

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -107,7 +106,6 @@ type Ledger struct {
 	db      *kv.DB
 	cfg     Config
 	waiters waiters
-	encPool sync.Pool
 }
 
 var (
@@ -122,7 +120,6 @@ func New(db *kv.DB, cfg *Config) (*Ledger, error) {
 		return nil, err
 	}
 	l := &Ledger{db: db, cfg: c}
-	l.encPool.New = func() any { return new(kv.Encoder) }
 	return l, nil
 }
 
@@ -171,9 +168,9 @@ func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prevExpiry t
 	if r.Response != nil && len(r.Response.Body) > l.cfg.MaxResponseBytes {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrResponseTooLarge, len(r.Response.Body), l.cfg.MaxResponseBytes)
 	}
-	e := l.encPool.Get().(*kv.Encoder)
-	defer l.encPool.Put(e)
-	if err := b.Put(rk, encodeRecord(e, r, l.cfg.CompressThreshold)); err != nil {
+	// A fresh buffer per record: bbolt keeps the value slice until commit.
+	var e kv.Encoder
+	if err := b.Put(rk, encodeRecord(&e, r, l.cfg.CompressThreshold)); err != nil {
 		return err
 	}
 	return expiryIdx.Move(tx, prevExpiry, r.ExpiresAt, rk)

@@ -46,7 +46,7 @@ func ExampleExecutor_Perform() {
 
 	req := ledger.Request{Scope: "acme|POST /v1/orders/{id}/pay", Key: "pay-1042", Fingerprint: ledger.Fingerprint{1}}
 	spec := sideeffect.Spec{Kind: "charge", Subject: "order/1042", Scope: req.Scope, Key: req.Key, Purpose: "charge"}
-	respond := func(in *sideeffect.Intent) (ledger.Response, error) {
+	respond := func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
 		return ledger.Response{Status: 200, Body: in.Result}, nil
 	}
 	ctx := context.Background()

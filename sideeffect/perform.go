@@ -11,10 +11,12 @@ import (
 )
 
 // Respond builds the response stored for an idempotent request from its
-// finished intent (a charge ID on success, a decline on failure). It must be
-// a pure function of the intent: it may run more than once, and again when a
+// finished intent (a charge ID on success, a decline on failure). It runs in
+// the transaction that finishes the intent, after the handler's completion,
+// so it can read the business state that completion wrote ("the order, now
+// paid"). It must only read: it may run more than once, and again when a
 // later retry finds the intent already finished.
-type Respond func(in *Intent) (ledger.Response, error)
+type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 
 // Perform runs an idempotent request whose work is one side effect,
 // wiring the two-phase ledger path to an intent:
@@ -24,7 +26,7 @@ type Respond func(in *Intent) (ledger.Response, error)
 //  2. The intent is executed (ExecuteWith): the provider is called with the
 //     downstream key, outside any transaction.
 //  3. One transaction marks the intent final, runs the handler's
-//     completion ("order paid") and completes the key with respond(intent).
+//     completion ("order paid") and completes the key with respond(tx, intent).
 //
 // When a retry finds the key in progress after its lease (or, with
 // ledger.Config.RecoverOrphans, left by a dead process), it takes the claim
@@ -65,7 +67,7 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	var res ledger.Result
 	var completed bool
 	final, err := x.ExecuteWith(ctx, in.ID, func(tx kv.Tx, fin *Intent) error {
-		resp, err := respond(fin)
+		resp, err := respond(tx, fin)
 		if err != nil {
 			return err
 		}

@@ -18,7 +18,7 @@ func payReq(order string) ledger.Request {
 	return ledger.Request{Scope: "acme|POST /v1/orders/{id}/pay", Key: "pay-" + order, Fingerprint: ledger.Fingerprint{1}}
 }
 
-func respond(in *sideeffect.Intent) (ledger.Response, error) {
+func respond(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
 	if in.State == sideeffect.StateFailed {
 		return ledger.Response{Status: 402, Body: []byte(`{"error":"` + in.LastError + `"}`)}, nil
 	}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+)
+
+// TestMain doubles as the service and the provider: with CHILD=payments or
+// CHILD=provider the test binary runs that program with CHILD_ARGS (JSON),
+// so tests drive real processes they can SIGKILL.
+func TestMain(m *testing.M) {
+	if child := os.Getenv("CHILD"); child != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(os.Getenv("CHILD_ARGS")), &args); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		var err error
+		if child == "provider" {
+			err = fakeprovider.Main(ctx, args, os.Stdout)
+		} else {
+			err = run(ctx, args, os.Stdout)
+		}
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, child+":", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	url string
+}
+
+// start runs the test binary as child with args and waits for its
+// "listening on" line.
+func start(t *testing.T, child string, args ...string) *proc {
+	t.Helper()
+	enc, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "CHILD="+child, "CHILD_ARGS="+string(enc))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	p := &proc{cmd: cmd}
+	t.Cleanup(func() { p.kill() })
+	lines := bufio.NewScanner(out)
+	ready := make(chan string, 1)
+	go func() {
+		for lines.Scan() {
+			if _, rest, ok := strings.Cut(lines.Text(), "listening on "); ok {
+				ready <- strings.Fields(rest)[0]
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case u, ok := <-ready:
+		require.True(t, ok, "%s exited before listening", child)
+		p.url = u
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not start", child)
+	}
+	return p
+}
+
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		_ = p.cmd.Wait()
+	}
+}
+
+// stop ends the process with SIGTERM and requires a clean exit.
+func (p *proc) stop(t *testing.T) {
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.cmd.Wait())
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// service starts the provider and the service as separate processes.
+func service(t *testing.T, providerArgs ...string) (svc, prov *proc, dir string) {
+	dir = t.TempDir()
+	prov = start(t, "provider", append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "provider.db"), "-seed", "7"}, providerArgs...)...)
+	svc = start(t, "payments", "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "payments.db"), "-provider", prov.url)
+	return svc, prov, dir
+}
+
+type reply struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.Body), &m), r.Body)
+	return m
+}
+
+var client = &http.Client{Timeout: 20 * time.Second}
+
+func do(t *testing.T, method, url, apiKey, key, body string) reply {
+	t.Helper()
+	r, err := try(method, url, apiKey, key, body)
+	require.NoError(t, err)
+	return r
+}
+
+func try(method, url, apiKey, key, body string) (reply, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return reply{}, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, string(b)}, err
+}
+
+func charges(t *testing.T, providerURL string) []fakeprovider.Charge {
+	r := do(t, "GET", providerURL+"/v1/charges", "", "", "")
+	require.Equal(t, 200, r.Status)
+	var cs []fakeprovider.Charge
+	require.NoError(t, json.Unmarshal([]byte(r.Body), &cs))
+	return cs
+}
+
+func orderBody(ref string, amount int, ts string) string {
+	return fmt.Sprintf(`{"external_ref":%q,"amount_cents":%d,"currency":"eur","client_ts":%q,"request_id":"req-%s"}`, ref, amount, ts, ts)
+}

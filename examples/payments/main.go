@@ -1,0 +1,134 @@
+// Command payments is an example service built on oncekv: orders created
+// under an Idempotency-Key and paid through a provider, charged at most once
+// per order whatever the retries, crashes and lost responses.
+//
+//	go run ./examples/payments
+//	curl -s -X POST 127.0.0.1:8080/v1/orders -H 'Authorization: Bearer sk_test_acme' \
+//	  -H 'Idempotency-Key: order-ext-1' -H 'Content-Type: application/json' \
+//	  -d '{"external_ref":"ext-1","amount_cents":2500,"currency":"eur"}'
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oncekv/oncekv/examples/payments/app"
+	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/kv"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "payments:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	dbPath := fs.String("db", "payments.db", "bbolt file")
+	providerURL := fs.String("provider", "", "payment provider base URL (default: an in-process fake provider)")
+	apiKeys := fs.String("api-keys", app.DefaultAPIKeys, "API keys: key=tenant,key=tenant")
+	verbose := fs.Bool("v", false, "log every idempotent request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	keys, err := app.ParseAPIKeys(*apiKeys)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if *providerURL == "" {
+		url, closeProvider, err := startProvider(ctx, strings.TrimSuffix(*dbPath, filepath.Ext(*dbPath))+"-provider.db")
+		if err != nil {
+			return err
+		}
+		defer closeProvider()
+		*providerURL = url
+	}
+
+	a, err := app.New(app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	wg.Go(func() {
+		if err := a.Run(ctx); err != nil {
+			logger.Error("reconciler stopped", "error", err)
+		}
+	})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(out, "payments listening on http://%s (db %s, provider %s)\n", ln.Addr(), *dbPath, *providerURL)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(out, "payments shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	cancel()
+	return nil
+}
+
+// startProvider runs the fake provider in this process on a loopback port.
+func startProvider(ctx context.Context, path string) (string, func(), error) {
+	db, err := kv.Open(path, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = db.Close()
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: fakeprovider.New(db, fakeprovider.Faults{}, 1).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ln); close(done) }()
+	return "http://" + ln.Addr().String(), func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+		_ = db.Close()
+	}, nil
+}

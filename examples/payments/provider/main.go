@@ -1,0 +1,27 @@
+// Command provider is the payments example's fake payment provider, as its
+// own program: it charges once per Idempotency-Key, keeps charges in its own
+// bbolt file, and can be told to fail before charging (-fail-rate) or to
+// charge and then drop the connection without answering (-lose-rate).
+//
+//	go run ./examples/payments/provider -addr 127.0.0.1:9090 -db provider.db
+//	curl -s 127.0.0.1:9090/v1/charges
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := fakeprovider.Main(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "provider:", err)
+		os.Exit(1)
+	}
+}
