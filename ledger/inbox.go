@@ -1,0 +1,249 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// DefaultInboxRetention is how long a processed message ID is remembered.
+// It must exceed the broker's redelivery horizon (how long after a first
+// delivery the broker may deliver the same message again), or a late
+// redelivery is applied twice.
+const DefaultInboxRetention = 7 * 24 * time.Hour
+
+// Limits on inbox names.
+const (
+	MaxConsumerLen  = 255
+	MaxMessageIDLen = 1024
+)
+
+// ErrInvalidMessage is returned for an empty or oversized consumer name or
+// message ID, or one containing a NUL byte.
+var ErrInvalidMessage = errors.New("ledger: invalid consumer or message ID")
+
+// InboxConfig configures an Inbox. A nil *InboxConfig means defaults.
+type InboxConfig struct {
+	// Retention is how long a processed message ID is remembered. 0 means
+	// DefaultInboxRetention. It must exceed the broker's redelivery horizon.
+	Retention time.Duration
+}
+
+// Inbox records the IDs of processed messages per consumer, in the same
+// transaction as the state change each message causes, so that a
+// redelivered message is recognised and only acknowledged.
+type Inbox struct {
+	db        *kv.DB
+	retention time.Duration
+}
+
+var (
+	inboxNS     = kv.NewNamespace("inbox")
+	inboxExpiry = kv.NewTimeIndex("inbox.expiry")
+)
+
+// NewInbox returns the inbox of db.
+func NewInbox(db *kv.DB, cfg *InboxConfig) (*Inbox, error) {
+	in := &Inbox{db: db, retention: DefaultInboxRetention}
+	if cfg != nil && cfg.Retention != 0 {
+		if cfg.Retention < 0 {
+			return nil, fmt.Errorf("%w: inbox Retention %s is negative", ErrInvalidConfig, cfg.Retention)
+		}
+		in.retention = cfg.Retention
+	}
+	return in, nil
+}
+
+func validName(kind, s string, limit int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty %s", ErrInvalidMessage, kind)
+	case len(s) > limit:
+		return fmt.Errorf("%w: %s of %d bytes (limit %d)", ErrInvalidMessage, kind, len(s), limit)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidMessage, kind)
+	}
+	return nil
+}
+
+func inboxKey(consumer, id string) []byte { return []byte(consumer + "\x00" + id) }
+
+// InboxEntry is a processed message ID.
+type InboxEntry struct {
+	Consumer    string
+	MessageID   string
+	ProcessedAt time.Time
+	ExpiresAt   time.Time
+}
+
+const inboxLayout = 1
+
+func encodeInbox(processed, expires time.Time) []byte {
+	var e kv.Encoder
+	e.Reset(kv.KindInbox, inboxLayout)
+	e.Time(processed)
+	e.Time(expires)
+	return e.Finish()
+}
+
+func decodeInbox(k, v []byte) (InboxEntry, error) {
+	var d kv.Decoder
+	layout, err := d.Reset(kv.KindInbox, v)
+	if err != nil {
+		return InboxEntry{}, err
+	}
+	if layout != inboxLayout {
+		return InboxEntry{}, d.Fail(fmt.Sprintf("unknown inbox layout %d", layout))
+	}
+	c, id, ok := strings.Cut(string(k), "\x00")
+	if !ok {
+		return InboxEntry{}, d.Fail("inbox key without a consumer separator")
+	}
+	e := InboxEntry{Consumer: c, MessageID: id, ProcessedAt: d.Time(), ExpiresAt: d.Time()}
+	return e, d.Done()
+}
+
+// MarkTx records that consumer processed message id, in the caller's
+// transaction. It returns duplicate true (and writes nothing) when the ID is
+// already recorded and not expired: the caller must then skip the state
+// change and only acknowledge. The mark becomes durable with the caller's
+// commit; acknowledge the message only after that.
+func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err error) {
+	if err := validName("consumer", consumer, MaxConsumerLen); err != nil {
+		return false, err
+	}
+	if err := validName("message ID", id, MaxMessageIDLen); err != nil {
+		return false, err
+	}
+	b, err := inboxNS.Create(tx)
+	if err != nil {
+		return false, err
+	}
+	k := inboxKey(consumer, id)
+	now := in.db.Now()
+	var prevExpiry time.Time
+	if v := b.Get(k); v != nil {
+		e, err := decodeInbox(k, v)
+		if err != nil {
+			return false, fmt.Errorf("ledger: inbox %q: %w", k, err)
+		}
+		if now.Before(e.ExpiresAt) {
+			return true, nil
+		}
+		prevExpiry = e.ExpiresAt // remembered past its window: a new delivery
+	}
+	exp := now.Add(in.retention)
+	if err := b.Put(k, encodeInbox(now, exp)); err != nil {
+		return false, err
+	}
+	return false, inboxExpiry.Move(tx, prevExpiry, exp, k)
+}
+
+// Outcome of Handle.
+type Delivery struct {
+	// Ack is true when the message may be acknowledged: it was applied and
+	// committed, or it had been processed before.
+	Ack bool
+	// Duplicate is true when the message had been processed before; the
+	// handler did not run.
+	Duplicate bool
+}
+
+// Handle processes one delivery: in one transaction (under group commit) it
+// marks the message ID and runs fn, the state change. It returns Ack true
+// once that transaction has committed, or at once for a duplicate. If fn
+// fails, everything rolls back, the mark included, so the redelivery is
+// applied; Ack is false. fn may run more than once and must write only
+// through tx.
+func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.Tx) error) (Delivery, error) {
+	var d Delivery
+	err := in.db.Batch(ctx, func(tx kv.Tx) error {
+		d = Delivery{}
+		dup, err := in.MarkTx(tx, consumer, id)
+		if err != nil {
+			return err
+		}
+		if dup {
+			d = Delivery{Ack: true, Duplicate: true}
+			return nil
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		d.Ack = true
+		return nil
+	})
+	if err != nil {
+		return Delivery{}, err
+	}
+	return d, nil
+}
+
+// Seen reports whether consumer has a live record of message id.
+func (in *Inbox) Seen(ctx context.Context, consumer, id string) (bool, error) {
+	var seen bool
+	err := in.db.View(ctx, func(tx kv.Tx) error {
+		b := inboxNS.Bucket(tx)
+		if b == nil {
+			return nil
+		}
+		k := inboxKey(consumer, id)
+		v := b.Get(k)
+		if v == nil {
+			return nil
+		}
+		e, err := decodeInbox(k, v)
+		seen = err == nil && in.db.Now().Before(e.ExpiresAt)
+		return err
+	})
+	return seen, err
+}
+
+// InboxEntries iterates the recorded message IDs of consumer ("" for all
+// consumers) in key order inside tx, expired ones included.
+func InboxEntries(tx kv.Tx, consumer string) iter.Seq2[InboxEntry, error] {
+	return func(yield func(InboxEntry, error) bool) {
+		b := inboxNS.Bucket(tx)
+		if b == nil {
+			return
+		}
+		prefix := ""
+		if consumer != "" {
+			prefix = consumer + "\x00"
+		}
+		c := b.Cursor()
+		for k, v := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, v = c.Next() {
+			if !yield(decodeInbox(k, v)) {
+				return
+			}
+		}
+	}
+}
+
+func init() { kv.RegisterChecker("ledger.inbox", checkInbox) }
+
+func checkInbox(tx kv.Tx, report func(string)) {
+	expiries := map[string]time.Time{}
+	for e, err := range InboxEntries(tx, "") {
+		if err != nil {
+			report(err.Error())
+			continue
+		}
+		k := string(inboxKey(e.Consumer, e.MessageID))
+		expiries[k] = e.ExpiresAt
+		if !inboxExpiry.Has(tx, e.ExpiresAt, []byte(k)) {
+			report(fmt.Sprintf("inbox %q: no expiry-index entry", k))
+		}
+	}
+	_ = inboxExpiry.ForEach(tx, func(at time.Time, k []byte) error {
+		if exp, ok := expiries[string(k)]; !ok || !exp.Equal(at) {
+			report(fmt.Sprintf("inbox expiry-index entry %s %q matches no record", at.Format(time.RFC3339Nano), k))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,334 @@
+package sideeffect_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+func outbox(t *testing.T) (*sideeffect.Outbox, *kv.DB, *kv.ManualClock) {
+	t.Helper()
+	clock := kv.NewManualClock(t0)
+	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	return sideeffect.NewOutbox(db), db, clock
+}
+
+func ev(id string) sideeffect.Event {
+	return sideeffect.Event{ID: id, Topic: "order.paid", Key: "k", Headers: map[string]string{"source": "test"}, Payload: []byte(`{"id":"` + id + `"}`)}
+}
+
+func pending(t *testing.T, db *kv.DB) []string {
+	var ids []string
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for e, err := range sideeffect.Events(tx, sideeffect.EventPending) {
+			require.NoError(t, err)
+			ids = append(ids, e.ID)
+		}
+		return nil
+	}))
+	return ids
+}
+
+func TestOutboxAddInTransaction(t *testing.T) {
+	t.Parallel()
+	o, db, _ := outbox(t)
+	// Rolled back with the business change: never visible.
+	_ = db.Update(ctx, func(tx kv.Tx) error {
+		_, _, err := o.AddTx(tx, ev("lost"))
+		require.NoError(t, err)
+		return errors.New("business change failed")
+	})
+	require.Empty(t, pending(t, db))
+
+	var seqs []uint64
+	for _, id := range []string{"a", "b", "a", "c"} {
+		seq, added, err := o.Add(ctx, ev(id))
+		require.NoError(t, err)
+		require.Equal(t, id != "a" || len(seqs) == 0, added, id)
+		seqs = append(seqs, seq)
+	}
+	require.Equal(t, seqs[0], seqs[2], "the same event ID keeps the first")
+	require.Less(t, seqs[0], seqs[1])
+	require.Less(t, seqs[1], seqs[3])
+	require.Equal(t, []string{"a", "b", "c"}, pending(t, db))
+	for _, bad := range []sideeffect.Event{{Topic: "t"}, {ID: "x"}, {ID: strings.Repeat("x", 513), Topic: "t"}} {
+		_, _, err := o.Add(ctx, bad)
+		require.Error(t, err)
+	}
+}
+
+// recorder is a publisher that fails some calls, sometimes after the
+// destination already took the event (a late acknowledgement), and records
+// every delivery the destination saw.
+type recorder struct {
+	mu        sync.Mutex
+	delivered []sideeffect.Event
+	calls     int
+	fail      func(call int, ev sideeffect.Event) (deliver, fail bool)
+}
+
+func (r *recorder) Publish(ctx context.Context, events []sideeffect.Event) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, e := range events {
+		r.calls++
+		deliver, fail := true, false
+		if r.fail != nil {
+			deliver, fail = r.fail(r.calls, e)
+		}
+		if deliver {
+			r.delivered = append(r.delivered, e)
+		}
+		if fail {
+			return i, fmt.Errorf("publish %s: injected failure", e.ID)
+		}
+	}
+	return len(events), nil
+}
+
+func (r *recorder) log() []sideeffect.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sideeffect.Event(nil), r.delivered...)
+}
+
+// A publisher failing 30% of calls, some after delivering (the ack is lost):
+// every event is published at least once, in order; a consumer deduping on
+// the event ID applies each exactly once.
+func TestRelayUnderPublisherFaults(t *testing.T) {
+	t.Parallel()
+	o, db, clock := outbox(t)
+	const n = 200
+	for i := range n {
+		_, _, err := o.Add(ctx, ev(fmt.Sprintf("e-%03d", i)))
+		require.NoError(t, err)
+	}
+	pub := &recorder{fail: func(call int, _ sideeffect.Event) (bool, bool) {
+		switch call % 10 {
+		case 3, 7:
+			return false, true // refused
+		case 5:
+			return true, true // delivered, but the acknowledgement was lost
+		}
+		return true, false
+	}}
+	r, err := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub, BatchSize: 16, MaxAttempts: 50,
+		Backoff: sideeffect.Backoff{Base: time.Second, Cap: time.Second}})
+	require.NoError(t, err)
+	for pass := 0; pass < 1000 && len(pending(t, db)) > 0; pass++ {
+		st, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		clock.Advance(st.Wait)
+	}
+	require.Empty(t, pending(t, db))
+
+	log := pub.log()
+	applied := map[string]int{}
+	var last uint64
+	for _, e := range log {
+		require.GreaterOrEqual(t, e.Seq, last, "published in sequence order")
+		last = e.Seq
+		applied[e.ID]++ // the consumer dedupes: count first sightings below
+	}
+	require.Len(t, applied, n, "every event published at least once")
+	require.Greater(t, len(log), n, "some were published twice (lost acknowledgements)")
+	lag, err := o.Lag(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.Lag{}, lag)
+}
+
+func TestRelayQuarantinesPoisonEventsAndRequeues(t *testing.T) {
+	t.Parallel()
+	o, db, clock := outbox(t)
+	for _, id := range []string{"ok-1", "poison", "ok-2"} {
+		_, _, err := o.Add(ctx, ev(id))
+		require.NoError(t, err)
+	}
+	poisoned := true
+	pub := &recorder{fail: func(_ int, e sideeffect.Event) (bool, bool) {
+		if e.ID == "poison" && poisoned {
+			return false, true
+		}
+		return true, false
+	}}
+	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub, MaxAttempts: 3, Backoff: sideeffect.Backoff{Base: time.Second, Cap: time.Second}})
+	for range 10 {
+		st, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		clock.Advance(st.Wait + time.Second)
+	}
+	var delivered []string
+	for _, e := range pub.log() {
+		delivered = append(delivered, e.ID)
+	}
+	require.Equal(t, []string{"ok-1", "ok-2"}, delivered, "the poison event held ok-2 back, then stepped aside")
+	lag, err := o.Lag(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, lag.Quarantined)
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for e, err := range sideeffect.Events(tx, sideeffect.EventQuarantined) {
+			require.NoError(t, err)
+			require.Equal(t, "poison", e.ID)
+			require.Equal(t, 3, e.Attempts)
+			require.Contains(t, e.LastError, "injected failure")
+		}
+		return nil
+	}))
+
+	poisoned = false
+	require.NoError(t, o.Requeue(ctx, "poison"))
+	require.Error(t, o.Requeue(ctx, "poison"), "no longer quarantined")
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "poison", pub.log()[2].ID)
+	lag, _ = o.Lag(ctx)
+	require.Zero(t, lag.Quarantined)
+}
+
+// Shutdown during a publish loses nothing: the event is published again
+// after the restart.
+func TestRelayShutdownDuringPublish(t *testing.T) {
+	t.Parallel()
+	o, db, _ := outbox(t)
+	_, _, err := o.Add(ctx, ev("e-1"))
+	require.NoError(t, err)
+	entered := make(chan struct{})
+	blocking := sideeffect.PublishFunc(func(ctx context.Context, e sideeffect.Event) error {
+		close(entered)
+		<-ctx.Done() // the broker never answers before shutdown
+		return ctx.Err()
+	})
+	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: blocking})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- r.Run(runCtx, nil) }()
+	<-entered
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Equal(t, []string{"e-1"}, pending(t, db), "still pending")
+
+	pub := &recorder{}
+	r2, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub})
+	_, err = r2.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, pub.log(), 1)
+	require.Empty(t, pending(t, db))
+}
+
+// The relay is woken by the commit of new events, not by polling.
+func TestRelayWokenByCommit(t *testing.T) {
+	t.Parallel()
+	o, _, _ := outbox(t)
+	got := make(chan sideeffect.Event, 10)
+	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{PollInterval: time.Hour,
+		Publisher: sideeffect.PublishFunc(func(_ context.Context, e sideeffect.Event) error { got <- e; return nil })})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	passes := make(chan struct{}, 10)
+	go func() { done <- r.Run(runCtx, func(sideeffect.PassStats, error) { passes <- struct{}{} }) }()
+	<-passes
+	_, _, err := o.Add(ctx, ev("woken"))
+	require.NoError(t, err)
+	require.Equal(t, "woken", (<-got).ID)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+func TestWebhookPublisher(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []map[string]any
+	var keys []string
+	failNext := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		b, _ := io.ReadAll(r.Body)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		bodies = append(bodies, m)
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		if m["id"] == "e-2" && failNext {
+			failNext = false
+			w.WriteHeader(503)
+			return
+		}
+		w.WriteHeader(204)
+	}))
+	defer srv.Close()
+	p := &sideeffect.WebhookPublisher{URL: srv.URL}
+	evs := []sideeffect.Event{ev("e-1"), ev("e-2"), {ID: "e-3", Topic: "t", Payload: []byte("not json")}}
+	n, err := p.Publish(ctx, evs)
+	require.Equal(t, 1, n)
+	require.ErrorContains(t, err, "503")
+	n, err = p.Publish(ctx, evs[1:])
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, []string{"e-1", "e-2", "e-2", "e-3"}, keys)
+	require.Equal(t, map[string]any{"id": "e-1"}, bodies[0]["payload"])
+	require.Equal(t, "not json", bodies[3]["payload"])
+	require.Equal(t, "order.paid", bodies[0]["topic"])
+}
+
+// producerChild commits 20 events, then starts a transaction with one more
+// and kills itself with SIGKILL before it commits.
+func producerChild(path string) {
+	db, err := kv.Open(path, nil)
+	if err != nil {
+		os.Exit(2)
+	}
+	o := sideeffect.NewOutbox(db)
+	for i := range 20 {
+		if _, _, err := o.Add(context.Background(), ev(fmt.Sprintf("committed-%02d", i))); err != nil {
+			os.Exit(3)
+		}
+	}
+	_ = db.Update(context.Background(), func(tx kv.Tx) error {
+		_, _, _ = o.AddTx(tx, ev("uncommitted"))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	})
+}
+
+// The producer is killed between commit and publish (and in the middle of
+// another transaction): after the restart the relay publishes every
+// committed event, and nothing uncommitted.
+func TestProducerKilledBeforePublish(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "producer.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PRODUCER_DB="+path)
+	err := cmd.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
+
+	db := dbtest.OpenPath(t, path, nil)
+	o := sideeffect.NewOutbox(db)
+	pub := &recorder{}
+	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub})
+	st, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 20, st.Published)
+	for i, e := range pub.log() {
+		require.Equal(t, fmt.Sprintf("committed-%02d", i), e.ID)
+	}
+}

@@ -1,0 +1,364 @@
+package sideeffect
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Publisher delivers outbox events to a broker, a webhook, a queue.
+type Publisher interface {
+	// Publish sends events in order and returns how many of them, from the
+	// start, the destination acknowledged. An error describes the failure of
+	// events[acked]; the events after it are not attempted.
+	Publish(ctx context.Context, events []Event) (acked int, err error)
+}
+
+// PublishFunc adapts a function that publishes one event to a Publisher.
+type PublishFunc func(ctx context.Context, ev Event) error
+
+// Publish calls f for each event in order, stopping at the first error.
+func (f PublishFunc) Publish(ctx context.Context, events []Event) (int, error) {
+	for i, ev := range events {
+		if err := f(ctx, ev); err != nil {
+			return i, err
+		}
+	}
+	return len(events), nil
+}
+
+// Relay defaults.
+const (
+	DefaultRelayBatch       = 100
+	DefaultRelayPoll        = 5 * time.Second
+	DefaultRelayMaxAttempts = 10
+)
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Publisher receives the events. Required.
+	Publisher Publisher
+	// BatchSize bounds the events per Publish call. 0 means DefaultRelayBatch.
+	BatchSize int
+	// PollInterval is the fallback when no commit wakes the relay. 0 means
+	// DefaultRelayPoll.
+	PollInterval time.Duration
+	// MaxAttempts is how many times an event is tried before it is
+	// quarantined. 0 means DefaultRelayMaxAttempts.
+	MaxAttempts int
+	// Backoff spaces retries of a failing event. Zero fields mean 500ms base
+	// and 1m cap.
+	Backoff Backoff
+	// Logger receives failures and quarantines. nil discards.
+	Logger *slog.Logger
+}
+
+// Relay publishes an outbox's events in sequence (commit) order. It is woken
+// by the commit of new events and polls only as a fallback. An event is
+// marked published only after the publisher acknowledged it, so a crash or a
+// shutdown mid-publish leads to a second publish, never to a lost event:
+// consumers dedupe on the event ID. An event that keeps failing is retried
+// with backoff (holding back the events after it, to keep the order) and,
+// after MaxAttempts, moved to quarantine, where it stays until requeued.
+type Relay struct {
+	o   *Outbox
+	cfg RelayConfig
+}
+
+// NewRelay returns a relay for o. Run one relay per outbox.
+func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
+	if cfg.Publisher == nil {
+		return nil, fmt.Errorf("%w: RelayConfig.Publisher is required", ErrInvalidConfig)
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultRelayBatch
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultRelayPoll
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultRelayMaxAttempts
+	}
+	if cfg.Backoff.Base == 0 {
+		cfg.Backoff.Base = 500 * time.Millisecond
+	}
+	if cfg.Backoff.Cap == 0 {
+		cfg.Backoff.Cap = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{o: o, cfg: cfg}, nil
+}
+
+// PassStats reports one relay pass.
+type PassStats struct {
+	Published   int
+	Failed      int           // 1 if the head event failed this pass
+	Quarantined int           // 1 if the head event was quarantined this pass
+	Wait        time.Duration // until the head event may be retried; 0 if none waits
+}
+
+// RunOnce publishes the pending events that are due, batch after batch,
+// until none is due or one fails. It is what Run does on each wake-up.
+func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
+	var st PassStats
+	for ctx.Err() == nil {
+		batch, wait, err := r.due()
+		if err != nil {
+			return st, err
+		}
+		if len(batch) == 0 {
+			st.Wait = wait
+			return st, nil
+		}
+		acked, perr := r.cfg.Publisher.Publish(ctx, batch)
+		acked = min(max(acked, 0), len(batch))
+		// Record acknowledgements even if ctx ended: they happened.
+		mctx := context.WithoutCancel(ctx)
+		if err := r.markPublished(mctx, batch[:acked]); err != nil {
+			return st, err
+		}
+		st.Published += acked
+		if perr == nil && acked == len(batch) {
+			continue
+		}
+		if perr == nil {
+			perr = errors.New("publisher acknowledged part of the batch without an error")
+		}
+		if ctx.Err() != nil {
+			return st, ctx.Err() // shutting down: not the event's fault
+		}
+		q, err := r.fail(mctx, batch[acked], perr)
+		if err != nil {
+			return st, err
+		}
+		st.Failed++
+		if q {
+			st.Quarantined++
+			continue
+		}
+		_, st.Wait, err = r.due()
+		return st, err
+	}
+	return st, ctx.Err()
+}
+
+// due returns the next batch of pending events if the head is due, else the
+// wait until it is.
+func (r *Relay) due() ([]Event, time.Duration, error) {
+	var batch []Event
+	var wait time.Duration
+	err := r.o.db.View(context.Background(), func(tx kv.Tx) error {
+		now := r.o.db.Now()
+		for ev, err := range Events(tx, EventPending) {
+			if err != nil {
+				return err
+			}
+			if len(batch) == 0 && ev.NextAttempt.After(now) {
+				wait = ev.NextAttempt.Sub(now)
+				return nil
+			}
+			batch = append(batch, *ev)
+			if len(batch) >= r.cfg.BatchSize {
+				return nil
+			}
+		}
+		return nil
+	})
+	return batch, wait, err
+}
+
+// markPublished moves acknowledged events to the published bucket.
+func (r *Relay) markPublished(ctx context.Context, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return r.o.db.Batch(ctx, func(tx kv.Tx) error {
+		pending, err := outboxNS.Create(tx)
+		if err != nil {
+			return err
+		}
+		pub, err := publishedNS.Create(tx)
+		if err != nil {
+			return err
+		}
+		now := r.o.db.Now()
+		for _, ev := range events {
+			k := seqKey(ev.Seq)
+			if pending.Get(k) == nil {
+				continue // already moved (requeued and published elsewhere)
+			}
+			ev.State, ev.PublishedAt, ev.Attempts = EventPublished, now, ev.Attempts+1
+			var e kv.Encoder
+			if err := pub.Put(k, encodeEvent(&e, &ev)); err != nil {
+				return err
+			}
+			if err := pending.Delete(k); err != nil {
+				return err
+			}
+			if err := publishedExpiry.Put(tx, now, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// fail records a failed attempt of ev; after MaxAttempts the event moves to
+// quarantine. It reports whether it was quarantined.
+func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
+	quarantined := false
+	err := r.o.db.Batch(ctx, func(tx kv.Tx) error {
+		quarantined = false
+		pending, err := outboxNS.Create(tx)
+		if err != nil {
+			return err
+		}
+		k := seqKey(ev.Seq)
+		if pending.Get(k) == nil {
+			return nil
+		}
+		ev.Attempts++
+		ev.LastError = cause.Error()
+		var e kv.Encoder
+		if ev.Attempts >= r.cfg.MaxAttempts {
+			q, err := quarantineNS.Create(tx)
+			if err != nil {
+				return err
+			}
+			ev.State, ev.NextAttempt = EventQuarantined, time.Time{}
+			if err := q.Put(k, encodeEvent(&e, &ev)); err != nil {
+				return err
+			}
+			quarantined = true
+			return pending.Delete(k)
+		}
+		ev.NextAttempt = r.o.db.Now().Add(r.cfg.Backoff.Delay(ev.Attempts))
+		return pending.Put(k, encodeEvent(&e, &ev))
+	})
+	if err == nil {
+		if quarantined {
+			r.cfg.Logger.Error("outbox event quarantined", "id", ev.ID, "seq", ev.Seq, "attempts", ev.Attempts, "error", cause)
+		} else {
+			r.cfg.Logger.Warn("outbox publish failed", "id", ev.ID, "seq", ev.Seq, "attempt", ev.Attempts, "error", cause)
+		}
+	}
+	return quarantined, err
+}
+
+// Run publishes until ctx ends, sleeping between passes until a commit adds
+// events, the head event's backoff ends, or PollInterval passes. It returns
+// ctx.Err() after the pass in progress has recorded what it published.
+// onPass, if set, receives each pass's stats (for metrics).
+func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
+	for {
+		st, err := r.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if onPass != nil {
+			onPass(st, err)
+		}
+		wait := r.cfg.PollInterval
+		if st.Wait > 0 {
+			wait = min(wait, st.Wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-r.o.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// Requeue moves a quarantined event back to the pending queue, at its
+// original place in sequence order, with a fresh attempt budget.
+func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
+	return o.db.Update(ctx, func(tx kv.Tx) error {
+		ids := outboxIDsNS.Bucket(tx)
+		var s []byte
+		if ids != nil {
+			s = ids.Get([]byte(eventID))
+		}
+		q := quarantineNS.Bucket(tx)
+		if s == nil || q == nil || q.Get(s) == nil {
+			return fmt.Errorf("sideeffect: event %q is not quarantined", eventID)
+		}
+		ev, err := decodeEvent(s, q.Get(s))
+		if err != nil {
+			return err
+		}
+		ev.State, ev.Attempts, ev.NextAttempt = EventPending, 0, time.Time{}
+		pending, err := outboxNS.Create(tx)
+		if err != nil {
+			return err
+		}
+		var e kv.Encoder
+		if err := pending.Put(append([]byte(nil), s...), encodeEvent(&e, ev)); err != nil {
+			return err
+		}
+		if err := q.Delete(s); err != nil {
+			return err
+		}
+		tx.OnCommit(o.notify)
+		return nil
+	})
+}
+
+var publishedExpiry = kv.NewTimeIndex("outbox.published.at")
+
+func init() { kv.RegisterChecker("sideeffect.outbox", checkOutbox) }
+
+// checkOutbox: every event decodes and sits in the bucket of its state, every
+// event's ID maps to its sequence and every ID maps to an event.
+func checkOutbox(tx kv.Tx, report func(string)) {
+	seqs := map[uint64]string{}
+	for _, st := range []EventState{EventPending, EventPublished, EventQuarantined} {
+		for ev, err := range Events(tx, st) {
+			if err != nil {
+				report(err.Error())
+				continue
+			}
+			if st == EventPublished && !publishedExpiry.Has(tx, ev.PublishedAt, seqKey(ev.Seq)) {
+				report(fmt.Sprintf("published outbox event %d (%s) has no published-at index entry", ev.Seq, ev.ID))
+			}
+			if ev.State != st {
+				report(fmt.Sprintf("outbox event %d (%s) is %s in the %s bucket", ev.Seq, ev.ID, ev.State, st))
+			}
+			if other, dup := seqs[ev.Seq]; dup {
+				report(fmt.Sprintf("outbox sequence %d is in two buckets (%s, %s)", ev.Seq, other, ev.ID))
+			}
+			seqs[ev.Seq] = ev.ID
+		}
+	}
+	if ids := outboxIDsNS.Bucket(tx); ids != nil {
+		c := ids.Cursor()
+		n := 0
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			n++
+			if len(v) != 8 {
+				report(fmt.Sprintf("outbox ID %q maps to a %d-byte sequence", k, len(v)))
+				continue
+			}
+			seq := binary.BigEndian.Uint64(v)
+			if id, ok := seqs[seq]; !ok || id != string(k) {
+				report(fmt.Sprintf("outbox ID %q maps to sequence %d, which holds %q", k, seq, id))
+			}
+		}
+		if n != len(seqs) {
+			report(fmt.Sprintf("outbox holds %d events but %d IDs", len(seqs), n))
+		}
+	} else if len(seqs) > 0 {
+		report("outbox events without an ID index")
+	}
+}
