@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+// BenchmarkInboxMark compares applying a message with its inbox mark in one
+// transaction (ledger.Inbox.Handle) with the bare business write (NoSync).
+func BenchmarkInboxMark(b *testing.B) {
+	opts := &kv.Options{NoSync: true}
+	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
+	in, err := ledger.NewInbox(db, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p pair
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := key("ord", i)
+		p.timeBare(func() {
+			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
+				b.Fatal(err)
+			}
+		})
+		p.timeSubject(func() {
+			if _, err := in.Handle(ctx, "billing", string(key("msg", i)), func(tx kv.Tx) error { return putOrder(tx, k) }); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	p.report(b)
+}
+
+// BenchmarkOutboxAdd compares the business write plus its outbox event in
+// one transaction with the bare business write (NoSync).
+func BenchmarkOutboxAdd(b *testing.B) {
+	opts := &kv.Options{NoSync: true}
+	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
+	ob := sideeffect.NewOutbox(db)
+	var p pair
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := key("ord", i)
+		p.timeBare(func() {
+			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
+				b.Fatal(err)
+			}
+		})
+		p.timeSubject(func() {
+			err := db.Update(ctx, func(tx kv.Tx) error {
+				if err := putOrder(tx, k); err != nil {
+					return err
+				}
+				_, _, err := ob.AddTx(tx, sideeffect.Event{ID: string(k), Topic: "order.created", Key: string(k), Payload: orderValue})
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	p.report(b)
+}
+
+// BenchmarkRelayThroughput measures events per second from a filled outbox
+// to an in-memory publisher, in batches, durable marks (fsync on).
+func BenchmarkRelayThroughput(b *testing.B) {
+	for _, batch := range []int{1, 100} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			db := openDB(b, "relay", nil)
+			ob := sideeffect.NewOutbox(db)
+			err := db.Update(ctx, func(tx kv.Tx) error {
+				for i := range b.N {
+					if _, _, err := ob.AddTx(tx, sideeffect.Event{ID: fmt.Sprint("e-", i), Topic: "t", Payload: orderValue}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sink := sideeffect.PublishFunc(func(context.Context, sideeffect.Event) error { return nil })
+			r, _ := sideeffect.NewRelay(ob, sideeffect.RelayConfig{Publisher: sink, BatchSize: batch})
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			st, err := r.RunOnce(ctx)
+			if err != nil || st.Published != b.N {
+				b.Fatalf("published %d of %d: %v", st.Published, b.N, err)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		})
+	}
+}
