@@ -154,3 +154,7 @@ func (x TimeIndex) First(tx Tx) (time.Time, bool) {
 	at, _, err := SplitTimeKey(k)
 	return at, err == nil
 }
+
+// IndexKey returns the full index key of the entry, for use as the after
+// argument of Due.
+func (e Entry) IndexKey() []byte { return timeKey(e.At, e.Key) }

@@ -46,3 +46,33 @@ func checkTx(tx kv.Tx, report func(string)) {
 		return nil
 	})
 }
+
+func init() { kv.RegisterSweeper("idempotency", recordSweeper{}) }
+
+// recordSweeper removes idempotency records past their retention. It keeps
+// an in-progress record whose lease is still live (a retention can never be
+// shorter than the lease, but a clock step could make it look so).
+type recordSweeper struct{}
+
+func (recordSweeper) Index() kv.TimeIndex { return expiryIdx }
+
+func (recordSweeper) Expire(tx kv.Tx, at time.Time, key []byte, now time.Time, dryRun bool) (bool, string, error) {
+	b := recordsNS.Bucket(tx)
+	r, err := load(b, key, false)
+	switch {
+	case err != nil:
+		return false, "corrupt", nil // reported by the consistency check; never deleted blindly
+	case r == nil || !r.ExpiresAt.Equal(at):
+		return false, "index mismatch", nil
+	case !r.Expired(now):
+		return false, "not expired", nil
+	case r.Status == StatusInProgress && r.leaseLive(now):
+		return false, "live lease", nil
+	case dryRun:
+		return true, "", nil
+	}
+	if err := b.Delete(key); err != nil {
+		return false, "", err
+	}
+	return true, "", expiryIdx.Delete(tx, at, key)
+}

@@ -94,7 +94,7 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 	rec := &Record{
 		Scope: req.Scope, Key: req.Key, Status: StatusInProgress, Fingerprint: req.Fingerprint,
 		Version: c.Version, Owner: l.db.Incarnation(), LeaseExpiresAt: c.LeaseExpiresAt,
-		CreatedAt: c.CreatedAt, ExpiresAt: now.Add(l.retention(req.Scope)),
+		CreatedAt: c.CreatedAt, ExpiresAt: l.expiry(req.Scope, now),
 	}
 	if err := l.store(tx, a.b, a.rk, rec, prevExpiry); err != nil {
 		return Outcome{}, err
@@ -156,7 +156,7 @@ func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Respon
 	rec := &Record{
 		Scope: c.Scope, Key: c.Key, Status: StatusCompleted, Fingerprint: cur.Fingerprint,
 		Version: c.Version, Owner: cur.Owner, CreatedAt: cur.CreatedAt, CompletedAt: now,
-		ExpiresAt: now.Add(l.retention(c.Scope)), Response: &resp,
+		ExpiresAt: l.expiry(c.Scope, now), Response: &resp,
 	}
 	if err := l.store(tx, b, rk, rec, cur.ExpiresAt); err != nil {
 		return Result{}, err
@@ -223,7 +223,7 @@ func (l *Ledger) extendTx(tx kv.Tx, c *Claim) (time.Time, error) {
 	}
 	prevExpiry := cur.ExpiresAt
 	cur.LeaseExpiresAt = now.Add(l.cfg.Lease)
-	if exp := now.Add(l.retention(c.Scope)); exp.After(cur.ExpiresAt) {
+	if exp := l.expiry(c.Scope, now); exp.After(cur.ExpiresAt) {
 		cur.ExpiresAt = exp
 	}
 	return cur.LeaseExpiresAt, l.store(tx, b, rk, cur, prevExpiry)

@@ -220,7 +220,7 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	rec := &Record{
 		Scope: req.Scope, Key: req.Key, Status: StatusCompleted,
 		Fingerprint: req.Fingerprint, Version: version, Owner: l.db.Incarnation(),
-		CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(l.retention(req.Scope)),
+		CreatedAt: now, CompletedAt: now, ExpiresAt: l.expiry(req.Scope, now),
 		Response: &resp,
 	}
 	if err := l.store(tx, a.b, a.rk, rec, prevExpiry); err != nil {

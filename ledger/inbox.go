@@ -32,14 +32,18 @@ type InboxConfig struct {
 	// Retention is how long a processed message ID is remembered. 0 means
 	// DefaultInboxRetention. It must exceed the broker's redelivery horizon.
 	Retention time.Duration
+	// RetentionFor, if set, overrides Retention per consumer (for example
+	// retention.Policy.Func): 0 falls back, negative keeps IDs forever.
+	RetentionFor func(consumer string) time.Duration
 }
 
 // Inbox records the IDs of processed messages per consumer, in the same
 // transaction as the state change each message causes, so that a
 // redelivered message is recognised and only acknowledged.
 type Inbox struct {
-	db        *kv.DB
-	retention time.Duration
+	db           *kv.DB
+	retention    time.Duration
+	retentionFor func(string) time.Duration
 }
 
 var (
@@ -50,6 +54,9 @@ var (
 // NewInbox returns the inbox of db.
 func NewInbox(db *kv.DB, cfg *InboxConfig) (*Inbox, error) {
 	in := &Inbox{db: db, retention: DefaultInboxRetention}
+	if cfg != nil {
+		in.retentionFor = cfg.RetentionFor
+	}
 	if cfg != nil && cfg.Retention != 0 {
 		if cfg.Retention < 0 {
 			return nil, fmt.Errorf("%w: inbox Retention %s is negative", ErrInvalidConfig, cfg.Retention)
@@ -137,7 +144,13 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 		}
 		prevExpiry = e.ExpiresAt // remembered past its window: a new delivery
 	}
-	exp := now.Add(in.retention)
+	d := in.retention
+	if in.retentionFor != nil {
+		if r := in.retentionFor(consumer); r != 0 {
+			d = r
+		}
+	}
+	exp := kv.ExpiryAt(now, d)
 	if err := b.Put(k, encodeInbox(now, exp)); err != nil {
 		return false, err
 	}
@@ -246,4 +259,37 @@ func checkInbox(tx kv.Tx, report func(string)) {
 		}
 		return nil
 	})
+}
+
+func init() { kv.RegisterSweeper("inbox", inboxSweeper{}) }
+
+// inboxSweeper forgets message IDs past their window.
+type inboxSweeper struct{}
+
+func (inboxSweeper) Index() kv.TimeIndex { return inboxExpiry }
+
+func (inboxSweeper) Expire(tx kv.Tx, at time.Time, key []byte, now time.Time, dryRun bool) (bool, string, error) {
+	b := inboxNS.Bucket(tx)
+	var v []byte
+	if b != nil {
+		v = b.Get(key)
+	}
+	if v == nil {
+		return false, "index mismatch", nil
+	}
+	e, err := decodeInbox(key, v)
+	switch {
+	case err != nil:
+		return false, "corrupt", nil
+	case !e.ExpiresAt.Equal(at):
+		return false, "index mismatch", nil
+	case now.Before(e.ExpiresAt):
+		return false, "not expired", nil
+	case dryRun:
+		return true, "", nil
+	}
+	if err := b.Delete(key); err != nil {
+		return false, "", err
+	}
+	return true, "", inboxExpiry.Delete(tx, at, key)
 }

@@ -30,8 +30,10 @@ type Config struct {
 	// arrives later runs again. 0 means DefaultRetention.
 	Retention time.Duration
 
-	// RetentionFor, if set, overrides Retention per scope (for example by
-	// scope prefix); it must return a positive duration.
+	// RetentionFor, if set, overrides Retention per scope (for example
+	// retention.Policy.Func). A positive duration is the retention (never
+	// less than Lease), 0 falls back to Retention, a negative one keeps
+	// records forever.
 	RetentionFor func(scope string) time.Duration
 
 	// Lease is how long a two-phase claim is protected. After it expires a
@@ -131,13 +133,18 @@ func (l *Ledger) Config() Config { return l.cfg }
 
 func (l *Ledger) now() time.Time { return l.db.Now() }
 
-func (l *Ledger) retention(scope string) time.Duration {
+// expiry returns when a record of scope written at t stops counting.
+func (l *Ledger) expiry(scope string, t time.Time) time.Time {
+	d := l.cfg.Retention
 	if l.cfg.RetentionFor != nil {
-		if d := l.cfg.RetentionFor(scope); d > 0 {
-			return max(d, l.cfg.Lease)
+		if r := l.cfg.RetentionFor(scope); r != 0 {
+			d = r
 		}
 	}
-	return l.cfg.Retention
+	if d > 0 {
+		d = max(d, l.cfg.Lease) // never shorter than a claim's lease
+	}
+	return kv.ExpiryAt(t, d)
 }
 
 func validate(scope, key string) error {

@@ -60,6 +60,27 @@ type Config struct {
 	Concurrency int
 	// Logger receives one line per finished attempt. nil discards.
 	Logger *slog.Logger
+	// FinishedRetention is how long a succeeded or failed intent is kept
+	// before retention sweeps remove it. 0 means DefaultFinishedRetention;
+	// negative keeps them forever. Parked (needs_attention) intents are
+	// never removed.
+	FinishedRetention time.Duration
+	// FinishedRetentionFor, if set, overrides FinishedRetention per intent
+	// kind (for example retention.Policy.Func); 0 falls back.
+	FinishedRetentionFor func(kind string) time.Duration
+}
+
+// DefaultFinishedRetention is how long finished intents are kept.
+const DefaultFinishedRetention = 30 * 24 * time.Hour
+
+func (x *Executor) finishedExpiry(kind string, t time.Time) time.Time {
+	d := x.cfg.FinishedRetention
+	if x.cfg.FinishedRetentionFor != nil {
+		if r := x.cfg.FinishedRetentionFor(kind); r != 0 {
+			d = r
+		}
+	}
+	return kv.ExpiryAt(t, d)
 }
 
 func (c *Config) withDefaults() Config {
@@ -90,6 +111,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	if r.FinishedRetention == 0 {
+		r.FinishedRetention = DefaultFinishedRetention
 	}
 	return r
 }
@@ -294,8 +318,10 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 		switch rep.State {
 		case Succeeded:
 			cur.State, cur.Result, cur.FinishedAt, cur.LastError = StateSucceeded, rep.Result, now, ""
+			cur.ExpiresAt = x.finishedExpiry(cur.Kind, now)
 		case Failed:
 			cur.State, cur.FinishedAt, cur.LastError = StateFailed, now, rep.Reason
+			cur.ExpiresAt = x.finishedExpiry(cur.Kind, now)
 		default:
 			cur.LastError = rep.Reason
 			if cur.Attempts >= x.cfg.MaxAttempts {
@@ -384,6 +410,7 @@ func (x *Executor) Resolve(ctx context.Context, id string, state State, result [
 		prev := *in
 		now := x.db.Now()
 		in.State, in.FinishedAt, in.UpdatedAt, in.LeaseExpiresAt = state, now, now, time.Time{}
+		in.ExpiresAt = x.finishedExpiry(in.Kind, now)
 		in.Version++
 		if state == StateSucceeded {
 			in.Result = result

@@ -86,6 +86,9 @@ type Intent struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	FinishedAt     time.Time // when it became succeeded or failed
+	// ExpiresAt is when a final intent is forgotten (retention); zero while
+	// live or parked: those are never removed.
+	ExpiresAt time.Time
 }
 
 // Spec describes an intent to create.
@@ -117,12 +120,14 @@ func (s Spec) validate() error {
 var (
 	intentsNS  = kv.NewNamespace("intent")
 	dueIdx     = kv.NewTimeIndex("intent.due")
+	intentExp  = kv.NewTimeIndex("intent.expiry")
 	inflightNS = kv.NewNamespace("intent.inflight")
 )
 
 // Intent layout, version 1: kind, subject, downstream key, payload (bytes) |
 // state byte | attempts uvarint | next attempt (time) | last error | result |
-// version uvarint | owner [16] | lease, created, updated, finished (times).
+// version uvarint | owner [16] | lease, created, updated, finished, expires
+// (times).
 const intentLayout = 1
 
 func encodeIntent(e *kv.Encoder, in *Intent) []byte {
@@ -142,6 +147,7 @@ func encodeIntent(e *kv.Encoder, in *Intent) []byte {
 	e.Time(in.CreatedAt)
 	e.Time(in.UpdatedAt)
 	e.Time(in.FinishedAt)
+	e.Time(in.ExpiresAt)
 	return e.Finish()
 }
 
@@ -170,6 +176,7 @@ func decodeIntent(id, v []byte) (*Intent, error) {
 	in.CreatedAt = d.Time()
 	in.UpdatedAt = d.Time()
 	in.FinishedAt = d.Time()
+	in.ExpiresAt = d.Time()
 	if err := d.Done(); err != nil {
 		return nil, err
 	}
@@ -209,6 +216,9 @@ func loadIntent(tx kv.Tx, id string) (*Intent, error) {
 // one entry at NextAttemptAt, any other has none. prev is the stored
 // version (nil for a new intent).
 func storeIntent(tx kv.Tx, in *Intent, prev *Intent) error {
+	if !in.State.Final() {
+		in.ExpiresAt = time.Time{}
+	}
 	b, err := intentsNS.Create(tx)
 	if err != nil {
 		return err
@@ -228,7 +238,30 @@ func storeIntent(tx kv.Tx, in *Intent, prev *Intent) error {
 			return err
 		}
 	}
+	// Final intents are indexed by expiry for retention; others never expire.
+	var prevExp time.Time
+	if prev != nil {
+		prevExp = prev.ExpiresAt
+	}
+	if !prevExp.Equal(in.ExpiresAt) {
+		if !prevExp.IsZero() {
+			if err := intentExp.Delete(tx, prevExp, id); err != nil {
+				return err
+			}
+		}
+		if !in.ExpiresAt.IsZero() {
+			if err := intentExp.Put(tx, in.ExpiresAt, id); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// expired reports whether a final intent is past its retention at now: it
+// then counts as absent, whether or not a sweep has removed it.
+func (in *Intent) expired(now time.Time) bool {
+	return in.State.Final() && !in.ExpiresAt.IsZero() && !now.Before(in.ExpiresAt)
 }
 
 // CreateTx records the intent described by s in the caller's transaction,
@@ -244,10 +277,15 @@ func (x *Executor) CreateTx(tx kv.Tx, s Spec) (in *Intent, created bool, err err
 	}
 	key := DownstreamKey(s.Scope, s.Key, s.Purpose)
 	existing, err := loadIntent(tx, key)
-	if err != nil || existing != nil {
+	now := x.db.Now()
+	if err != nil || (existing != nil && !existing.expired(now)) {
 		return existing, false, err
 	}
-	now := x.db.Now()
+	if existing != nil { // past its retention: forgotten, a new intent starts
+		if err := deleteIntent(tx, existing); err != nil {
+			return nil, false, err
+		}
+	}
 	in = &Intent{
 		ID: key, Kind: s.Kind, Subject: s.Subject, DownstreamKey: key, Payload: bytes.Clone(s.Payload),
 		State: StatePending, NextAttemptAt: now.Add(x.cfg.Grace), Version: 1, CreatedAt: now, UpdatedAt: now,
@@ -277,18 +315,41 @@ func (x *Executor) Get(ctx context.Context, id string) (*Intent, error) {
 	err := x.db.View(ctx, func(tx kv.Tx) error {
 		var err error
 		in, err = GetTx(tx, id)
+		if err == nil && in.expired(x.db.Now()) {
+			in, err = nil, ErrNotFound
+		}
 		return err
 	})
 	return in, err
 }
 
-// GetTx returns the intent with the given ID inside tx, or ErrNotFound.
+// GetTx returns the intent stored under id inside tx, or ErrNotFound. It
+// returns what is stored, even a final intent past its retention; Executor.Get
+// is the retention-aware look-up that treats those as absent.
 func GetTx(tx kv.Tx, id string) (*Intent, error) {
 	in, err := loadIntent(tx, id)
 	if err == nil && in == nil {
 		err = ErrNotFound
 	}
 	return in, err
+}
+
+func deleteIntent(tx kv.Tx, in *Intent) error {
+	id := []byte(in.ID)
+	if b := intentsNS.Bucket(tx); b != nil {
+		if err := b.Delete(id); err != nil {
+			return err
+		}
+	}
+	if in.State.live() {
+		if err := dueIdx.Delete(tx, in.NextAttemptAt, id); err != nil {
+			return err
+		}
+	}
+	if !in.ExpiresAt.IsZero() {
+		return intentExp.Delete(tx, in.ExpiresAt, id)
+	}
+	return nil
 }
 
 // Intents iterates every intent in ID order inside tx, optionally only those

@@ -57,6 +57,9 @@ type Event struct {
 	NextAttempt time.Time
 	LastError   string
 	PublishedAt time.Time
+	// ExpiresAt is when a published event is forgotten (retention); zero
+	// while pending or quarantined.
+	ExpiresAt time.Time
 }
 
 // MaxEventIDLen bounds an event ID.
@@ -73,7 +76,7 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 
 // Event layout, version 1: id, topic, key (strings) | nheaders uvarint |
 // (name, value)... | payload | state byte | created (time) | attempts uvarint |
-// next attempt (time) | last error | published (time).
+// next attempt (time) | last error | published (time) | expires (time).
 const eventLayout = 1
 
 func encodeEvent(e *kv.Encoder, ev *Event) []byte {
@@ -94,6 +97,7 @@ func encodeEvent(e *kv.Encoder, ev *Event) []byte {
 	e.Time(ev.NextAttempt)
 	e.String(ev.LastError)
 	e.Time(ev.PublishedAt)
+	e.Time(ev.ExpiresAt)
 	return e.Finish()
 }
 
@@ -129,6 +133,7 @@ func decodeEvent(k, v []byte) (*Event, error) {
 	ev.NextAttempt = d.Time()
 	ev.LastError = d.String()
 	ev.PublishedAt = d.Time()
+	ev.ExpiresAt = d.Time()
 	if err := d.Done(); err != nil {
 		return nil, err
 	}
@@ -175,7 +180,10 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 		return 0, false, err
 	}
 	if s := ids.Get([]byte(ev.ID)); s != nil {
-		return binary.BigEndian.Uint64(s), false, nil
+		gone, err := o.forgetIfExpired(tx, ids, ev.ID, s)
+		if err != nil || !gone {
+			return binary.BigEndian.Uint64(s), false, err
+		}
 	}
 	b, err := outboxNS.Create(tx)
 	if err != nil {
@@ -196,6 +204,38 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	}
 	tx.OnCommit(o.notify)
 	return seq, true, nil
+}
+
+// forgetIfExpired removes the published event at seq s if its retention has
+// passed: an expired event counts as absent, whether or not a sweep has
+// removed it yet, so re-adding its ID adds it again.
+func (o *Outbox) forgetIfExpired(tx kv.Tx, ids kv.Bucket, id string, s []byte) (bool, error) {
+	pub := publishedNS.Bucket(tx)
+	if pub == nil {
+		return false, nil
+	}
+	v := pub.Get(s)
+	if v == nil {
+		return false, nil
+	}
+	ev, err := decodeEvent(s, v)
+	if err != nil || o.db.Now().Before(ev.ExpiresAt) {
+		return false, err
+	}
+	return true, deletePublished(tx, pub, ids, ev)
+}
+
+func deletePublished(tx kv.Tx, pub, ids kv.Bucket, ev *Event) error {
+	k := seqKey(ev.Seq)
+	if err := pub.Delete(k); err != nil {
+		return err
+	}
+	if ids != nil {
+		if err := ids.Delete([]byte(ev.ID)); err != nil {
+			return err
+		}
+	}
+	return publishedExpiry.Delete(tx, ev.ExpiresAt, k)
 }
 
 // Add is AddTx in its own transaction.

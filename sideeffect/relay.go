@@ -56,7 +56,17 @@ type RelayConfig struct {
 	Backoff Backoff
 	// Logger receives failures and quarantines. nil discards.
 	Logger *slog.Logger
+	// Retention is how long a published event is kept (for inspection and
+	// to dedupe a re-add of its ID) before retention sweeps remove it. 0
+	// means DefaultPublishedRetention; negative keeps them forever.
+	Retention time.Duration
+	// RetentionFor, if set, overrides Retention per topic (for example
+	// retention.Policy.Func); 0 falls back to Retention.
+	RetentionFor func(topic string) time.Duration
 }
+
+// DefaultPublishedRetention is how long published events are kept.
+const DefaultPublishedRetention = time.Hour
 
 // Relay publishes an outbox's events in sequence (commit) order. It is woken
 // by the commit of new events and polls only as a fallback. An event is
@@ -92,6 +102,9 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultPublishedRetention
 	}
 	return &Relay{o: o, cfg: cfg}, nil
 }
@@ -194,7 +207,14 @@ func (r *Relay) markPublished(ctx context.Context, events []Event) error {
 			if pending.Get(k) == nil {
 				continue // already moved (requeued and published elsewhere)
 			}
+			ret := r.cfg.Retention
+			if r.cfg.RetentionFor != nil {
+				if d := r.cfg.RetentionFor(ev.Topic); d != 0 {
+					ret = d
+				}
+			}
 			ev.State, ev.PublishedAt, ev.Attempts = EventPublished, now, ev.Attempts+1
+			ev.ExpiresAt = kv.ExpiryAt(now, ret)
 			var e kv.Encoder
 			if err := pub.Put(k, encodeEvent(&e, &ev)); err != nil {
 				return err
@@ -202,7 +222,7 @@ func (r *Relay) markPublished(ctx context.Context, events []Event) error {
 			if err := pending.Delete(k); err != nil {
 				return err
 			}
-			if err := publishedExpiry.Put(tx, now, k); err != nil {
+			if err := publishedExpiry.Put(tx, ev.ExpiresAt, k); err != nil {
 				return err
 			}
 		}
@@ -315,7 +335,41 @@ func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
 	})
 }
 
-var publishedExpiry = kv.NewTimeIndex("outbox.published.at")
+var publishedExpiry = kv.NewTimeIndex("outbox.published.expiry")
+
+func init() { kv.RegisterSweeper("outbox.published", publishedSweeper{}) }
+
+// publishedSweeper removes published events past their retention. Pending
+// and quarantined events have no entry: they are never swept.
+type publishedSweeper struct{}
+
+func (publishedSweeper) Index() kv.TimeIndex { return publishedExpiry }
+
+func (publishedSweeper) Expire(tx kv.Tx, at time.Time, key []byte, now time.Time, dryRun bool) (bool, string, error) {
+	pub := publishedNS.Bucket(tx)
+	var v []byte
+	if pub != nil {
+		v = pub.Get(key)
+	}
+	if v == nil {
+		if b := outboxNS.Bucket(tx); b != nil && b.Get(key) != nil {
+			return false, "unpublished", nil
+		}
+		return false, "index mismatch", nil
+	}
+	ev, err := decodeEvent(key, v)
+	switch {
+	case err != nil:
+		return false, "corrupt", nil
+	case !ev.ExpiresAt.Equal(at):
+		return false, "index mismatch", nil
+	case now.Before(ev.ExpiresAt):
+		return false, "not expired", nil
+	case dryRun:
+		return true, "", nil
+	}
+	return true, "", deletePublished(tx, pub, outboxIDsNS.Bucket(tx), ev)
+}
 
 func init() { kv.RegisterChecker("sideeffect.outbox", checkOutbox) }
 
@@ -329,8 +383,8 @@ func checkOutbox(tx kv.Tx, report func(string)) {
 				report(err.Error())
 				continue
 			}
-			if st == EventPublished && !publishedExpiry.Has(tx, ev.PublishedAt, seqKey(ev.Seq)) {
-				report(fmt.Sprintf("published outbox event %d (%s) has no published-at index entry", ev.Seq, ev.ID))
+			if st == EventPublished && !publishedExpiry.Has(tx, ev.ExpiresAt, seqKey(ev.Seq)) {
+				report(fmt.Sprintf("published outbox event %d (%s) has no expiry-index entry", ev.Seq, ev.ID))
 			}
 			if ev.State != st {
 				report(fmt.Sprintf("outbox event %d (%s) is %s in the %s bucket", ev.Seq, ev.ID, ev.State, st))
@@ -341,6 +395,19 @@ func checkOutbox(tx kv.Tx, report func(string)) {
 			seqs[ev.Seq] = ev.ID
 		}
 	}
+	_ = publishedExpiry.ForEach(tx, func(at time.Time, k []byte) error {
+		pub := publishedNS.Bucket(tx)
+		var v []byte
+		if pub != nil {
+			v = pub.Get(k)
+		}
+		if v == nil {
+			report(fmt.Sprintf("outbox expiry-index entry %s %x: no published event", at.Format(time.RFC3339Nano), k))
+		} else if ev, err := decodeEvent(k, v); err == nil && !ev.ExpiresAt.Equal(at) {
+			report(fmt.Sprintf("outbox expiry-index entry %s: event %s expires at %s", at.Format(time.RFC3339Nano), ev.ID, ev.ExpiresAt.Format(time.RFC3339Nano)))
+		}
+		return nil
+	})
 	if ids := outboxIDsNS.Bucket(tx); ids != nil {
 		c := ids.Cursor()
 		n := 0

@@ -1,0 +1,373 @@
+package retention_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/retention"
+	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest"
+)
+
+var ctx = context.Background()
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+func TestPolicyForAndValidate(t *testing.T) {
+	t.Parallel()
+	p := retention.Policy{
+		Idempotency: 48 * time.Hour,
+		Overrides: []retention.Override{
+			{Kind: retention.Idempotency, ScopePrefix: "acme|", Retention: 72 * time.Hour},
+			{Kind: retention.Idempotency, ScopePrefix: "acme|POST /v1/refunds", Retention: retention.Forever},
+			{Kind: retention.Inbox, ScopePrefix: "audit", Retention: 90 * 24 * time.Hour},
+		},
+	}
+	require.Equal(t, 48*time.Hour, p.For(retention.Idempotency, "globex|POST /v1/orders"))
+	require.Equal(t, 72*time.Hour, p.For(retention.Idempotency, "acme|POST /v1/orders"))
+	require.Equal(t, retention.Forever, p.For(retention.Idempotency, "acme|POST /v1/refunds"), "the longest prefix wins")
+	require.Equal(t, retention.DefaultInbox, p.For(retention.Inbox, "billing"))
+	require.Equal(t, 90*24*time.Hour, p.Func(retention.Inbox)("audit-log"))
+	require.Equal(t, retention.DefaultPublishedEvents, p.For(retention.PublishedEvents, "order.paid"))
+	require.Equal(t, retention.DefaultFinishedIntents, p.For(retention.FinishedIntents, "charge"))
+	require.NoError(t, p.Validate(retention.Constraints{Lease: time.Minute, ClientRetryHorizon: 24 * time.Hour, RedeliveryHorizon: 3 * 24 * time.Hour}))
+
+	bad := retention.Policy{
+		Idempotency: 10 * time.Second,
+		Inbox:       time.Hour,
+		Overrides:   []retention.Override{{Kind: retention.Idempotency, ScopePrefix: "x|", Retention: 5 * time.Minute}, {Kind: "nope", Retention: time.Hour}},
+	}
+	err := bad.Validate(retention.Constraints{Lease: 30 * time.Second, ClientRetryHorizon: time.Hour, RedeliveryHorizon: 24 * time.Hour})
+	require.ErrorIs(t, err, retention.ErrInvalidPolicy)
+	require.ErrorContains(t, err, "idempotency retention 10s is shorter than the lease 30s: a record could vanish while its claim is live")
+	require.ErrorContains(t, err, `idempotency (scope prefix "x|") retention 5m0s is shorter than the client retry horizon 1h0m0s`)
+	require.ErrorContains(t, err, "inbox retention 1h0m0s is shorter than the broker's redelivery horizon 24h0m0s")
+	require.ErrorContains(t, err, `unknown kind "nope"`)
+}
+
+// world holds one record of every kind, written at t0 through the real
+// writers with default retentions.
+type world struct {
+	db      *kv.DB
+	clock   *kv.ManualClock
+	l       *ledger.Ledger
+	inbox   *ledger.Inbox
+	outbox  *sideeffect.Outbox
+	relay   *sideeffect.Relay
+	x       *sideeffect.Executor
+	fake    *providertest.Fake
+	claim   *ledger.Claim
+	parked  string
+	pending string
+	done    string
+}
+
+func build(t *testing.T) *world {
+	t.Helper()
+	w := &world{clock: kv.NewManualClock(t0)}
+	w.db = dbtest.Open(t, &kv.Options{NoSync: true, Clock: w.clock})
+	var err error
+	w.l, err = ledger.New(w.db, &ledger.Config{Lease: time.Minute})
+	require.NoError(t, err)
+	w.inbox, err = ledger.NewInbox(w.db, nil)
+	require.NoError(t, err)
+	w.outbox = sideeffect.NewOutbox(w.db)
+	w.relay, err = sideeffect.NewRelay(w.outbox, sideeffect.RelayConfig{Publisher: sideeffect.PublishFunc(func(context.Context, sideeffect.Event) error { return nil })})
+	require.NoError(t, err)
+	w.fake = providertest.New(providertest.Rates{}, 1)
+	w.x, err = sideeffect.New(w.db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: w.fake}}, MaxAttempts: 1})
+	require.NoError(t, err)
+
+	req := ledger.Request{Scope: "acme|POST /v1/orders", Key: "done", Fingerprint: ledger.Fingerprint{1}}
+	_, err = w.l.Do(ctx, req, func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+	require.NoError(t, err)
+	out, err := w.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/pay", Key: "working", Fingerprint: ledger.Fingerprint{2}})
+	require.NoError(t, err)
+	w.claim = out.Claim
+	_, err = w.inbox.Handle(ctx, "billing", "msg-1", func(kv.Tx) error { return nil })
+	require.NoError(t, err)
+	_, _, err = w.outbox.Add(ctx, sideeffect.Event{ID: "published", Topic: "order.paid"})
+	require.NoError(t, err)
+	_, err = w.relay.RunOnce(ctx)
+	require.NoError(t, err)
+
+	spec := func(k string) sideeffect.Spec {
+		return sideeffect.Spec{Kind: "charge", Subject: k, Scope: "s", Key: k, Purpose: "charge"}
+	}
+	in, _, err := w.x.Create(ctx, spec("done"))
+	require.NoError(t, err)
+	w.done = in.ID
+	_, err = w.x.Execute(ctx, in.ID)
+	require.NoError(t, err)
+	in, _, err = w.x.Create(ctx, spec("pending"))
+	require.NoError(t, err)
+	w.pending = in.ID
+	w.fake.Script = func(string, sideeffect.Call) providertest.Fault { return providertest.FailBeforeCharge }
+	in, _, err = w.x.Create(ctx, spec("parked"))
+	require.NoError(t, err)
+	w.parked = in.ID
+	parked, err := w.x.Execute(ctx, in.ID) // MaxAttempts 1: parked at once
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateNeedsAttention, parked.State)
+	// An event that is never published (its relay is not run again).
+	_, _, err = w.outbox.Add(ctx, sideeffect.Event{ID: "unpublished", Topic: "order.paid"})
+	require.NoError(t, err)
+	return w
+}
+
+// to moves the clock to target in steps of at most 12 hours, the worker
+// holding the claim renewing its lease (and so its record) at every step,
+// as a heartbeat would.
+func (w *world) to(t *testing.T, target time.Time) {
+	for w.clock.Now().Before(target) {
+		next := w.clock.Now().Add(12 * time.Hour)
+		if next.After(target) {
+			next = target
+		}
+		w.clock.Set(next)
+		require.NoError(t, w.l.Extend(ctx, w.claim))
+	}
+}
+
+func sweep(t *testing.T, db *kv.DB) retention.Stats {
+	t.Helper()
+	st, err := retention.Sweep(ctx, db, nil)
+	require.NoError(t, err)
+	return st
+}
+
+// Records of every kind expire exactly at their retention, are absent to
+// readers from that instant, and are removed by the sweep; records without a
+// retention survive any number of sweeps.
+func TestEveryKindExpiresExactlyAtItsRetention(t *testing.T) {
+	t.Parallel()
+	w := build(t)
+	deadlines := []struct {
+		kind  retention.Kind
+		after time.Duration
+		alive func() bool
+	}{
+		{retention.PublishedEvents, retention.DefaultPublishedEvents, func() bool {
+			_, added, err := w.outbox.Add(ctx, sideeffect.Event{ID: "probe-" + fmt.Sprint(w.clock.Now().UnixNano()), Topic: "t"})
+			require.NoError(t, err)
+			_ = added
+			var n int
+			require.NoError(t, w.db.View(ctx, func(tx kv.Tx) error {
+				for e, err := range sideeffect.Events(tx, sideeffect.EventPublished) {
+					require.NoError(t, err)
+					if e.ID == "published" {
+						n++
+					}
+				}
+				return nil
+			}))
+			return n == 1
+		}},
+		{retention.Idempotency, retention.DefaultIdempotency, func() bool {
+			_, err := w.l.Get(ctx, "acme|POST /v1/orders", "done")
+			return err == nil
+		}},
+		{retention.Inbox, retention.DefaultInbox, func() bool {
+			seen, err := w.inbox.Seen(ctx, "billing", "msg-1")
+			require.NoError(t, err)
+			return seen
+		}},
+		{retention.FinishedIntents, retention.DefaultFinishedIntents, func() bool {
+			_, err := w.x.Get(ctx, w.done)
+			return err == nil
+		}},
+	}
+	for _, d := range deadlines {
+		// The worker with the claim keeps its lease alive all along.
+		w.to(t, t0.Add(d.after-time.Nanosecond))
+		require.True(t, d.alive(), "%s alive 1ns before its retention", d.kind)
+		st := sweep(t, w.db)
+		require.Zero(t, st.Kinds[d.kind].Deleted, "%s swept early", d.kind)
+
+		w.to(t, t0.Add(d.after))
+		if d.kind != retention.PublishedEvents {
+			require.False(t, d.alive(), "%s is absent to readers at its retention, before any sweep", d.kind)
+		}
+		st = sweep(t, w.db)
+		require.Equal(t, 1, st.Kinds[d.kind].Deleted, "%s swept at its retention", d.kind)
+		if d.kind == retention.PublishedEvents {
+			require.False(t, d.alive())
+		}
+	}
+
+	// A year later, after many sweeps: the live claim, the pending and the
+	// parked intents and the unpublished event are all still there.
+	for range 5 {
+		w.to(t, w.clock.Now().Add(73*24*time.Hour))
+		sweep(t, w.db)
+	}
+	rec, err := w.l.Get(ctx, "acme|POST /v1/pay", "working")
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusInProgress, rec.Status)
+	for _, id := range []string{w.pending, w.parked} {
+		_, err := w.x.Get(ctx, id)
+		require.NoError(t, err)
+	}
+	lag, err := w.outbox.Lag(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, lag.Pending, 1)
+}
+
+func fill(t *testing.T, l *ledger.Ledger, prefix string, n int) {
+	t.Helper()
+	for i := 0; i < n; i += 1000 {
+		require.NoError(t, l.DB().Update(ctx, func(tx kv.Tx) error {
+			for j := i; j < min(i+1000, n); j++ {
+				_, err := l.DoTx(ctx, tx, ledger.Request{Scope: "acme|POST /v1/orders", Key: fmt.Sprintf("%s-%07d", prefix, j), Fingerprint: ledger.Fingerprint{1}},
+					func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte(`{"id":"ord"}`)}, nil })
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+}
+
+func TestBatchesDryRunAndCancel(t *testing.T) {
+	t.Parallel()
+	clock := kv.NewManualClock(t0)
+	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
+	fill(t, l, "old", 3000)
+	clock.Advance(30 * time.Minute)
+	fill(t, l, "new", 500)
+	clock.Advance(30 * time.Minute) // "old" expired, "new" has 30 minutes left
+
+	dry, err := retention.Sweep(ctx, db, &retention.Config{DryRun: true, BatchSize: 250})
+	require.NoError(t, err)
+	require.True(t, dry.DryRun)
+	require.Equal(t, 3000, dry.Kinds[retention.Idempotency].Deleted)
+	n := 0
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
+			n++
+		}
+		return nil
+	}))
+	require.Equal(t, 3500, n, "a dry run removes nothing")
+
+	// A canceled sweep stops between batches with a consistent database.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = retention.Sweep(cctx, db, &retention.Config{BatchSize: 100})
+	require.ErrorIs(t, err, context.Canceled)
+
+	st, err := retention.Sweep(ctx, db, &retention.Config{BatchSize: 250, Kinds: []retention.Kind{retention.Idempotency}})
+	require.NoError(t, err)
+	ks := st.Kinds[retention.Idempotency]
+	require.Equal(t, 3000, ks.Deleted)
+	require.Equal(t, 3000, ks.Examined, "only expired entries are read")
+	require.GreaterOrEqual(t, ks.Batches, 12)
+	require.Positive(t, ks.LongestTx)
+	require.Len(t, st.Kinds, 1)
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		n = 0
+		for r, err := range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
+			require.NoError(t, err)
+			require.Contains(t, r.Key, "new-")
+			n++
+		}
+		require.Equal(t, 500, n)
+		return nil
+	}))
+}
+
+// Requests keep being served while a large sweep runs: the sweep's write
+// transactions are short and it yields between them.
+func TestRequestsServedDuringSweep(t *testing.T) {
+	t.Parallel()
+	clock := kv.NewManualClock(t0)
+	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
+	fill(t, l, "old", 40000)
+	clock.Advance(2 * time.Hour)
+
+	var sweeping atomic.Bool
+	var duringSweep atomic.Int64
+	sweeping.Store(true)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: fmt.Sprintf("live-%d-%d", g, i), Fingerprint: ledger.Fingerprint{1}},
+					func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+				require.NoError(t, err)
+				if sweeping.Load() {
+					duringSweep.Add(1)
+				}
+			}
+		})
+	}
+	st, err := retention.Sweep(ctx, db, &retention.Config{BatchSize: 500})
+	sweeping.Store(false)
+	close(stop)
+	wg.Wait()
+	require.NoError(t, err)
+	require.Equal(t, 40000, st.Kinds[retention.Idempotency].Deleted)
+	require.Positive(t, duringSweep.Load(), "requests completed while the sweep ran")
+	t.Logf("sweep of 40000: %d batches, longest transaction %s, %d requests served meanwhile",
+		st.Kinds[retention.Idempotency].Batches, st.LongestTx(), duringSweep.Load())
+}
+
+// Pages freed by sweeps are reused: repeated fill/sweep cycles do not keep
+// growing the file.
+func TestFileIsReusedAcrossSweeps(t *testing.T) {
+	t.Parallel()
+	clock := kv.NewManualClock(t0)
+	path := filepath.Join(t.TempDir(), "reuse.db")
+	db := dbtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
+	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
+	var sizes []int64
+	for cycle := range 6 {
+		fill(t, l, fmt.Sprint("c", cycle), 20000)
+		clock.Advance(2 * time.Hour)
+		st := sweep(t, db)
+		require.Equal(t, 20000, st.Kinds[retention.Idempotency].Deleted)
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		sizes = append(sizes, fi.Size())
+	}
+	t.Logf("file size after each fill/sweep cycle: %v", sizes)
+	require.LessOrEqual(t, sizes[5], sizes[1]+sizes[1]/10, "the file stopped growing: %v", sizes)
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, &kv.Options{NoSync: true})
+	rctx, cancel := context.WithCancel(ctx)
+	sweeps := make(chan retention.Stats, 4)
+	done := make(chan error)
+	go func() {
+		done <- retention.Run(rctx, db, nil, time.Hour, func(s retention.Stats, err error) {
+			require.NoError(t, err)
+			sweeps <- s
+		})
+	}()
+	<-sweeps
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Error(t, retention.Run(ctx, db, nil, 0, nil))
+}

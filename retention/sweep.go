@@ -1,0 +1,203 @@
+package retention
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Defaults of Config.
+const (
+	DefaultBatchSize = 1000
+	DefaultMaxTxTime = 50 * time.Millisecond
+	DefaultPause     = time.Millisecond
+)
+
+// Config configures a sweep. A nil *Config means defaults.
+type Config struct {
+	// BatchSize bounds the records removed per write transaction.
+	BatchSize int
+	// MaxTxTime is a time budget per write transaction: a batch stops early
+	// once it is spent, so request transactions are not stalled.
+	MaxTxTime time.Duration
+	// Pause is how long the sweep yields the writer between batches.
+	Pause time.Duration
+	// DryRun re-checks and counts what would be removed, removing nothing.
+	DryRun bool
+	// Kinds limits the sweep (nil: every registered kind).
+	Kinds []Kind
+}
+
+func (c *Config) withDefaults() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.BatchSize <= 0 {
+		r.BatchSize = DefaultBatchSize
+	}
+	if r.MaxTxTime <= 0 {
+		r.MaxTxTime = DefaultMaxTxTime
+	}
+	if r.Pause < 0 {
+		r.Pause = 0
+	} else if r.Pause == 0 {
+		r.Pause = DefaultPause
+	}
+	return r
+}
+
+// KindStats reports the sweep of one kind.
+type KindStats struct {
+	Examined  int            // expired index entries looked at
+	Deleted   int            // records removed (or, in a dry run, removable)
+	Skipped   map[string]int // records kept, by reason ("live lease", "pending", ...)
+	Batches   int            // write transactions
+	LongestTx time.Duration  // the longest of them
+}
+
+// Stats reports a sweep.
+type Stats struct {
+	Kinds    map[Kind]*KindStats
+	Duration time.Duration
+	DryRun   bool
+}
+
+// Deleted sums the records removed across kinds.
+func (s Stats) Deleted() int {
+	n := 0
+	for _, k := range s.Kinds {
+		n += k.Deleted
+	}
+	return n
+}
+
+// LongestTx is the longest write transaction of the sweep.
+func (s Stats) LongestTx() time.Duration {
+	var d time.Duration
+	for _, k := range s.Kinds {
+		d = max(d, k.LongestTx)
+	}
+	return d
+}
+
+// Sweep removes every record of every kind that is past its retention, in
+// bounded batches: it reads a batch of due entries from the kind's expiry
+// index (so its cost follows what has expired, not the size of the
+// database), then removes them in one short write transaction, re-checking
+// each record's state first (an in-progress record with a live lease, a
+// pending intent or an unpublished event is never removed), and yields
+// between batches. It stops cleanly when ctx ends, returning what it did.
+func Sweep(ctx context.Context, db *kv.DB, cfg *Config) (Stats, error) {
+	c := cfg.withDefaults()
+	start := time.Now()
+	st := Stats{Kinds: map[Kind]*KindStats{}, DryRun: c.DryRun}
+	names, sweepers := kv.Sweepers()
+	for _, name := range names {
+		if c.Kinds != nil && !slices.Contains(c.Kinds, Kind(name)) {
+			continue
+		}
+		ks := &KindStats{Skipped: map[string]int{}}
+		st.Kinds[Kind(name)] = ks
+		if err := sweepKind(ctx, db, sweepers[name], c, ks); err != nil {
+			st.Duration = time.Since(start)
+			return st, err
+		}
+	}
+	st.Duration = time.Since(start)
+	return st, nil
+}
+
+func sweepKind(ctx context.Context, db *kv.DB, s kv.Sweeper, c Config, ks *KindStats) error {
+	idx := s.Index()
+	var after []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now := db.Now()
+		var entries []kv.Entry
+		// Collect the keys first, then delete in a separate transaction:
+		// never delete under a live cursor.
+		if err := db.View(ctx, func(tx kv.Tx) error {
+			entries = idx.Due(tx, now, after, c.BatchSize)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+		var deleted, processed int
+		skipped := map[string]int{}
+		begin := time.Now()
+		err := db.Update(ctx, func(tx kv.Tx) error {
+			deleted, processed = 0, 0
+			clear(skipped)
+			for _, e := range entries {
+				if processed > 0 && time.Since(begin) > c.MaxTxTime {
+					break
+				}
+				ok, kept, err := s.Expire(tx, e.At, e.Key, now, c.DryRun)
+				if err != nil {
+					return fmt.Errorf("retention: expire %q: %w", e.Key, err)
+				}
+				processed++
+				if ok {
+					deleted++
+				} else {
+					skipped[kept]++
+				}
+			}
+			return nil
+		})
+		took := time.Since(begin)
+		if err != nil {
+			return err
+		}
+		ks.Batches++
+		ks.LongestTx = max(ks.LongestTx, took)
+		ks.Examined += processed
+		ks.Deleted += deleted
+		for r, n := range skipped {
+			ks.Skipped[r] += n
+		}
+		after = entries[processed-1].IndexKey()
+		if c.Pause > 0 {
+			t := time.NewTimer(c.Pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// Run sweeps every interval until ctx ends, passing each sweep's stats to
+// onSweep (for metrics; may be nil). It returns ctx.Err().
+func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, onSweep func(Stats, error)) error {
+	if interval <= 0 {
+		return fmt.Errorf("retention: interval %s must be positive", interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		st, err := Sweep(ctx, db, cfg)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if onSweep != nil {
+			onSweep(st, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
