@@ -230,7 +230,9 @@ func fill(t *testing.T, l *ledger.Ledger, prefix string, n int) {
 		require.NoError(t, l.DB().Update(ctx, func(tx kv.Tx) error {
 			for j := i; j < min(i+1000, n); j++ {
 				_, err := l.DoTx(ctx, tx, ledger.Request{Scope: "acme|POST /v1/orders", Key: fmt.Sprintf("%s-%07d", prefix, j), Fingerprint: ledger.Fingerprint{1}},
-					func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte(`{"id":"ord"}`)}, nil })
+					func(kv.Tx) (ledger.Response, error) {
+						return ledger.Response{Status: 201, Body: []byte(`{"id":"ord"}`)}, nil
+					})
 				if err != nil {
 					return err
 				}
