@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	providerURL := fs.String("provider", "", "payment provider base URL (default: an in-process fake provider)")
 	apiKeys := fs.String("api-keys", app.DefaultAPIKeys, "API keys: key=tenant,key=tenant")
 	verbose := fs.Bool("v", false, "log every idempotent request")
+	webhook := fs.String("webhook", "", "URL that receives the outbox events (default: log them)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		*providerURL = url
 	}
 
-	a, err := app.New(app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger})
+	a, err := app.New(app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger, Webhook: *webhook})
 	if err != nil {
 		return err
 	}

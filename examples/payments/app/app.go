@@ -22,6 +22,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -39,6 +40,11 @@ type Config struct {
 	Provider sideeffect.Provider
 	// Grace and Lease tune the reconciler; zero means 5s and 30s.
 	Grace, Lease time.Duration
+	// Webhook, if set, receives the outbox events (order.paid); otherwise
+	// the relay logs them.
+	Webhook string
+	// SweepInterval is how often retention sweeps run. 0 means one minute.
+	SweepInterval time.Duration
 }
 
 // ParseAPIKeys parses "key=tenant,key=tenant".
@@ -169,13 +175,44 @@ func (a *App) build() error {
 	return nil
 }
 
-// Run runs the reconciler until ctx ends.
+// Run runs the background work until ctx ends: the reconciler (finishes
+// interrupted payments by asking the provider), the outbox relay (publishes
+// order.paid) and the retention sweeps.
 func (a *App) Run(ctx context.Context) error {
-	err := a.Executor.Run(ctx, nil)
-	if errors.Is(err, context.Canceled) {
+	var pub sideeffect.Publisher = sideeffect.PublishFunc(func(_ context.Context, ev sideeffect.Event) error {
+		a.log.Info("event published", "id", ev.ID, "topic", ev.Topic, "seq", ev.Seq)
 		return nil
+	})
+	if a.cfg.Webhook != "" {
+		pub = &sideeffect.WebhookPublisher{URL: a.cfg.Webhook}
 	}
-	return err
+	relay, err := sideeffect.NewRelay(a.Outbox, sideeffect.RelayConfig{Publisher: pub, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	interval := a.cfg.SweepInterval
+	if interval == 0 {
+		interval = time.Minute
+	}
+	errs := make(chan error, 3)
+	go func() { errs <- a.Executor.Run(ctx, nil) }()
+	go func() { errs <- relay.Run(ctx, nil) }()
+	go func() {
+		errs <- retention.Run(ctx, a.DB, nil, interval, func(st retention.Stats, err error) {
+			if err != nil {
+				a.log.Error("retention sweep", "error", err)
+			} else if n := st.Deleted(); n > 0 {
+				a.log.Info("retention sweep", "deleted", n, "longest_tx", st.LongestTx())
+			}
+		})
+	}()
+	var first error
+	for range 3 {
+		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Close closes the database.
@@ -310,7 +347,9 @@ func (a *App) paid(tx kv.Tx, in *sideeffect.Intent) error {
 	var charge struct {
 		ID string `json:"id"`
 	}
-	_ = json.Unmarshal(in.Result, &charge)
+	if json.Unmarshal(in.Result, &charge) != nil || charge.ID == "" {
+		charge.ID = string(in.Result) // a provider that answers with the bare charge ID
+	}
 	res, err := a.Orders.AssignFieldTx(tx, id, func(o *Order) { o.Status, o.ChargeID = "paid", charge.ID }, conditional.Cond{})
 	if err != nil {
 		return err
