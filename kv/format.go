@@ -93,3 +93,12 @@ func WriteFormatForTest(db *bolt.DB, v uint32) error {
 		return b.Put(formatKey, encodeFormat(v))
 	})
 }
+
+// StoredFormat returns the format version recorded in the file (0 if none).
+func StoredFormat(tx Tx) (uint32, error) {
+	bt := BoltTx(tx)
+	if bt == nil {
+		return 0, errors.New("kv: format record needs a bbolt transaction")
+	}
+	return readFormat(bt)
+}

@@ -76,6 +76,9 @@ type Record struct {
 	StoredBytes int
 	// Compressed reports whether the body is stored zstd-compressed.
 	Compressed bool
+	// ResponseStatus is the stored response's status (0 while in progress),
+	// decoded even when the body is not.
+	ResponseStatus int
 }
 
 // Expired reports whether the record is past its retention at now.
@@ -204,15 +207,15 @@ func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
 		}
 		return r, d.Done()
 	}
-	if !withBody {
-		return r, nil
-	}
-	resp := &Response{}
 	st := d.Uvarint()
 	if st > 999 {
 		return nil, d.Fail(fmt.Sprintf("response status %d out of range", st))
 	}
-	resp.Status = int(st)
+	r.ResponseStatus = int(st)
+	if !withBody {
+		return r, d.Err()
+	}
+	resp := &Response{Status: int(st)}
 	nh := d.Uvarint()
 	if nh > uint64(len(v)) {
 		return nil, d.Fail(fmt.Sprintf("%d headers in a %d-byte record", nh, len(v)))

@@ -134,7 +134,11 @@ func sweepKind(ctx context.Context, db *kv.DB, s kv.Sweeper, c Config, ks *KindS
 		var deleted, processed int
 		skipped := map[string]int{}
 		begin := time.Now()
-		err := db.Update(ctx, func(tx kv.Tx) error {
+		txn := db.Update
+		if c.DryRun {
+			txn = db.View // a dry run writes nothing, and works on a read-only file
+		}
+		err := txn(ctx, func(tx kv.Tx) error {
 			deleted, processed = 0, 0
 			clear(skipped)
 			for _, e := range entries {

@@ -28,6 +28,7 @@ import (
 	"github.com/oncekv/oncekv/examples/payments/app"
 	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger/inspect"
 )
 
 func main() {
@@ -47,6 +48,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	apiKeys := fs.String("api-keys", app.DefaultAPIKeys, "API keys: key=tenant,key=tenant")
 	verbose := fs.Bool("v", false, "log every idempotent request")
 	webhook := fs.String("webhook", "", "URL that receives the outbox events (default: log them)")
+	admin := fs.String("admin", "", "serve the read-only admin endpoint (oncekv --addr) on this loopback address, e.g. 127.0.0.1:8081 (off by default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,6 +87,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	})
 
+	if *admin != "" {
+		aln, err := net.Listen("tcp", *admin)
+		if err != nil {
+			return err
+		}
+		asrv := &http.Server{Handler: inspect.Handler(a.DB, inspect.HandlerOptions{}), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() { _ = asrv.Serve(aln) })
+		defer asrv.Close()
+		fmt.Fprintf(out, "admin listening on http://%s (read-only; bodies redacted)\n", aln.Addr())
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

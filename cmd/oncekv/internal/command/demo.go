@@ -1,0 +1,416 @@
+package command
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/oncekv/oncekv/examples/payments/app"
+	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+// demoConfig are the demo's knobs.
+type demoConfig struct {
+	ops, clients               int
+	lose, dup, concurrent      float64 // client-side transport faults
+	providerFail, providerLose float64 // provider faults
+	seed                       uint64
+}
+
+func newDemo(o *options) *cobra.Command {
+	cfg := demoConfig{}
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the payments service under retries and faults, and prove nothing was charged twice",
+		Long: `demo starts the payments example and its payment provider in this process,
+on loopback, with an embedded database (a new file under the temp directory
+unless --db), and runs --clients clients doing --ops logical payments
+(create an order, pay it) through a transport that loses responses, sends
+duplicates and concurrent duplicates, against a provider that fails before
+charging and loses responses after charging. Clients retry with their same
+keys. The summary counts operations, attempts, replays, conflicts, provider
+charges, duplicates and lost operations (both must be 0), and latency; the
+database is left for inspection. Exit 1 if anything was duplicated or lost.`,
+		Example: `  oncekv demo
+  oncekv demo --ops 1000 --clients 16
+  oncekv demo --db demo.db && oncekv keys --db demo.db --limit 5`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.ops <= 0 || cfg.clients <= 0 {
+				return usagef("--ops and --clients must be positive")
+			}
+			return runDemo(cmd.Context(), o, cfg)
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&cfg.ops, "ops", 300, "logical payments (create + pay)")
+	f.IntVar(&cfg.clients, "clients", 8, "concurrent clients")
+	f.Float64Var(&cfg.lose, "lose-responses", 0.10, "fraction of responses lost on the way back")
+	f.Float64Var(&cfg.dup, "duplicates", 0.10, "fraction of requests sent twice in a row")
+	f.Float64Var(&cfg.concurrent, "concurrent-duplicates", 0.10, "fraction of requests sent twice at once")
+	f.Float64Var(&cfg.providerFail, "provider-fail", 0.05, "fraction of provider calls failing before charging")
+	f.Float64Var(&cfg.providerLose, "provider-lose", 0.10, "fraction of provider calls that charge, then drop the response")
+	f.Uint64Var(&cfg.seed, "seed", uint64(time.Now().UnixNano()), "seed of every fault")
+	return c
+}
+
+// faultTransport injects client-side faults and counts what happens.
+type faultTransport struct {
+	base                  http.RoundTripper
+	lose, dup, concurrent float64
+	mu                    sync.Mutex
+	rng                   *rand.Rand
+	attempts, replays     atomic.Int64
+	conflicts, lost       atomic.Int64
+}
+
+func (t *faultTransport) roll() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rng.Float64()
+}
+
+func (t *faultTransport) send(req *http.Request, body []byte) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	t.attempts.Add(1)
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	// Read it all, so a discarded duplicate still completes on the server.
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	return resp, nil
+}
+
+func discard(resp *http.Response, err error) {
+	if err == nil {
+		resp.Body.Close()
+	}
+}
+
+func (t *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+		req.Body.Close()
+	}
+	var resp *http.Response
+	var err error
+	switch r := t.roll(); {
+	case r < t.concurrent:
+		var wg sync.WaitGroup
+		var other *http.Response
+		var otherErr error
+		wg.Go(func() { other, otherErr = t.send(req, body) })
+		resp, err = t.send(req, body)
+		wg.Wait()
+		discard(other, otherErr)
+	case r < t.concurrent+t.dup:
+		discard(t.send(req, body))
+		resp, err = t.send(req, body)
+	default:
+		resp, err = t.send(req, body)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if resp.Header.Get("Idempotent-Replayed") == "true" {
+		t.replays.Add(1)
+	}
+	if resp.StatusCode == http.StatusConflict {
+		t.conflicts.Add(1)
+	}
+	if t.roll() < t.lose {
+		resp.Body.Close()
+		t.lost.Add(1)
+		return nil, fmt.Errorf("demo transport: response lost: %w", io.ErrUnexpectedEOF)
+	}
+	return resp, nil
+}
+
+type serverHandle struct {
+	srv  *http.Server
+	done chan struct{}
+	url  string
+}
+
+func serve(h http.Handler) (*serverHandle, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &serverHandle{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{}), url: "http://" + ln.Addr().String()}
+	go func() { _ = s.srv.Serve(ln); close(s.done) }()
+	return s, nil
+}
+
+func (s *serverHandle) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+	<-s.done
+}
+
+// demoResult is the summary, printed as a table or JSON.
+type demoResult struct {
+	DB              string  `json:"db"`
+	Operations      int     `json:"operations"`
+	Clients         int     `json:"clients"`
+	Attempts        int64   `json:"attempts"`
+	LostResponses   int64   `json:"lost_responses"`
+	Replays         int64   `json:"replays"`
+	Conflicts       int64   `json:"conflicts"`
+	ProviderCharges int     `json:"provider_charges"`
+	Duplicates      int     `json:"duplicates"`
+	Lost            int     `json:"lost"`
+	P50MS           float64 `json:"p50_ms"`
+	P99MS           float64 `json:"p99_ms"`
+	Seconds         float64 `json:"seconds"`
+	Inspect         string  `json:"inspect"`
+}
+
+func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
+	dbPath := o.db
+	if dbPath == "" {
+		dir, err := os.MkdirTemp("", "oncekv-demo-")
+		if err != nil {
+			return err
+		}
+		dbPath = filepath.Join(dir, "payments.db")
+	}
+	providerPath := strings.TrimSuffix(dbPath, filepath.Ext(dbPath)) + "-provider.db"
+	pdb, err := kv.Open(providerPath, &kv.Options{LockTimeout: lockTimeout})
+	if err != nil {
+		return fmt.Errorf("provider database: %w", err)
+	}
+	defer pdb.Close()
+	psrv, err := serve(fakeprovider.New(pdb, fakeprovider.Faults{FailRate: cfg.providerFail, LoseRate: cfg.providerLose}, cfg.seed).Handler())
+	if err != nil {
+		return err
+	}
+	defer psrv.close()
+
+	a, err := app.New(app.Config{DBPath: dbPath, ProviderURL: psrv.url, Grace: time.Second, Lease: 5 * time.Second})
+	if errors.Is(err, kv.ErrLocked) {
+		return errors.New(lockedHelp(dbPath))
+	}
+	if err != nil {
+		return err
+	}
+	runCtx, stopApp := context.WithCancel(ctx)
+	appDone := make(chan error, 1)
+	go func() { appDone <- a.Run(runCtx) }()
+	asrv, err := serve(a.Handler)
+	if err != nil {
+		stopApp()
+		<-appDone
+		_ = a.Close()
+		return err
+	}
+	shutdown := func() {
+		asrv.close()
+		stopApp()
+		<-appDone
+		_ = a.Close()
+	}
+
+	tr := &faultTransport{base: &http.Transport{MaxIdleConnsPerHost: cfg.clients * 2}, lose: cfg.lose, dup: cfg.dup, concurrent: cfg.concurrent,
+		rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0xdeadbeef))}
+	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	policy := sideeffect.RetryPolicy{MaxAttempts: 30, Deadline: time.Minute, Backoff: sideeffect.Backoff{Base: 20 * time.Millisecond, Cap: 500 * time.Millisecond}}
+
+	progress := newProgress(o.out, cfg.ops)
+	start := time.Now()
+	latencies := make([]time.Duration, cfg.ops)
+	orderIDs := make([]string, cfg.ops)
+	failures := make([]error, cfg.ops)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range cfg.clients {
+		wg.Go(func() {
+			for i := range work {
+				t0 := time.Now()
+				orderIDs[i], failures[i] = payOne(ctx, client, policy, asrv.url, i)
+				latencies[i] = time.Since(t0)
+				progress.add()
+			}
+		})
+	}
+	for i := range cfg.ops {
+		select {
+		case work <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	progress.finish()
+	elapsed := time.Since(start)
+
+	// Count charges per order at the provider, and check every order.
+	res := demoResult{DB: dbPath, Operations: cfg.ops, Clients: cfg.clients, Attempts: tr.attempts.Load(), LostResponses: tr.lost.Load(),
+		Replays: tr.replays.Load(), Conflicts: tr.conflicts.Load(), Seconds: elapsed.Seconds(),
+		Inspect: "oncekv keys --db " + dbPath + " --limit 10"}
+	charges, err := providerCharges(psrv.url)
+	if err != nil {
+		shutdown()
+		return err
+	}
+	perOrder := map[string]int{}
+	for _, c := range charges {
+		perOrder[strings.TrimPrefix(c.Subject, "order/")]++
+	}
+	res.ProviderCharges = len(charges)
+	for id, n := range perOrder {
+		if n > 1 || !slices.Contains(orderIDs, id) {
+			res.Duplicates += max(n-1, 1)
+		}
+	}
+	for i, id := range orderIDs {
+		if failures[i] != nil || id == "" {
+			res.Lost++
+			continue
+		}
+		row, err := a.Orders.Get(ctx, id)
+		if err != nil || row.Value.Status != "paid" || perOrder[id] != 1 {
+			res.Lost++
+		}
+	}
+	shutdown()
+	slices.Sort(latencies)
+	res.P50MS = float64(latencies[len(latencies)/2].Microseconds()) / 1000
+	res.P99MS = float64(latencies[min(len(latencies)-1, len(latencies)*99/100)].Microseconds()) / 1000
+
+	err = o.emit(res, func(w io.Writer) {
+		fmt.Fprintf(w, "operations\t%d logical payments (create an order, pay it) by %d clients in %.1fs\n", res.Operations, res.Clients, res.Seconds)
+		fmt.Fprintf(w, "attempts\t%d HTTP requests sent (%d responses lost on the way back, duplicates sent on purpose)\n", res.Attempts, res.LostResponses)
+		fmt.Fprintf(w, "replays\t%d answered from the idempotency record\n", res.Replays)
+		fmt.Fprintf(w, "conflicts\t%d answered 409 while the first attempt was in progress\n", res.Conflicts)
+		fmt.Fprintf(w, "provider charges\t%d\n", res.ProviderCharges)
+		fmt.Fprintf(w, "duplicates\t%d (must be 0)\n", res.Duplicates)
+		fmt.Fprintf(w, "lost operations\t%d (must be 0)\n", res.Lost)
+		fmt.Fprintf(w, "latency\tp50 %.1fms, p99 %.1fms per logical payment, retries included\n", res.P50MS, res.P99MS)
+		fmt.Fprintf(w, "inspect\t%s\n", res.Inspect)
+	})
+	if err != nil {
+		return err
+	}
+	if res.Duplicates != 0 || res.Lost != 0 {
+		for i, f := range failures {
+			if f != nil {
+				return fmt.Errorf("payment %d: %w", i, f)
+			}
+		}
+		return fmt.Errorf("%d duplicates, %d lost operations", res.Duplicates, res.Lost)
+	}
+	return nil
+}
+
+// payOne creates order i and pays it, retrying with the same keys.
+func payOne(ctx context.Context, c *http.Client, p sideeffect.RetryPolicy, base string, i int) (string, error) {
+	call := func(path, key, body string) (map[string]any, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer sk_test_acme")
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := p.Do(ctx, c, req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+			return nil, fmt.Errorf("%s: %d %v", path, resp.StatusCode, m)
+		}
+		return m, nil
+	}
+	o, err := call("/v1/orders", fmt.Sprintf("demo-create-%d", i),
+		fmt.Sprintf(`{"external_ref":"demo-%d","amount_cents":%d,"currency":"eur","client_ts":%q}`, i, 100+i, time.Now().UTC().Format(time.RFC3339Nano)))
+	if err != nil {
+		return "", err
+	}
+	id, _ := o["id"].(string)
+	paid, err := call("/v1/orders/"+id+"/pay", fmt.Sprintf("demo-pay-%d", i), "")
+	if err != nil {
+		return id, err
+	}
+	if paid["status"] != "paid" {
+		return id, fmt.Errorf("order %s: status %v", id, paid["status"])
+	}
+	return id, nil
+}
+
+func providerCharges(base string) ([]fakeprovider.Charge, error) {
+	resp, err := httpClient.Get(base + "/v1/charges")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var cs []fakeprovider.Charge
+	return cs, json.NewDecoder(resp.Body).Decode(&cs)
+}
+
+// progress shows a bar on a terminal and a line per 10% otherwise.
+type progress struct {
+	bar   *progressbar.ProgressBar
+	out   io.Writer
+	total int
+	done  atomic.Int64
+}
+
+func newProgress(out io.Writer, total int) *progress {
+	p := &progress{out: out, total: total}
+	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("payments"),
+			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	}
+	return p
+}
+
+func (p *progress) add() {
+	n := p.done.Add(1)
+	if p.bar != nil {
+		_ = p.bar.Add(1)
+		return
+	}
+	if step := max(p.total/10, 1); n%int64(step) == 0 || int(n) == p.total {
+		fmt.Fprintf(p.out, "%d/%d payments done\n", n, p.total)
+	}
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}

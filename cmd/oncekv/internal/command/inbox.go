@@ -1,0 +1,45 @@
+package command
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+func newInbox(o *options) *cobra.Command {
+	var consumer string
+	var limit int
+	c := &cobra.Command{
+		Use:     "inbox",
+		Short:   "List processed message IDs",
+		Example: `  oncekv inbox --db consumer.db --consumer billing --limit 50`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			src, done, err := o.source()
+			if err != nil {
+				return err
+			}
+			defer done()
+			list, err := src.Inbox(cmd.Context(), consumer, limit)
+			if err != nil {
+				return err
+			}
+			return o.emit(list, func(w io.Writer) {
+				fmt.Fprintln(w, "CONSUMER\tMESSAGE ID\tPROCESSED\tEXPIRES")
+				for _, e := range list {
+					exp := ts(e.ExpiresAt)
+					if e.Expired {
+						exp += " (expired)"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Consumer, e.MessageID, ts(e.ProcessedAt), exp)
+				}
+				fmt.Fprintf(w, "(%d message IDs)\n", len(list))
+			})
+		},
+	}
+	c.Flags().StringVar(&consumer, "consumer", "", "only `CONSUMER`'s IDs")
+	c.Flags().IntVar(&limit, "limit", 0, "at most `N` (0: all)")
+	addrFlag(c, o)
+	return c
+}

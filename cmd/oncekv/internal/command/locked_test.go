@@ -1,0 +1,63 @@
+package command
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/ledger/inspect"
+)
+
+// A real second process holds the database: every command fails fast with
+// a message that says how to inspect it live, and --addr against that
+// process's admin endpoint returns the same records.
+func TestLockedFileAndAddr(t *testing.T) {
+	t.Parallel()
+	db := fixture(t)
+	want, _, code := run("keys", "--db", db, "--json")
+	require.Equal(t, 0, code)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "HOLD_DB="+db)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
+	require.True(t, ok, line)
+
+	for _, args := range [][]string{{"keys"}, {"stats"}, {"check"}, {"intents"}, {"sweep"}} {
+		start := time.Now()
+		_, stderr, code := run(append(args, "--db", db)...)
+		took := time.Since(start)
+		require.Equal(t, 1, code, args)
+		require.Contains(t, stderr, "is held by a running process")
+		require.Contains(t, stderr, "--addr http://127.0.0.1:8081")
+		require.Less(t, took, 2*time.Second, "%v took %s", args, took)
+	}
+
+	got, stderr, code := run("keys", "--addr", url, "--json")
+	require.Equal(t, 0, code, stderr)
+	require.JSONEq(t, want, got)
+	out, _, code := run("get", "--addr", url, "--scope", "acme|POST /v1/orders", "--key", "create-1", "--body", "--json")
+	require.Equal(t, 0, code)
+	var r inspect.Record
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "redacted", r.BodyEncoding, "the admin endpoint redacts bodies by default")
+	require.Empty(t, r.Body)
+	table, _, code := run("outbox", "--addr", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, table, "ev-poison")
+	_, _, code = run("check", "--addr", url)
+	require.Equal(t, 0, code)
+	_, _, code = run("keys", "--addr", url, "--db", db)
+	require.Equal(t, 2, code)
+}

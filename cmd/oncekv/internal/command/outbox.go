@@ -1,0 +1,49 @@
+package command
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func newOutbox(o *options) *cobra.Command {
+	c := &cobra.Command{
+		Use:     "outbox",
+		Short:   "Show the outbox: pending events, their age, quarantined events",
+		Example: `  oncekv outbox --db payments.db`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			src, done, err := o.source()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ob, err := src.Outbox(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return o.emit(ob, func(w io.Writer) {
+				fmt.Fprintf(w, "pending\t%d\n", ob.Pending)
+				fmt.Fprintf(w, "oldest pending age\t%s\n", (time.Duration(ob.OldestAgeSeconds * float64(time.Second))).Round(time.Millisecond))
+				fmt.Fprintf(w, "published (kept)\t%d\n", ob.Published)
+				fmt.Fprintf(w, "quarantined\t%d\n", ob.Quarantined)
+				if len(ob.QuarantinedEvents) > 0 {
+					fmt.Fprintln(w, "\nQUARANTINED SEQ\tID\tTOPIC\tATTEMPTS\tLAST ERROR")
+					for _, e := range ob.QuarantinedEvents {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", e.Seq, e.ID, e.Topic, e.Attempts, dash(e.LastError))
+					}
+				}
+				if len(ob.OldestPending) > 0 {
+					fmt.Fprintln(w, "\nPENDING SEQ\tID\tTOPIC\tATTEMPTS\tCREATED")
+					for _, e := range ob.OldestPending {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", e.Seq, e.ID, e.Topic, e.Attempts, ts(e.CreatedAt))
+					}
+				}
+			})
+		},
+	}
+	addrFlag(c, o)
+	return c
+}

@@ -1,0 +1,172 @@
+// Package command implements the oncekv CLI, one file per command.
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger/inspect"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// lockTimeout bounds how long a command waits for a locked file, well
+// under the two seconds a user should wait to learn that a service holds it.
+const lockTimeout = 500 * time.Millisecond
+
+// usageError marks bad usage (exit 2).
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// options are the flags every command shares.
+type options struct {
+	db   string
+	json bool
+	addr string
+	out  io.Writer
+}
+
+// Main runs the CLI with args and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot(stdout)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "oncekv:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+func newRoot(stdout io.Writer) *cobra.Command {
+	o := &options{out: stdout}
+	root := &cobra.Command{
+		Use:   "oncekv",
+		Short: "Inspect, check, sweep and compact oncekv databases; run the demo",
+		Long: `oncekv works on the bbolt file of a service that uses oncekv: it lists
+idempotency keys, intents, the outbox and the inbox, checks consistency,
+sweeps expired records and compacts the file. Output is an aligned table, or
+JSON with --json (stable field names).
+
+A running service holds its file's lock. Read commands then take --addr to
+query the service's admin endpoint (inspect.Handler) instead of the file.
+
+Exit status: 0 success, 1 failure, 2 bad usage.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&o.db, "db", "", "database file")
+	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
+		newSweep(o), newCheck(o), newCompact(o), newDemo(o))
+	return root
+}
+
+// addrFlag adds --addr to a read command.
+func addrFlag(c *cobra.Command, o *options) {
+	c.Flags().StringVar(&o.addr, "addr", "", "query a running service's admin endpoint (http://host:port) instead of --db")
+}
+
+// lockedHelp explains what to do when a service holds the file.
+func lockedHelp(path string) string {
+	return fmt.Sprintf("%s is held by a running process (bbolt lets only one process open a database file).\n"+
+		"Inspect it live through that service's admin endpoint, for example:\n"+
+		"  oncekv keys --addr http://127.0.0.1:8081   (start the payments example with -admin 127.0.0.1:8081)\n"+
+		"or stop the service first", path)
+}
+
+// open opens --db for reading (or writing), with a short lock timeout.
+func (o *options) open(write bool) (*kv.DB, error) {
+	if o.db == "" {
+		return nil, usagef("--db FILE is required")
+	}
+	if _, err := os.Stat(o.db); err != nil {
+		return nil, fmt.Errorf("open %s: %w", o.db, err)
+	}
+	db, err := kv.Open(o.db, &kv.Options{ReadOnly: !write, LockTimeout: lockTimeout})
+	switch {
+	case errors.Is(err, kv.ErrLocked):
+		return nil, errors.New(lockedHelp(o.db))
+	case errors.Is(err, kv.ErrNewerFormat):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("%s is not a readable oncekv database: %w", o.db, err)
+	}
+	return db, nil
+}
+
+// source returns what read commands query: the admin endpoint with --addr,
+// else the file. The returned func closes it.
+func (o *options) source() (inspect.Source, func(), error) {
+	if o.addr != "" {
+		if o.db != "" {
+			return nil, nil, usagef("use --db or --addr, not both")
+		}
+		return &inspect.Client{BaseURL: strings.TrimRight(o.addr, "/"), HTTP: httpClient}, func() {}, nil
+	}
+	db, err := o.open(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return inspect.New(db), func() { _ = db.Close() }, nil
+}
+
+// emit prints v as JSON with --json, else calls table with a tabwriter.
+func (o *options) emit(v any, table func(w io.Writer)) error {
+	if o.json {
+		enc := json.NewEncoder(o.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(o.out, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+func tsp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return ts(*t)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,48 @@
+package command
+
+import (
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/spf13/cobra"
+)
+
+func newStats(o *options) *cobra.Command {
+	c := &cobra.Command{
+		Use:     "stats",
+		Short:   "Count records per kind and state; show sizes and bbolt page statistics",
+		Example: `  oncekv stats --db payments.db`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			src, done, err := o.source()
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := src.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return o.emit(st, func(w io.Writer) {
+				fmt.Fprintf(w, "file\t%s (%d bytes, page size %d, format %d)\n", dash(st.Path), st.FileBytes, st.PageSize, st.FormatVersion)
+				fmt.Fprintf(w, "free pages\t%d (%d bytes; %d pending release)\n", st.FreePages, st.FreeBytes, st.PendingPages)
+				names := make([]string, 0, len(st.Counts))
+				for n := range st.Counts {
+					names = append(names, n)
+				}
+				sort.Strings(names)
+				fmt.Fprintln(w, "\nRECORDS\tCOUNT")
+				for _, n := range names {
+					fmt.Fprintf(w, "%s\t%d\n", n, st.Counts[n])
+				}
+				fmt.Fprintln(w, "\nBUCKET\tKEYS\tDEPTH\tLEAF PAGES\tBRANCH PAGES\tLEAF BYTES IN USE")
+				for _, b := range st.Buckets {
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\n", b.Name, b.Keys, b.Depth, b.LeafPages, b.BranchPage, b.LeafInuse)
+				}
+			})
+		},
+	}
+	addrFlag(c, o)
+	return c
+}

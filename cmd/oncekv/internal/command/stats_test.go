@@ -1,0 +1,30 @@
+package command
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/ledger/inspect"
+)
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	db := fixture(t)
+	out, _, code := run("stats", "--db", db)
+	require.Equal(t, 0, code)
+	require.Regexp(t, `idempotency.completed\s+3`, out)
+	require.Regexp(t, `ledger\s+5\s+1`, out)
+	out, _, _ = run("stats", "--db", db, "--json")
+	var st inspect.Stats
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, map[string]int{
+		"idempotency.completed": 3, "idempotency.in_progress": 1, "idempotency.expired": 1,
+		"intent.succeeded": 1, "intent.needs_attention": 1, "intent.pending": 1,
+		"outbox.pending": 1, "outbox.published": 2, "outbox.quarantined": 1, "inbox.ids": 2,
+	}, st.Counts)
+	require.Equal(t, uint32(1), st.FormatVersion)
+	require.Positive(t, st.FileBytes)
+	require.Equal(t, 4096, st.PageSize)
+}

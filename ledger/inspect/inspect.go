@@ -1,0 +1,319 @@
+package inspect
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
+
+	// Registered checkers and sweepers of the kinds inspect does not read
+	// directly, so Check covers every invariant.
+	_ "github.com/oncekv/oncekv/conditional"
+)
+
+// Source answers inspection queries: an *Inspector over a file, or a
+// *Client of a running service's Handler.
+type Source interface {
+	Keys(ctx context.Context, q KeysQuery) ([]Key, error)
+	Get(ctx context.Context, scope, key string, body bool) (Record, error)
+	Intents(ctx context.Context, state string) ([]Intent, error)
+	Outbox(ctx context.Context) (Outbox, error)
+	Inbox(ctx context.Context, consumer string, limit int) ([]InboxEntry, error)
+	Stats(ctx context.Context) (Stats, error)
+	Check(ctx context.Context) ([]Problem, error)
+}
+
+// KeysQuery selects idempotency records.
+type KeysQuery struct {
+	ScopePrefix string
+	Status      string // "", "in_progress" or "completed"
+	Expired     bool   // only records past their retention (not yet swept)
+	Limit       int    // 0: no limit
+}
+
+// ErrNotFound is returned by Get for a missing record.
+var ErrNotFound = errors.New("inspect: no such record")
+
+// Inspector runs the queries on a database.
+type Inspector struct {
+	db *kv.DB
+	l  *ledger.Ledger
+	// ShowBodies allows Get to return stored bodies.
+	ShowBodies bool
+}
+
+var _ Source = (*Inspector)(nil)
+
+// New returns an Inspector of db (which may be read-only).
+func New(db *kv.DB) *Inspector {
+	l, _ := ledger.New(db, nil) // the default config is valid
+	return &Inspector{db: db, l: l, ShowBodies: true}
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func keyView(r *ledger.Record, now time.Time) Key {
+	k := Key{
+		Scope: r.Scope, Key: r.Key, Status: r.Status.String(), Version: r.Version,
+		CreatedAt: r.CreatedAt, CompletedAt: optTime(r.CompletedAt), ExpiresAt: r.ExpiresAt,
+		Expired: r.Expired(now), StoredBytes: r.StoredBytes, Compressed: r.Compressed,
+	}
+	if r.Status == ledger.StatusInProgress {
+		k.LeaseExpiresAt = optTime(r.LeaseExpiresAt)
+	}
+	k.ResponseStatus = r.ResponseStatus
+	return k
+}
+
+// Keys lists idempotency records in (scope, key) order.
+func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
+	opts := ledger.ListOptions{ScopePrefix: q.ScopePrefix, ExpiredOnly: q.Expired, Limit: q.Limit}
+	if q.Status != "" {
+		st, err := ledger.ParseStatus(q.Status)
+		if err != nil {
+			return nil, err
+		}
+		opts.Status = st
+	}
+	out := []Key{}
+	err := i.db.View(ctx, func(tx kv.Tx) error {
+		now := i.db.Now()
+		for r, err := range i.l.Records(tx, opts) {
+			if err != nil {
+				out = append(out, Key{Error: err.Error()})
+				continue
+			}
+			out = append(out, keyView(r, now))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Get returns one record in detail, expired or not; the body only when
+// asked and allowed.
+func (i *Inspector) Get(ctx context.Context, scope, key string, body bool) (Record, error) {
+	var rec Record
+	err := i.db.View(ctx, func(tx kv.Tx) error {
+		r, err := i.l.GetTx(tx, scope, key, true)
+		if errors.Is(err, ledger.ErrNotFound) {
+			return fmt.Errorf("%w: scope %q key %q", ErrNotFound, scope, key)
+		}
+		if err != nil {
+			return err
+		}
+		rec = Record{Key: keyView(r, i.db.Now()), Fingerprint: r.Fingerprint.String(), Owner: r.Owner.String()}
+		if r.Response != nil {
+			rec.Headers = r.Response.Header
+			rec.BodyBytes = len(r.Response.Body)
+			switch {
+			case !body:
+			case !i.ShowBodies:
+				rec.BodyEncoding = "redacted"
+			default:
+				rec.Body, rec.BodyEncoding = renderBody(r.Response.Body)
+			}
+		}
+		return nil
+	})
+	return rec, err
+}
+
+// renderBody shows b as text when it is printable UTF-8, else as hex.
+func renderBody(b []byte) (string, string) {
+	if utf8.Valid(b) {
+		printable := true
+		for _, r := range string(b) {
+			if !unicode.IsPrint(r) && !unicode.IsSpace(r) {
+				printable = false
+				break
+			}
+		}
+		if printable {
+			return string(b), "text"
+		}
+	}
+	return hex.EncodeToString(b), "hex"
+}
+
+func (i *Inspector) intentView(in *sideeffect.Intent) Intent {
+	v := Intent{
+		ID: in.ID, Kind: in.Kind, Subject: in.Subject, State: in.State.String(), Attempts: in.Attempts,
+		LastError: in.LastError, Version: in.Version, CreatedAt: in.CreatedAt, UpdatedAt: in.UpdatedAt,
+		FinishedAt: optTime(in.FinishedAt),
+	}
+	if in.State == sideeffect.StatePending || in.State == sideeffect.StateUnknown {
+		v.NextAttemptAt = optTime(in.NextAttemptAt)
+	}
+	if i.ShowBodies {
+		v.Payload, v.Result = string(in.Payload), string(in.Result)
+	}
+	return v
+}
+
+// Intents lists intents, optionally in one state.
+func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error) {
+	var st sideeffect.State
+	if state != "" {
+		var err error
+		if st, err = sideeffect.ParseState(state); err != nil {
+			return nil, err
+		}
+	}
+	out := []Intent{}
+	err := i.db.View(ctx, func(tx kv.Tx) error {
+		for in, err := range sideeffect.Intents(tx, st) {
+			if err != nil {
+				return err
+			}
+			out = append(out, i.intentView(in))
+		}
+		return nil
+	})
+	return out, err
+}
+
+func eventView(e *sideeffect.Event) Event {
+	return Event{Seq: e.Seq, ID: e.ID, Topic: e.Topic, Key: e.Key, State: e.State.String(), Attempts: e.Attempts,
+		LastError: e.LastError, CreatedAt: e.CreatedAt, PublishedAt: optTime(e.PublishedAt)}
+}
+
+// Outbox summarises the outbox: lag, published and quarantined events.
+func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
+	o := Outbox{QuarantinedEvents: []Event{}, OldestPending: []Event{}}
+	err := i.db.View(ctx, func(tx kv.Tx) error {
+		now := i.db.Now()
+		for e, err := range sideeffect.Events(tx, sideeffect.EventPending) {
+			if err != nil {
+				return err
+			}
+			if o.Pending == 0 {
+				o.OldestAgeSeconds = max(now.Sub(e.CreatedAt), 0).Seconds()
+			}
+			o.Pending++
+			if len(o.OldestPending) < 20 {
+				o.OldestPending = append(o.OldestPending, eventView(e))
+			}
+		}
+		for _, err := range sideeffect.Events(tx, sideeffect.EventPublished) {
+			if err != nil {
+				return err
+			}
+			o.Published++
+		}
+		for e, err := range sideeffect.Events(tx, sideeffect.EventQuarantined) {
+			if err != nil {
+				return err
+			}
+			o.Quarantined++
+			o.QuarantinedEvents = append(o.QuarantinedEvents, eventView(e))
+		}
+		return nil
+	})
+	return o, err
+}
+
+// Inbox lists processed message IDs, for one consumer or all.
+func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]InboxEntry, error) {
+	out := []InboxEntry{}
+	err := i.db.View(ctx, func(tx kv.Tx) error {
+		now := i.db.Now()
+		for e, err := range ledger.InboxEntries(tx, consumer) {
+			if err != nil {
+				return err
+			}
+			out = append(out, InboxEntry{Consumer: e.Consumer, MessageID: e.MessageID, ProcessedAt: e.ProcessedAt,
+				ExpiresAt: e.ExpiresAt, Expired: !now.Before(e.ExpiresAt)})
+			if limit > 0 && len(out) >= limit {
+				return nil
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Stats counts records per kind and state and reports storage.
+func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
+	b := i.db.Bolt()
+	st := Stats{Path: i.db.Path(), PageSize: b.Info().PageSize, Counts: map[string]int{}, Buckets: []Bucket{}}
+	if fi, err := os.Stat(i.db.Path()); err == nil {
+		st.FileBytes = fi.Size()
+	}
+	ds := b.Stats()
+	st.FreePages, st.PendingPages, st.FreeBytes = ds.FreePageN, ds.PendingPageN, ds.FreeAlloc
+	err := i.db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		if st.FormatVersion, err = kv.StoredFormat(tx); err != nil {
+			return err
+		}
+		now := i.db.Now()
+		for r, err := range i.l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
+			switch {
+			case err != nil:
+				st.Counts["idempotency.corrupt"]++
+			case r.Expired(now):
+				st.Counts["idempotency.expired"]++
+			default:
+				st.Counts["idempotency."+r.Status.String()]++
+			}
+		}
+		for in, err := range sideeffect.Intents(tx, 0) {
+			if err != nil {
+				st.Counts["intent.corrupt"]++
+				continue
+			}
+			st.Counts["intent."+in.State.String()]++
+		}
+		for _, s := range []sideeffect.EventState{sideeffect.EventPending, sideeffect.EventPublished, sideeffect.EventQuarantined} {
+			for _, err := range sideeffect.Events(tx, s) {
+				if err != nil {
+					st.Counts["outbox.corrupt"]++
+					continue
+				}
+				st.Counts["outbox."+s.String()]++
+			}
+		}
+		for _, err := range ledger.InboxEntries(tx, "") {
+			if err == nil {
+				st.Counts["inbox.ids"]++
+			}
+		}
+		bt := kv.BoltTx(tx)
+		for _, ns := range kv.Namespaces(tx, "") {
+			bk := bt.Bucket(ns.Bytes())
+			if bk == nil {
+				continue
+			}
+			s := bk.Stats()
+			st.Buckets = append(st.Buckets, Bucket{Name: ns.Name(), Keys: s.KeyN, Depth: s.Depth, LeafPages: s.LeafPageN,
+				LeafInuse: s.LeafInuse, BranchPage: s.BranchPageN})
+		}
+		return nil
+	})
+	return st, err
+}
+
+// Check runs bbolt's consistency check and every oncekv invariant.
+func (i *Inspector) Check(ctx context.Context) ([]Problem, error) {
+	ps, err := i.db.Check(ctx)
+	out := []Problem{}
+	for _, p := range ps {
+		out = append(out, Problem{Check: p.Check, Message: p.Message})
+	}
+	return out, err
+}

@@ -1,0 +1,113 @@
+package inspect
+
+import "time"
+
+// Key is one idempotency record in a listing. Field names are stable.
+type Key struct {
+	Scope          string     `json:"scope"`
+	Key            string     `json:"key"`
+	Status         string     `json:"status"`
+	Version        uint64     `json:"version"`
+	CreatedAt      time.Time  `json:"created_at"`
+	CompletedAt    *time.Time `json:"completed_at,omitempty"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	ExpiresAt      time.Time  `json:"expires_at"`
+	Expired        bool       `json:"expired"`
+	ResponseStatus int        `json:"response_status,omitempty"`
+	StoredBytes    int        `json:"stored_bytes"`
+	Compressed     bool       `json:"compressed"`
+	Error          string     `json:"error,omitempty"` // a record that failed to decode
+}
+
+// Record is one idempotency record in detail.
+type Record struct {
+	Key
+	Fingerprint string              `json:"fingerprint"`
+	Owner       string              `json:"owner"`
+	Headers     map[string][]string `json:"headers,omitempty"`
+	BodyBytes   int                 `json:"body_bytes"`
+	// Body is the stored body when requested: text if it is printable UTF-8,
+	// otherwise hex (BodyEncoding says which). Empty when redacted.
+	Body         string `json:"body,omitempty"`
+	BodyEncoding string `json:"body_encoding,omitempty"` // "text", "hex" or "redacted"
+}
+
+// Intent is one side-effect intent.
+type Intent struct {
+	ID            string     `json:"id"`
+	Kind          string     `json:"kind"`
+	Subject       string     `json:"subject"`
+	State         string     `json:"state"`
+	Attempts      int        `json:"attempts"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	Version       uint64     `json:"version"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	Payload       string     `json:"payload,omitempty"`
+	Result        string     `json:"result,omitempty"`
+}
+
+// Event is one outbox event.
+type Event struct {
+	Seq         uint64     `json:"seq"`
+	ID          string     `json:"id"`
+	Topic       string     `json:"topic"`
+	Key         string     `json:"key,omitempty"`
+	State       string     `json:"state"`
+	Attempts    int        `json:"attempts"`
+	LastError   string     `json:"last_error,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	PublishedAt *time.Time `json:"published_at,omitempty"`
+}
+
+// Outbox summarises the outbox.
+type Outbox struct {
+	Pending          int     `json:"pending"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	Published        int     `json:"published"`
+	Quarantined      int     `json:"quarantined"`
+	// QuarantinedEvents lists every quarantined event; OldestPending the
+	// first pending ones (at most 20).
+	QuarantinedEvents []Event `json:"quarantined_events"`
+	OldestPending     []Event `json:"oldest_pending"`
+}
+
+// InboxEntry is one processed message ID.
+type InboxEntry struct {
+	Consumer    string    `json:"consumer"`
+	MessageID   string    `json:"message_id"`
+	ProcessedAt time.Time `json:"processed_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Expired     bool      `json:"expired"`
+}
+
+// Bucket describes one of oncekv's buckets.
+type Bucket struct {
+	Name       string `json:"name"`
+	Keys       int    `json:"keys"`
+	Depth      int    `json:"depth"`
+	LeafPages  int    `json:"leaf_pages"`
+	LeafInuse  int    `json:"leaf_inuse_bytes"`
+	BranchPage int    `json:"branch_pages"`
+}
+
+// Stats counts records per kind and state, and reports storage.
+type Stats struct {
+	Path          string         `json:"path,omitempty"`
+	FileBytes     int64          `json:"file_bytes"`
+	PageSize      int            `json:"page_size"`
+	FreePages     int            `json:"free_pages"`
+	PendingPages  int            `json:"pending_pages"`
+	FreeBytes     int            `json:"free_bytes"`
+	FormatVersion uint32         `json:"format_version"`
+	Counts        map[string]int `json:"counts"` // "idempotency.completed", "intent.pending", ...
+	Buckets       []Bucket       `json:"buckets"`
+}
+
+// Problem is one consistency problem.
+type Problem struct {
+	Check   string `json:"check"`
+	Message string `json:"message"`
+}
