@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 
@@ -54,6 +55,138 @@ func BenchmarkSingleTx(b *testing.B) {
 				return ledger.Response{Status: 201, Header: respHeader, Body: responseBody}, putOrder(tx, k)
 			})
 			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	p.report(b)
+}
+
+// fillReplays stores n completed records (and n bare values of the same
+// size) and returns their requests.
+func fillReplays(b *testing.B, l *ledger.Ledger, bare *kv.DB, n int) []ledger.Request {
+	reqs := make([]ledger.Request, n)
+	for i := range reqs {
+		reqs[i] = ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{byte(i), 1}}
+	}
+	for i := 0; i < n; i += 1000 {
+		err := l.DB().Update(ctx, func(tx kv.Tx) error {
+			for j := i; j < min(i+1000, n); j++ {
+				if _, err := l.DoTx(ctx, tx, reqs[j], func(kv.Tx) (ledger.Response, error) {
+					return ledger.Response{Status: 201, Header: respHeader, Body: responseBody}, nil
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = bare.Update(ctx, func(tx kv.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists([]byte("responses"))
+			if err != nil {
+				return err
+			}
+			for j := i; j < min(i+1000, n); j++ {
+				if err := bk.Put(key("idem", j), responseBody); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return reqs
+}
+
+// BenchmarkReplayHit compares answering a retry from the ledger (read-only
+// look-up, checksum, decode, copy of the stored response) with a bare bbolt
+// View that reads and copies a value of the same size.
+func BenchmarkReplayHit(b *testing.B) {
+	const n = 10000
+	bare, db := openDB(b, "bare", &kv.Options{NoSync: true}), openDB(b, "oncekv", &kv.Options{NoSync: true})
+	l, _ := ledger.New(db, nil)
+	reqs := fillReplays(b, l, bare, n)
+	var p pair
+	var sink []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r := reqs[i%n]
+		k := key("idem", i%n)
+		p.timeBare(func() {
+			_ = bare.View(ctx, func(tx kv.Tx) error {
+				sink = append(sink[:0], tx.Bucket([]byte("responses")).Get(k)...)
+				return nil
+			})
+		})
+		p.timeSubject(func() {
+			res, err := l.Do(ctx, r, nil)
+			if err != nil || !res.Replayed {
+				b.Fatalf("not a replay: %v", err)
+			}
+		})
+	}
+	_ = sink
+	p.report(b)
+}
+
+// BenchmarkMismatchReject measures rejecting a reused key (different
+// fingerprint): a read-only look-up and a typed error, no write. The bare
+// side is the same View as for replays.
+func BenchmarkMismatchReject(b *testing.B) {
+	const n = 10000
+	bare, db := openDB(b, "bare", &kv.Options{NoSync: true}), openDB(b, "oncekv", &kv.Options{NoSync: true})
+	l, _ := ledger.New(db, nil)
+	reqs := fillReplays(b, l, bare, n)
+	var p pair
+	var sink []byte
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r := reqs[i%n]
+		r.Fingerprint[31] = 0xff
+		k := key("idem", i%n)
+		p.timeBare(func() {
+			_ = bare.View(ctx, func(tx kv.Tx) error {
+				sink = append(sink[:0], tx.Bucket([]byte("responses")).Get(k)...)
+				return nil
+			})
+		})
+		p.timeSubject(func() {
+			if _, err := l.Do(ctx, r, nil); !errors.Is(err, ledger.ErrMismatch) {
+				b.Fatalf("want a mismatch, got %v", err)
+			}
+		})
+	}
+	_ = sink
+	p.report(b)
+}
+
+// BenchmarkTwoPhase compares claim (commit) + complete with the business
+// write (commit) against one bare Update of the business write (NoSync).
+func BenchmarkTwoPhase(b *testing.B) {
+	opts := &kv.Options{NoSync: true}
+	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
+	l, _ := ledger.New(db, nil)
+	var p pair
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := key("ord", i)
+		p.timeBare(func() {
+			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
+				b.Fatal(err)
+			}
+		})
+		p.timeSubject(func() {
+			out, err := l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/pay", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{1}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.Complete(ctx, out.Claim, ledger.Response{Status: 200, Body: responseBody}, func(tx kv.Tx) error { return putOrder(tx, k) }); err != nil {
 				b.Fatal(err)
 			}
 		})

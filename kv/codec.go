@@ -186,6 +186,11 @@ func (d *Decoder) Done() error {
 	return d.err
 }
 
+// Offset returns the current position in the record, counted from its
+// first byte; a field read by Bytes ends at Offset. Decoders that want to
+// turn several fields into one string allocation use it.
+func (d *Decoder) Offset() int { return headerLen + d.off }
+
 // Uvarint reads an unsigned integer.
 func (d *Decoder) Uvarint() uint64 {
 	if d.err != nil {

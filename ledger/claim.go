@@ -112,7 +112,7 @@ func (l *Ledger) owned(tx kv.Tx, c *Claim, now time.Time) (kv.Bucket, []byte, *R
 		return nil, nil, nil, err
 	}
 	rk := recordKey(nil, c.Scope, c.Key)
-	cur, err := load(b, rk, false)
+	cur, err := loadAs(b, c.Scope, c.Key, rk, false)
 	if err != nil {
 		return nil, nil, nil, err
 	}

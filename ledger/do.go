@@ -154,7 +154,7 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 	} else {
 		a.b = recordsNS.Bucket(tx)
 	}
-	prev, err := load(a.b, a.rk, true)
+	prev, err := loadAs(a.b, req.Scope, req.Key, a.rk, true)
 	if err != nil || prev == nil {
 		return a, err
 	}

@@ -156,6 +156,15 @@ func validate(scope, key string) error {
 
 // load reads and decodes the record at rk; nil if absent.
 func load(b kv.Bucket, rk []byte, withBody bool) (*Record, error) {
+	scope, key, ok := splitRecordKey(rk)
+	if !ok {
+		return nil, fmt.Errorf("ledger: record %q: %w", rk, &kv.CorruptError{Kind: kv.KindIdempotency, Reason: "record key has no scope separator"})
+	}
+	return loadAs(b, scope, key, rk, withBody)
+}
+
+// loadAs is load for a caller that holds the scope and key as strings.
+func loadAs(b kv.Bucket, scope, key string, rk []byte, withBody bool) (*Record, error) {
 	if b == nil {
 		return nil, nil
 	}
@@ -163,7 +172,7 @@ func load(b kv.Bucket, rk []byte, withBody bool) (*Record, error) {
 	if v == nil {
 		return nil, nil
 	}
-	r, err := decodeRecord(rk, v, withBody)
+	r, err := decodeRecordAs(scope, key, v, withBody)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: record %q: %w", rk, err)
 	}

@@ -169,6 +169,16 @@ func encodeRecord(e *kv.Encoder, r *Record, threshold int) []byte {
 // skipped (cheap look-ups for status and expiry); otherwise the body is
 // copied out (and decompressed), so the Record outlives the transaction.
 func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
+	scope, key, ok := splitRecordKey(k)
+	if !ok {
+		return nil, &kv.CorruptError{Kind: kv.KindIdempotency, Reason: "record key has no scope separator"}
+	}
+	return decodeRecordAs(scope, key, v, withBody)
+}
+
+// decodeRecordAs is decodeRecord for a caller that already holds the
+// record's scope and key as strings (the hot look-up path).
+func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error) {
 	var d kv.Decoder
 	layout, err := d.Reset(kv.KindIdempotency, v)
 	if err != nil {
@@ -177,11 +187,7 @@ func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
 	if layout != recordLayout {
 		return nil, d.Fail(fmt.Sprintf("unknown record layout %d", layout))
 	}
-	r := &Record{StoredBytes: len(v)}
-	var ok bool
-	if r.Scope, r.Key, ok = splitRecordKey(k); !ok {
-		return nil, d.Fail("record key has no scope separator")
-	}
+	r := &Record{StoredBytes: len(v), Scope: scope, Key: key}
 	r.Status = Status(d.Byte())
 	copy(r.Fingerprint[:], d.Fixed(32))
 	r.Version = d.Uvarint()
@@ -221,19 +227,39 @@ func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
 		return nil, d.Fail(fmt.Sprintf("%d headers in a %d-byte record", nh, len(v)))
 	}
 	if nh > 0 {
+		// Two passes over the header section: the first (on a copy of the
+		// decoder) finds its end and counts values; the second makes every
+		// name and value a substring of one string. Three allocations in
+		// all, whatever the number of headers.
+		scan, nvals := d, uint64(0)
+		for i := uint64(0); i < nh && scan.Err() == nil; i++ {
+			scan.Bytes()
+			nv := scan.Uvarint()
+			if nv > uint64(len(v)) {
+				return nil, scan.Fail(fmt.Sprintf("%d header values in a %d-byte record", nv, len(v)))
+			}
+			for j := uint64(0); j < nv && scan.Err() == nil; j++ {
+				scan.Bytes()
+			}
+			nvals += nv
+		}
+		if err := scan.Err(); err != nil {
+			return nil, err
+		}
+		hdrStart := d.Offset()
+		hs := string(v[hdrStart:scan.Offset()])
+		sub := func(b []byte) string { end := d.Offset() - hdrStart; return hs[end-len(b) : end] }
+		all := make([]string, 0, nvals)
 		resp.Header = make(http.Header, nh)
-	}
-	for i := uint64(0); i < nh && d.Err() == nil; i++ {
-		name := d.String()
-		nv := d.Uvarint()
-		if nv > uint64(len(v)) {
-			return nil, d.Fail(fmt.Sprintf("%d header values in a %d-byte record", nv, len(v)))
+		for i := uint64(0); i < nh; i++ {
+			name := sub(d.Bytes())
+			nv := d.Uvarint()
+			first := len(all)
+			for j := uint64(0); j < nv; j++ {
+				all = append(all, sub(d.Bytes()))
+			}
+			resp.Header[name] = all[first:len(all):len(all)]
 		}
-		vals := make([]string, 0, nv)
-		for j := uint64(0); j < nv && d.Err() == nil; j++ {
-			vals = append(vals, d.String())
-		}
-		resp.Header[name] = vals
 	}
 	rawLen := d.Uvarint()
 	body := d.Bytes()

@@ -85,7 +85,7 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.PersistentFlags().StringVar(&o.db, "db", "", "database file")
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newDemo(o))
+		newSweep(o), newCheck(o), newCompact(o), newDemo(o), newBench(o))
 	return root
 }
 

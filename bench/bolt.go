@@ -1,0 +1,5 @@
+package bench
+
+import bolt "go.etcd.io/bbolt"
+
+type boltTx = bolt.Tx

@@ -1,0 +1,47 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+// BenchmarkIntentCreate compares the business write plus its intent record
+// (downstream key, due index) in one transaction with the bare business
+// write (NoSync).
+func BenchmarkIntentCreate(b *testing.B) {
+	opts := &kv.Options{NoSync: true}
+	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
+	nop := sideeffect.ProviderFunc{DoFunc: func(context.Context, sideeffect.Call) (sideeffect.Report, error) { return sideeffect.Report{}, nil }}
+	x, err := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: nop}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p pair
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := key("ord", i)
+		p.timeBare(func() {
+			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
+				b.Fatal(err)
+			}
+		})
+		p.timeSubject(func() {
+			err := db.Update(ctx, func(tx kv.Tx) error {
+				if err := putOrder(tx, k); err != nil {
+					return err
+				}
+				_, _, err := x.CreateTx(tx, sideeffect.Spec{Kind: "charge", Subject: "order/" + string(k), Scope: "acme", Key: string(k), Purpose: "charge", Payload: orderValue})
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	p.report(b)
+}
