@@ -7,6 +7,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // Batch runs fn in a read-write transaction shared with other concurrent
@@ -159,10 +161,14 @@ func (b *batcher) run(calls []*batchCall) {
 					return errBatchCallFailed
 				}
 			}
+			failpoint.Inject(failpoint.KVBatchBeforeCommit)
 			return nil
 		})
 		switch {
 		case failed < 0:
+			if err == nil {
+				failpoint.Inject(failpoint.KVBatchAfterCommit)
+			}
 			for i, c := range calls {
 				if err == nil && rejected[i] != nil {
 					c.done <- batchResult{err: rejected[i]}

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // Defaults used when the corresponding Options field is zero.
@@ -221,7 +223,17 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
-	return unreject(db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) }))
+	err := db.bolt.Update(func(t *bolt.Tx) error {
+		if err := fn((*boltTx)(t)); err != nil {
+			return err
+		}
+		failpoint.Inject(failpoint.KVUpdateBeforeCommit)
+		return nil
+	})
+	if err == nil {
+		failpoint.Inject(failpoint.KVUpdateAfterCommit)
+	}
+	return unreject(err)
 }
 
 // View runs fn in a read-only transaction. Views run concurrently with each

@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekv/oncekv/kv"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // Claim is a committed in-progress record owned by this attempt of the
@@ -64,6 +66,9 @@ func (l *Ledger) Claim(ctx context.Context, req Request) (Outcome, error) {
 			out, err = l.ClaimTx(ctx, tx, req)
 			return err
 		})
+		if err == nil && out.Claim != nil {
+			failpoint.Inject(failpoint.LedgerClaimAfterCommit)
+		}
 		var ip *InProgressError
 		if req.Wait > 0 && errors.As(err, &ip) && l.waitTurn(ctx, req.Scope, req.Key, ip, deadline) {
 			continue
@@ -136,8 +141,14 @@ func (l *Ledger) Complete(ctx context.Context, c *Claim, resp Response, work fun
 	err := l.batch(ctx, func(tx kv.Tx) error {
 		var err error
 		res, err = l.CompleteTx(ctx, tx, c, resp, work)
+		if err == nil {
+			failpoint.Inject(failpoint.LedgerCompleteBeforeCommit)
+		}
 		return err
 	})
+	if err == nil {
+		failpoint.Inject(failpoint.LedgerCompleteAfterCommit)
+	}
 	return res, err
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 type kvTx = kv.Tx
@@ -84,8 +86,14 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	err := l.batch(ctx, func(tx kv.Tx) error {
 		var err error
 		res, err = l.DoTx(ctx, tx, req, work)
+		if err == nil && !res.Replayed {
+			failpoint.Inject(failpoint.LedgerDoBeforeCommit)
+		}
 		return err
 	})
+	if err == nil && !res.Replayed {
+		failpoint.Inject(failpoint.LedgerDoAfterCommit)
+	}
 	return res, err
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // DefaultInboxRetention is how long a processed message ID is remembered.
@@ -189,10 +191,14 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 			return err
 		}
 		d.Ack = true
+		failpoint.Inject(failpoint.LedgerInboxBeforeCommit)
 		return nil
 	})
 	if err != nil {
 		return Delivery{}, err
+	}
+	if !d.Duplicate {
+		failpoint.Inject(failpoint.LedgerInboxAfterCommit) // committed, not yet acknowledged
 	}
 	return d, nil
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // Defaults of Config.
@@ -156,8 +158,14 @@ func sweepKind(ctx context.Context, db *kv.DB, s kv.Sweeper, c Config, ks *KindS
 					skipped[kept]++
 				}
 			}
+			if !c.DryRun && deleted > 0 {
+				failpoint.Inject(failpoint.SweepBeforeCommit)
+			}
 			return nil
 		})
+		if err == nil && !c.DryRun && deleted > 0 {
+			failpoint.Inject(failpoint.SweepAfterCommit)
+		}
 		took := time.Since(begin)
 		if err != nil {
 			return err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // Defaults used when the corresponding Config field is zero.
@@ -258,6 +260,13 @@ func (x *Executor) execute(ctx context.Context, id string, reconciling bool, fin
 	if err != nil {
 		return a.in, err
 	}
+	if !a.finalized {
+		if reconciling {
+			failpoint.Inject(failpoint.ReconcileTakeoverAfterCommit)
+		} else {
+			failpoint.Inject(failpoint.TakeoverAfterCommit)
+		}
+	}
 	if a.finalized {
 		if finish != nil {
 			err = x.db.Batch(ctx, func(tx kv.Tx) error { return finish(tx, a.in) })
@@ -285,7 +294,9 @@ func (x *Executor) call(ctx context.Context, a attempt) Report {
 		}
 		// The provider never received the key: sending it again is safe.
 	}
+	failpoint.Inject(failpoint.ProviderBeforeCall)
 	rep, err := a.handler.Provider.Do(cctx, c)
+	failpoint.Inject(failpoint.ProviderAfterCall) // the effect may have happened; nothing is recorded yet
 	switch {
 	case err != nil:
 		return Report{State: Unknown, Reason: err.Error()}
@@ -354,9 +365,11 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 			}
 		}
 		out = cur
+		failpoint.Inject(failpoint.RecordBeforeCommit)
 		return nil
 	})
 	if err == nil {
+		failpoint.Inject(failpoint.RecordAfterCommit)
 		x.cfg.Logger.Info("intent attempt", "id", out.ID, "kind", out.Kind, "subject", out.Subject,
 			"attempt", out.Attempts, "state", out.State.String(), "error", out.LastError)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // EventState is where an outbox event stands.
@@ -247,6 +249,9 @@ func (o *Outbox) Add(ctx context.Context, ev Event) (uint64, bool, error) {
 		seq, added, err = o.AddTx(tx, ev)
 		return err
 	})
+	if err == nil && added {
+		failpoint.Inject(failpoint.OutboxAddAfterCommit)
+	}
 	return seq, added, err
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // Respond builds the response stored for an idempotent request from its
@@ -62,6 +64,7 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	if out.Replay != nil {
 		return *out.Replay, nil
 	}
+	failpoint.Inject(failpoint.PerformClaimAfterCommit)
 	claim := out.Claim
 
 	var res ledger.Result

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
 // Publisher delivers outbox events to a broker, a webhook, a queue.
@@ -130,12 +132,17 @@ func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
 			st.Wait = wait
 			return st, nil
 		}
+		failpoint.Inject(failpoint.RelayBeforePublish)
 		acked, perr := r.cfg.Publisher.Publish(ctx, batch)
+		failpoint.Inject(failpoint.RelayAfterPublish) // published, not yet marked
 		acked = min(max(acked, 0), len(batch))
 		// Record acknowledgements even if ctx ended: they happened.
 		mctx := context.WithoutCancel(ctx)
 		if err := r.markPublished(mctx, batch[:acked]); err != nil {
 			return st, err
+		}
+		if acked > 0 {
+			failpoint.Inject(failpoint.RelayAfterMark)
 		}
 		st.Published += acked
 		if perr == nil && acked == len(batch) {

@@ -1,0 +1,49 @@
+// Package failpoint names the points where oncekv's crash tests kill the
+// process: every commit boundary and every call to the outside world.
+//
+// In a normal build Inject is an empty function the compiler removes: the
+// points cost nothing. Built with -tags failpoints, Inject kills the process
+// with SIGKILL when it reaches the point named by the ONCEKV_FAILPOINT
+// environment variable for the n-th time ("name@n"; n defaults to 1).
+package failpoint
+
+// The failpoints, in the order a request meets them.
+const (
+	KVUpdateBeforeCommit = "kv.update.before-commit"
+	KVUpdateAfterCommit  = "kv.update.after-commit"
+	KVBatchBeforeCommit  = "kv.batch.before-commit"
+	KVBatchAfterCommit   = "kv.batch.after-commit"
+
+	LedgerDoBeforeCommit       = "ledger.do.before-commit"
+	LedgerDoAfterCommit        = "ledger.do.after-commit"
+	LedgerClaimAfterCommit     = "ledger.claim.after-commit"
+	LedgerCompleteBeforeCommit = "ledger.complete.before-commit"
+	LedgerCompleteAfterCommit  = "ledger.complete.after-commit"
+	LedgerInboxBeforeCommit    = "ledger.inbox.before-commit"
+	LedgerInboxAfterCommit     = "ledger.inbox.after-commit"
+
+	PerformClaimAfterCommit      = "sideeffect.perform.claim.after-commit"
+	TakeoverAfterCommit          = "sideeffect.takeover.after-commit"
+	ReconcileTakeoverAfterCommit = "sideeffect.reconcile.takeover.after-commit"
+	ProviderBeforeCall           = "sideeffect.provider.before-call"
+	ProviderAfterCall            = "sideeffect.provider.after-call"
+	RecordBeforeCommit           = "sideeffect.record.before-commit"
+	RecordAfterCommit            = "sideeffect.record.after-commit"
+	OutboxAddAfterCommit         = "sideeffect.outbox.add.after-commit"
+	RelayBeforePublish           = "sideeffect.relay.before-publish"
+	RelayAfterPublish            = "sideeffect.relay.after-publish"
+	RelayAfterMark               = "sideeffect.relay.after-mark"
+
+	SweepBeforeCommit = "retention.sweep.before-commit"
+	SweepAfterCommit  = "retention.sweep.after-commit"
+)
+
+// All lists every failpoint.
+var All = []string{
+	KVUpdateBeforeCommit, KVUpdateAfterCommit, KVBatchBeforeCommit, KVBatchAfterCommit,
+	LedgerDoBeforeCommit, LedgerDoAfterCommit, LedgerClaimAfterCommit, LedgerCompleteBeforeCommit,
+	LedgerCompleteAfterCommit, LedgerInboxBeforeCommit, LedgerInboxAfterCommit,
+	PerformClaimAfterCommit, TakeoverAfterCommit, ReconcileTakeoverAfterCommit, ProviderBeforeCall,
+	ProviderAfterCall, RecordBeforeCommit, RecordAfterCommit, OutboxAddAfterCommit,
+	RelayBeforePublish, RelayAfterPublish, RelayAfterMark, SweepBeforeCommit, SweepAfterCommit,
+}
