@@ -166,6 +166,7 @@ func (b *batcher) run(calls []*batchCall) {
 		})
 		switch {
 		case failed < 0:
+			err = closedErr(err)
 			if err == nil {
 				failpoint.Inject(failpoint.KVBatchAfterCommit)
 			}

@@ -233,7 +233,7 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err == nil {
 		failpoint.Inject(failpoint.KVUpdateAfterCommit)
 	}
-	return unreject(err)
+	return closedErr(unreject(err))
 }
 
 // View runs fn in a read-only transaction. Views run concurrently with each
@@ -250,4 +250,13 @@ func (db *DB) usable(ctx context.Context) error {
 		return ErrClosed
 	}
 	return ctx.Err()
+}
+
+// closedErr reports bbolt's "database not open" (a Close raced the call) as
+// ErrClosed, so callers meet one error for a closed database.
+func closedErr(err error) error {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
 }
