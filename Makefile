@@ -9,8 +9,14 @@ test: ## run the tests (the README's command)
 race: ## run the tests under the race detector
 	go test -race -count=1 ./...
 
-fuzz-smoke: ## run every fuzz target for 10s
-	./scripts/fuzz.sh 10s
+fuzz-smoke: ## run every fuzz target for 20s (CI profile)
+	./scripts/fuzz.sh 20s
+
+crash: ## crash suite, CI profile: SIGKILL at every failpoint, 10 cycles each
+	go test -tags failpoints -count=1 ./internal/crashtest
+
+crash-long: ## crash suite, release profile: 100 cycles per failpoint
+	ONCEKV_CRASH_CYCLES=100 go test -tags failpoints -count=1 -timeout 2h -v -run TestCrashAtEveryFailpoint ./internal/crashtest
 
 fuzz-long: ## run every fuzz target for 10m (release profile)
 	./scripts/fuzz.sh 10m
@@ -25,4 +31,4 @@ lint: ## gofmt and go vet
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race fuzz-smoke fuzz-long bench lint ci
+.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint ci

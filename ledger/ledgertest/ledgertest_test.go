@@ -1,0 +1,124 @@
+package ledgertest_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/ledger/ledgertest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// service is a small endpoint built the recommended way: the middleware
+// and a handler that writes through the request's transaction.
+func service(t *testing.T, path string) (ledgertest.Target, func() error) {
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	l, err := ledger.New(db, &ledger.Config{RecoverOrphans: true})
+	require.NoError(t, err)
+	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/orders", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.Tx(r.Context())
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		n, _ := strconv.Atoi(string(b.Get([]byte("count"))))
+		if err := b.Put([]byte("count"), []byte(strconv.Itoa(n+1))); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"order":%d}`, n+1)
+	})))
+	tg := ledgertest.Target{
+		Handler: mux,
+		Request: func() *http.Request {
+			r, _ := http.NewRequest("POST", "http://service/v1/orders", strings.NewReader(`{"amount_cents":2500}`))
+			r.Header.Set("Idempotency-Key", "order-1")
+			r.Header.Set("Content-Type", "application/json")
+			return r
+		},
+		Executions: func() int {
+			var n int
+			_ = db.View(context.Background(), func(tx kv.Tx) error {
+				if b := tx.Bucket([]byte("orders")); b != nil {
+					n, _ = strconv.Atoi(string(b.Get([]byte("count"))))
+				}
+				return nil
+			})
+			return n
+		},
+	}
+	return tg, db.Close
+}
+
+func TestStorm(t *testing.T) {
+	t.Parallel()
+	tg, closeDB := service(t, filepath.Join(t.TempDir(), "s.db"))
+	defer closeDB()
+	answers := ledgertest.Storm(t, tg, 50)
+	require.Len(t, answers, 50)
+}
+
+func TestLostResponses(t *testing.T) {
+	t.Parallel()
+	tg, closeDB := service(t, filepath.Join(t.TempDir(), "l.db"))
+	defer closeDB()
+	a := ledgertest.LostResponses(t, tg, 3)
+	require.Equal(t, 201, a.Status)
+	require.Equal(t, `{"order":1}`, string(a.Body))
+}
+
+func TestCrashRestart(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "c.db")
+	a := ledgertest.CrashRestart(t, path, func(p string) (ledgertest.Target, func() error) { return service(t, p) })
+	require.Equal(t, 201, a.Status)
+}
+
+// The kit catches an endpoint that is not idempotent.
+func TestKitCatchesDoubleExecution(t *testing.T) {
+	t.Parallel()
+	count := 0
+	bad := ledgertest.Target{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { count++; w.WriteHeader(201) }),
+		Request: func() *http.Request {
+			r, _ := http.NewRequest("POST", "http://service/x", nil)
+			return r
+		},
+		Executions: func() int { return count },
+	}
+	ft := &fakeT{}
+	func() {
+		defer func() { _ = recover() }()
+		ledgertest.LostResponses(ft, bad, 1)
+	}()
+	require.True(t, ft.failed, "a handler without the middleware runs twice and the kit says so")
+}
+
+// fakeT records a failure instead of failing the real test.
+type fakeT struct {
+	testing.TB
+	failed bool
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.failed = true
+	panic(fmt.Sprintf(format, args...))
+}
