@@ -142,7 +142,10 @@ func TestLibraryBadInputs(t *testing.T) {
 		}},
 		{"corrupt row", "table/rows", []byte("victim-row"), []func() error{
 			func() error { _, err := tbl.Get(ctx, "victim-row"); return err },
-			func() error { _, err := tbl.AssignField(ctx, "victim-row", func(*row) {}, conditional.Cond{}); return err },
+			func() error {
+				_, err := tbl.AssignField(ctx, "victim-row", func(*row) {}, conditional.Cond{})
+				return err
+			},
 			func() error { _, err := tbl.GetByIndex(ctx, "by_ref", []byte("r1")); return err },
 		}},
 	}
