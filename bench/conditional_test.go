@@ -3,8 +3,6 @@ package bench
 import (
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/conditional"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -43,9 +41,7 @@ func BenchmarkCAS(b *testing.B) {
 			b.Fatal(err)
 		}
 		versions[i] = 1
-		if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), key("ord", i)) }); err != nil {
-			b.Fatal(err)
-		}
+		bareWrite(b, bare, key("ord", i))
 	}
 	var p pair
 	b.ReportAllocs()
@@ -54,11 +50,7 @@ func BenchmarkCAS(b *testing.B) {
 		n := i % rows
 		k := key("ord", n)
 		o := order{Tenant: "acme", ExternalRef: string(key("ext", n)), Amount: 2500 + i, Currency: "eur", Status: "paid"}
-		p.timeBare(func() {
-			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
+		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
 			err := db.Update(ctx, func(tx kv.Tx) error {
 				res, err := tbl.CompareAndSetTx(tx, string(k), versions[n], o)
@@ -87,11 +79,7 @@ func BenchmarkUpsert(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		k := key("ord", i)
 		o := order{Tenant: "acme", ExternalRef: string(key("ext", i)), Amount: 2500, Currency: "eur", Status: "pending"}
-		p.timeBare(func() {
-			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
+		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
 			err := db.Update(ctx, func(tx kv.Tx) error {
 				_, err := tbl.UpsertTx(tx, "by_ref", string(k), o, nil)

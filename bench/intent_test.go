@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -25,11 +23,7 @@ func BenchmarkIntentCreate(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		k := key("ord", i)
-		p.timeBare(func() {
-			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
+		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
 			err := db.Update(ctx, func(tx kv.Tx) error {
 				if err := putOrder(tx, k); err != nil {

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -44,11 +42,7 @@ func BenchmarkSingleTx(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		k := key("ord", i)
-		p.timeBare(func() {
-			if err := bare.Bolt().Update(func(btx *bolt.Tx) error { return putOrder(kv.WrapTx(btx), k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
+		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
 			req := ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{byte(i)}}
 			_, err := l.Do(ctx, req, func(tx kv.Tx) (ledger.Response, error) {
@@ -176,11 +170,7 @@ func BenchmarkTwoPhase(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		k := key("ord", i)
-		p.timeBare(func() {
-			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
+		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
 			out, err := l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/pay", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{1}})
 			if err != nil {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -26,11 +24,7 @@ func BenchmarkInboxMark(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		k := key("ord", i)
-		p.timeBare(func() {
-			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
+		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
 			if _, err := in.Handle(ctx, "billing", string(key("msg", i)), func(tx kv.Tx) error { return putOrder(tx, k) }); err != nil {
 				b.Fatal(err)
@@ -50,11 +44,7 @@ func BenchmarkOutboxAdd(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		k := key("ord", i)
-		p.timeBare(func() {
-			if err := bare.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
+		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
 			err := db.Update(ctx, func(tx kv.Tx) error {
 				if err := putOrder(tx, k); err != nil {

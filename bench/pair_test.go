@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -46,3 +48,11 @@ func key(prefix string, i int) []byte {
 var orderValue = []byte(`{"id":"ord_000000000000","external_ref":"ext-00000000","amount_cents":2500,"currency":"eur","status":"pending","version":1,"customer":"cus_0000000000","created_at":"2026-12-01T10:00:00Z"}`)
 
 var responseBody = []byte(`{"id":"ord_000000000000","status":"pending","amount_cents":2500,"currency":"eur","version":1}`)
+
+// bareWrite is the baseline of most pairs: one bbolt Update that stores the
+// order under k.
+func bareWrite(b *testing.B, db *kv.DB, k []byte) {
+	if err := db.Bolt().Update(func(tx *bolt.Tx) error { return putOrder(kv.WrapTx(tx), k) }); err != nil {
+		b.Fatal(err)
+	}
+}

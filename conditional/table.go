@@ -259,6 +259,17 @@ func (t *Table[T]) batch(ctx context.Context, fn func(tx kv.Tx) error) error {
 	})
 }
 
+// managed runs fn, a Tx form, in its own group-committed transaction.
+func managed[T, R any](ctx context.Context, t *Table[T], fn func(tx kv.Tx) (R, error)) (R, error) {
+	var res R
+	err := t.batch(ctx, func(tx kv.Tx) error {
+		var err error
+		res, err = fn(tx)
+		return err
+	})
+	return res, err
+}
+
 func (t *Table[T]) String() string { return "conditional.Table(" + t.name + ")" }
 
 // tableOf extracts the table name from a rows namespace name; "" if the

@@ -14,13 +14,7 @@ import (
 // *UniqueViolationError naming the index and the row that holds it. Nothing
 // is written in either case.
 func (t *Table[T]) Insert(ctx context.Context, id string, v T) (Row[T], error) {
-	var r Row[T]
-	err := t.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		r, err = t.InsertTx(tx, id, v)
-		return err
-	})
-	return r, err
+	return managed(ctx, t, func(tx kv.Tx) (Row[T], error) { return t.InsertTx(tx, id, v) })
 }
 
 // InsertTx is Insert inside the caller's writable transaction.
@@ -67,13 +61,7 @@ type UpsertResult[T any] struct {
 // otherwise v is inserted under id. A repeated create therefore never makes
 // a second row, whatever ID the retry carries.
 func (t *Table[T]) Upsert(ctx context.Context, index, id string, v T, update UpdateFunc[T]) (UpsertResult[T], error) {
-	var res UpsertResult[T]
-	err := t.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		res, err = t.UpsertTx(tx, index, id, v, update)
-		return err
-	})
-	return res, err
+	return managed(ctx, t, func(tx kv.Tx) (UpsertResult[T], error) { return t.UpsertTx(tx, index, id, v, update) })
 }
 
 // UpsertTx is Upsert inside the caller's writable transaction.
@@ -144,13 +132,7 @@ type CASResult[T any] struct {
 // (an insert that never overwrites). On a version mismatch nothing is
 // written and the result carries the current row.
 func (t *Table[T]) CompareAndSet(ctx context.Context, id string, expected uint64, v T) (CASResult[T], error) {
-	var res CASResult[T]
-	err := t.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		res, err = t.CompareAndSetTx(tx, id, expected, v)
-		return err
-	})
-	return res, err
+	return managed(ctx, t, func(tx kv.Tx) (CASResult[T], error) { return t.CompareAndSetTx(tx, id, expected, v) })
 }
 
 // CompareAndSetTx is CompareAndSet inside the caller's writable transaction.
@@ -209,13 +191,7 @@ func (t *Table[T]) AssignTx(tx kv.Tx, id string, v T, cond Cond) (CASResult[T], 
 // current value and sets fields to their target state (o.Status = "paid").
 // set must assign, not accumulate: it may run more than once.
 func (t *Table[T]) AssignField(ctx context.Context, id string, set func(*T), cond Cond) (CASResult[T], error) {
-	var res CASResult[T]
-	err := t.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		res, err = t.AssignFieldTx(tx, id, set, cond)
-		return err
-	})
-	return res, err
+	return managed(ctx, t, func(tx kv.Tx) (CASResult[T], error) { return t.AssignFieldTx(tx, id, set, cond) })
 }
 
 // AssignFieldTx is AssignField inside the caller's writable transaction.
@@ -250,13 +226,7 @@ func (t *Table[T]) AssignFieldTx(tx kv.Tx, id string, set func(*T), cond Cond) (
 // row at another version is left alone. Deleting a missing row is not an
 // error: the result has Found false.
 func (t *Table[T]) Delete(ctx context.Context, id string, cond Cond) (CASResult[T], error) {
-	var res CASResult[T]
-	err := t.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		res, err = t.DeleteTx(tx, id, cond)
-		return err
-	})
-	return res, err
+	return managed(ctx, t, func(tx kv.Tx) (CASResult[T], error) { return t.DeleteTx(tx, id, cond) })
 }
 
 // DeleteTx is Delete inside the caller's writable transaction.
