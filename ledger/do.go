@@ -10,7 +10,6 @@ import (
 	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
-type kvTx = kv.Tx
 
 // Request identifies one attempt of a logical operation.
 type Request struct {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/oncekv/oncekv/kv"
 )
 
 // waiters lets callers that met an in-progress claim wait for it to finish
@@ -71,7 +73,7 @@ func (l *Ledger) waitTurn(ctx context.Context, scope, key string, ip *InProgress
 	// The completion may have committed between the caller's look-up and
 	// registration above; look again now that a notification cannot be missed.
 	var cur *Record
-	_ = l.db.View(ctx, func(tx kvTx) error {
+	_ = l.db.View(ctx, func(tx kv.Tx) error {
 		cur, _ = load(recordsNS.Bucket(tx), []byte(rk), false)
 		return nil
 	})
