@@ -10,7 +10,6 @@ import (
 	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
-
 // Request identifies one attempt of a logical operation.
 type Request struct {
 	// Scope separates key spaces: tenant plus endpoint (see Scope). Two
