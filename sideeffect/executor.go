@@ -202,57 +202,64 @@ type attempt struct {
 	finalized bool // already final before this attempt
 }
 
-// takeOver claims the intent for one attempt.
+// takeOver claims the intent for one attempt, in its own transaction.
 func (x *Executor) takeOver(ctx context.Context, id string, reconciling bool) (attempt, error) {
 	var a attempt
 	err := x.db.Batch(ctx, func(tx kv.Tx) error {
-		a = attempt{}
-		in, err := loadIntent(tx, id)
-		if err != nil {
-			return err
+		var err error
+		a, err = x.takeOverTx(tx, id, reconciling)
+		if isRejected(err) {
+			return kv.Reject(err) // nothing was written
 		}
-		if in == nil {
-			return kv.Reject(fmt.Errorf("%w: %s", ErrNotFound, id))
-		}
-		h, ok := x.cfg.Handlers[in.Kind]
-		if !ok {
-			return fmt.Errorf("%w: %q (intent %s)", ErrUnknownKind, in.Kind, id)
-		}
-		a.handler = h
-		now := x.db.Now()
-		switch {
-		case in.State.Final():
-			a.in, a.finalized = in, true
-			return nil
-		case in.State == StateNeedsAttention:
-			a.in = in
-			return kv.Reject(fmt.Errorf("%w: %s (%s %s): %s", ErrNeedsAttention, id, in.Kind, in.Subject, in.LastError))
-		case now.Before(in.LeaseExpiresAt) && in.Owner == x.db.Incarnation():
-			a.in = in
-			return kv.Reject(fmt.Errorf("%w: %s", ErrBusy, id))
-		}
-		prev := *in
-		a.askFirst = reconciling || in.Attempts > 0
-		in.Version++
-		in.Attempts++
-		in.Owner = x.db.Incarnation()
-		in.LeaseExpiresAt = now.Add(x.cfg.Lease)
-		in.NextAttemptAt = in.LeaseExpiresAt // if this attempt dies, the intent is due when its lease ends
-		in.UpdatedAt = now
-		if err := storeIntent(tx, in, &prev); err != nil {
-			return err
-		}
-		ib, err := inflightNS.Create(tx)
-		if err != nil {
-			return err
-		}
-		if err := ib.Put([]byte(id), in.Owner[:]); err != nil {
-			return err
-		}
-		a.in = in
-		return nil
+		return err
 	})
 	return a, err
+}
+
+// takeOverTx claims the intent for one attempt inside tx: a new version, a
+// lease, the attempt counted. A final intent is returned as is (finalized);
+// a parked, busy or missing one returns ErrNeedsAttention, ErrBusy or
+// ErrNotFound and writes nothing.
+func (x *Executor) takeOverTx(tx kv.Tx, id string, reconciling bool) (attempt, error) {
+	var a attempt
+	in, err := loadIntent(tx, id)
+	if err != nil {
+		return a, err
+	}
+	if in == nil {
+		return a, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	h, ok := x.cfg.Handlers[in.Kind]
+	if !ok {
+		return a, fmt.Errorf("%w: %q (intent %s)", ErrUnknownKind, in.Kind, id)
+	}
+	a.handler, a.in = h, in
+	now := x.db.Now()
+	switch {
+	case in.State.Final():
+		a.finalized = true
+		return a, nil
+	case in.State == StateNeedsAttention:
+		return a, fmt.Errorf("%w: %s (%s %s): %s", ErrNeedsAttention, id, in.Kind, in.Subject, in.LastError)
+	case now.Before(in.LeaseExpiresAt) && in.Owner == x.db.Incarnation():
+		return a, fmt.Errorf("%w: %s", ErrBusy, id)
+	}
+	prev := *in
+	a.askFirst = reconciling || in.Attempts > 0
+	in.Version++
+	in.Attempts++
+	in.Owner = x.db.Incarnation()
+	in.LeaseExpiresAt = now.Add(x.cfg.Lease)
+	in.NextAttemptAt = in.LeaseExpiresAt // if this attempt dies, the intent is due when its lease ends
+	in.UpdatedAt = now
+	if err := storeIntent(tx, in, &prev); err != nil {
+		return a, err
+	}
+	ib, err := inflightNS.Create(tx)
+	if err != nil {
+		return a, err
+	}
+	return a, ib.Put([]byte(id), in.Owner[:])
 }
 
 func (x *Executor) execute(ctx context.Context, id string, reconciling bool, finish Finish) (*Intent, error) {
@@ -267,15 +274,21 @@ func (x *Executor) execute(ctx context.Context, id string, reconciling bool, fin
 			failpoint.Inject(failpoint.TakeoverAfterCommit)
 		}
 	}
+	return x.run(ctx, a, finish)
+}
+
+// run carries out an attempt whose takeover has committed: an intent that
+// was already final only gets finish, in its own transaction; otherwise the
+// provider is called and the outcome recorded.
+func (x *Executor) run(ctx context.Context, a attempt, finish Finish) (*Intent, error) {
 	if a.finalized {
+		var err error
 		if finish != nil {
 			err = x.db.Batch(ctx, func(tx kv.Tx) error { return finish(tx, a.in) })
 		}
 		return a.in, err
 	}
-
-	rep := x.call(ctx, a)
-	return x.record(ctx, a, rep, finish)
+	return x.record(ctx, a, x.call(ctx, a), finish)
 }
 
 // call asks the provider, outside any transaction.

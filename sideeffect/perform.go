@@ -23,10 +23,11 @@ type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 // Perform runs an idempotent request whose work is one side effect,
 // wiring the two-phase ledger path to an intent:
 //
-//  1. One transaction claims the idempotency key (ledger.ClaimTx) and
-//     records the intent (CreateTx); a completed key is replayed instead.
-//  2. The intent is executed (ExecuteWith): the provider is called with the
-//     downstream key, outside any transaction.
+//  1. One transaction claims the idempotency key (ledger.ClaimTx), records
+//     the intent (CreateTx) and takes it over for this attempt; a completed
+//     key is replayed instead.
+//  2. The provider is called with the downstream key, outside any
+//     transaction.
 //  3. One transaction marks the intent final, runs the handler's
 //     completion ("order paid") and completes the key with respond(tx, intent).
 //
@@ -43,33 +44,43 @@ type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 // as is.
 func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Request, spec Spec, respond Respond) (ledger.Result, error) {
 	var out ledger.Outcome
-	var in *Intent
+	var a attempt
 	err := x.db.Batch(ctx, func(tx kv.Tx) error {
-		out, in = ledger.Outcome{}, nil
+		out, a = ledger.Outcome{}, attempt{}
 		o, err := l.ClaimTx(ctx, tx, req)
 		if errors.Is(err, ledger.ErrMismatch) || errors.Is(err, ledger.ErrInProgress) {
 			return kv.Reject(err)
 		}
+		out = o
 		if err != nil || o.Replay != nil {
-			out = o
 			return err
 		}
-		out = o
-		in, _, err = x.CreateTx(tx, spec)
+		in, _, err := x.CreateTx(tx, spec)
+		if err != nil {
+			return err
+		}
+		// Take the intent over in the same transaction: the claim, the
+		// intent and the attempt become durable together, in one commit.
+		// A busy or parked intent rolls the claim back with it.
+		a, err = x.takeOverTx(tx, in.ID, false)
 		return err
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrBusy):
+		return ledger.Result{}, &ledger.InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: time.Second}
+	case err != nil:
 		return ledger.Result{}, err
-	}
-	if out.Replay != nil {
+	case out.Replay != nil:
 		return *out.Replay, nil
 	}
-	failpoint.Inject(failpoint.PerformClaimAfterCommit)
+	if !a.finalized {
+		failpoint.Inject(failpoint.TakeoverAfterCommit)
+	}
 	claim := out.Claim
 
 	var res ledger.Result
 	var completed bool
-	final, err := x.ExecuteWith(ctx, in.ID, func(tx kv.Tx, fin *Intent) error {
+	final, err := x.run(ctx, a, func(tx kv.Tx, fin *Intent) error {
 		resp, err := respond(tx, fin)
 		if err != nil {
 			return err
@@ -97,10 +108,7 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	if rerr := l.Release(context.WithoutCancel(ctx), claim); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 		return ledger.Result{}, errors.Join(err, rerr)
 	}
-	switch {
-	case errors.Is(err, ErrBusy):
-		return ledger.Result{}, &ledger.InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: time.Second}
-	case err != nil:
+	if err != nil {
 		return ledger.Result{}, err
 	}
 	return ledger.Result{}, &PendingError{Intent: final, RetryAfter: max(final.NextAttemptAt.Sub(x.db.Now()), 0)}

@@ -43,7 +43,7 @@ var All = []string{
 	KVUpdateBeforeCommit, KVUpdateAfterCommit, KVBatchBeforeCommit, KVBatchAfterCommit,
 	LedgerDoBeforeCommit, LedgerDoAfterCommit, LedgerClaimAfterCommit, LedgerCompleteBeforeCommit,
 	LedgerCompleteAfterCommit, LedgerInboxBeforeCommit, LedgerInboxAfterCommit,
-	PerformClaimAfterCommit, TakeoverAfterCommit, ReconcileTakeoverAfterCommit, ProviderBeforeCall,
+	TakeoverAfterCommit, ReconcileTakeoverAfterCommit, ProviderBeforeCall,
 	ProviderAfterCall, RecordBeforeCommit, RecordAfterCommit, OutboxAddAfterCommit,
 	RelayBeforePublish, RelayAfterPublish, RelayAfterMark, SweepBeforeCommit, SweepAfterCommit,
 }
