@@ -373,3 +373,27 @@ func TestRunStopsWithContext(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Error(t, retention.Run(ctx, db, nil, 0, nil))
 }
+
+// A policy's per-scope override, handed to the ledger, decides when a
+// record expires and when the sweep removes it.
+func TestPolicyWiredIntoTheLedger(t *testing.T) {
+	t.Parallel()
+	clock := kv.NewManualClock(t0)
+	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	pol := retention.Policy{Idempotency: time.Hour, Overrides: []retention.Override{{Kind: retention.Idempotency, ScopePrefix: "vip|", Retention: 48 * time.Hour}}}
+	require.NoError(t, pol.Validate(retention.Constraints{Lease: time.Minute}))
+	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute, RetentionFor: pol.Func(retention.Idempotency)})
+	require.NoError(t, err)
+	for _, scope := range []string{"basic|POST /x", "vip|POST /x"} {
+		_, err := l.Do(ctx, ledger.Request{Scope: scope, Key: "k", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+		require.NoError(t, err)
+	}
+	clock.Advance(2 * time.Hour)
+	st := sweep(t, db)
+	require.Equal(t, 1, st.Kinds[retention.Idempotency].Deleted)
+	_, err = l.Get(ctx, "basic|POST /x", "k")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+	rec, err := l.Get(ctx, "vip|POST /x", "k")
+	require.NoError(t, err)
+	require.Equal(t, t0.Add(48*time.Hour), rec.ExpiresAt)
+}
