@@ -99,8 +99,8 @@ func TestBatchGroupsWaitingCallsAndIsolatesFailures(t *testing.T) {
 				return nil
 			})
 		})
+		waitQueued(t, db, i+1) // queue in order: call i is the batch's i-th
 	}
-	waitQueued(t, db, n)
 	close(release)
 	require.NoError(t, <-firstDone)
 	wg.Wait()
