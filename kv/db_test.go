@@ -287,12 +287,30 @@ func TestBucketCursorAndNested(t *testing.T) {
 	}))
 }
 
-func TestCheckFindsRegisteredProblems(t *testing.T) {
+// A registered checker's findings come back from Check, named after it.
+func init() {
+	kv.RegisterChecker("kv_test", func(tx kv.Tx, report func(string)) {
+		if tx.Bucket([]byte("kv_test.broken")) != nil {
+			report("the kv_test.broken bucket exists")
+		}
+	})
+}
+
+func TestCheckRunsRegisteredCheckers(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, nil)
+	db, err := kv.Open(filepath.Join(t.TempDir(), "check.db"), nil)
+	require.NoError(t, err)
+	defer db.Close()
 	problems, err := db.Check(ctx)
 	require.NoError(t, err)
 	require.Empty(t, problems)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		_, err := tx.CreateBucketIfNotExists([]byte("kv_test.broken"))
+		return err
+	}))
+	problems, err = db.Check(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []kv.Problem{{Check: "kv_test", Message: "the kv_test.broken bucket exists"}}, problems)
 }
 
 func TestManualClock(t *testing.T) {

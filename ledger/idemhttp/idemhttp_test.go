@@ -345,3 +345,41 @@ func TestKeyOptionalAndConfig(t *testing.T) {
 	_, err := idemhttp.New(idemhttp.Config{})
 	require.Error(t, err)
 }
+
+// A request that finds its key claimed by an attempt whose lease ran out
+// takes it over, runs, and counts as a takeover.
+func TestTakeoverIsCounted(t *testing.T) {
+	t.Parallel()
+	clock := kv.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute})
+	require.NoError(t, err)
+	var events []idemhttp.EventKind
+	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil },
+		OnEvent: func(e idemhttp.Event) { events = append(events, e.Kind) }})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/orders", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+		fmt.Fprint(w, "created")
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	fp, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{})
+	sum, _ := fp.Sum("POST", "/v1/orders", "application/json", []byte(`{"a":1}`))
+	_, err = l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "abandoned", Fingerprint: sum})
+	require.NoError(t, err)
+	clock.Advance(2 * time.Minute) // the first attempt's lease is over
+
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/orders", strings.NewReader(`{"a":1}`))
+	req.Header.Set("Idempotency-Key", "abandoned")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 201, resp.StatusCode)
+	require.Equal(t, uint64(1), mw.Stats().Takeovers)
+	require.Equal(t, uint64(1), mw.Stats().Executed)
+	require.Equal(t, []idemhttp.EventKind{idemhttp.EventTakeover, idemhttp.EventExecuted}, events)
+}

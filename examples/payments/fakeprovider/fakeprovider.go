@@ -115,12 +115,11 @@ func (s *Server) charge(w http.ResponseWriter, r *http.Request) {
 			ch = new(Charge)
 			return json.Unmarshal(v, ch)
 		}
-		n := 0
-		c := b.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			n++
+		n, err := b.NextSequence()
+		if err != nil {
+			return err
 		}
-		ch = &Charge{ID: fmt.Sprintf("ch_%06d", n+1), IdempotencyKey: key, AmountCents: in.AmountCents,
+		ch = &Charge{ID: fmt.Sprintf("ch_%06d", n), IdempotencyKey: key, AmountCents: in.AmountCents,
 			Currency: in.Currency, Subject: in.Subject, Status: "succeeded", CreatedAt: time.Now().UTC()}
 		v, err := json.Marshal(ch)
 		if err != nil {

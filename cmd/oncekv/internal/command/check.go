@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/ledger/inspect"
 )
 
 func newCheck(o *options) *cobra.Command {
@@ -19,12 +21,9 @@ exits 1 and lists the problems if anything is wrong.`,
   oncekv check --addr http://127.0.0.1:8081 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, done, err := o.source()
-			if err != nil {
-				return err
-			}
-			defer done()
-			problems, err := src.Check(cmd.Context())
+			problems, err := query(o, func(src inspect.Source) ([]inspect.Problem, error) {
+				return src.Check(cmd.Context())
+			})
 			if err != nil {
 				return err
 			}

@@ -25,12 +25,9 @@ func newGet(o *options) *cobra.Command {
 			if scope == "" || key == "" {
 				return usagef("--scope and --key are required")
 			}
-			src, done, err := o.source()
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := src.Get(cmd.Context(), scope, key, body)
+			r, err := query(o, func(src inspect.Source) (inspect.Record, error) {
+				return src.Get(cmd.Context(), scope, key, body)
+			})
 			if errors.Is(err, inspect.ErrNotFound) {
 				return fmt.Errorf("no record for key %q in scope %q", key, scope)
 			}

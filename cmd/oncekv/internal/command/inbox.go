@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/ledger/inspect"
 )
 
 func newInbox(o *options) *cobra.Command {
@@ -16,12 +18,9 @@ func newInbox(o *options) *cobra.Command {
 		Example: `  oncekv inbox --db consumer.db --consumer billing --limit 50`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, done, err := o.source()
-			if err != nil {
-				return err
-			}
-			defer done()
-			list, err := src.Inbox(cmd.Context(), consumer, limit)
+			list, err := query(o, func(src inspect.Source) ([]inspect.InboxEntry, error) {
+				return src.Inbox(cmd.Context(), consumer, limit)
+			})
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/ledger/inspect"
 )
 
 func newIntents(o *options) *cobra.Command {
@@ -21,12 +23,9 @@ func newIntents(o *options) *cobra.Command {
 			default:
 				return usagef("--state must be pending, unknown, succeeded, failed or needs_attention, not %q", state)
 			}
-			src, done, err := o.source()
-			if err != nil {
-				return err
-			}
-			defer done()
-			list, err := src.Intents(cmd.Context(), state)
+			list, err := query(o, func(src inspect.Source) ([]inspect.Intent, error) {
+				return src.Intents(cmd.Context(), state)
+			})
 			if err != nil {
 				return err
 			}

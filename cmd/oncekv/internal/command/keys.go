@@ -23,12 +23,9 @@ func newKeys(o *options) *cobra.Command {
 			if q.Status != "" && q.Status != "in_progress" && q.Status != "completed" {
 				return usagef("--status must be in_progress or completed, not %q", q.Status)
 			}
-			src, done, err := o.source()
-			if err != nil {
-				return err
-			}
-			defer done()
-			keys, err := src.Keys(cmd.Context(), q)
+			keys, err := query(o, func(src inspect.Source) ([]inspect.Key, error) {
+				return src.Keys(cmd.Context(), q)
+			})
 			if err != nil {
 				return err
 			}

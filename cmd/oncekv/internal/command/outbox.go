@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/ledger/inspect"
 )
 
 func newOutbox(o *options) *cobra.Command {
@@ -15,12 +17,9 @@ func newOutbox(o *options) *cobra.Command {
 		Example: `  oncekv outbox --db payments.db`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, done, err := o.source()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ob, err := src.Outbox(cmd.Context())
+			ob, err := query(o, func(src inspect.Source) (inspect.Outbox, error) {
+				return src.Outbox(cmd.Context())
+			})
 			if err != nil {
 				return err
 			}

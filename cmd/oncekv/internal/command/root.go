@@ -138,6 +138,18 @@ func (o *options) source() (inspect.Source, func(), error) {
 	return inspect.New(db), func() { _ = db.Close() }, nil
 }
 
+// query runs q against the source of a read command (--addr or --db) and
+// closes it afterwards.
+func query[T any](o *options, q func(src inspect.Source) (T, error)) (T, error) {
+	src, done, err := o.source()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer done()
+	return q(src)
+}
+
 // emit prints v as JSON with --json, else calls table with a tabwriter.
 func (o *options) emit(v any, table func(w io.Writer)) error {
 	if o.json {

@@ -6,6 +6,8 @@ import (
 	"sort"
 
 	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/ledger/inspect"
 )
 
 func newStats(o *options) *cobra.Command {
@@ -15,12 +17,9 @@ func newStats(o *options) *cobra.Command {
 		Example: `  oncekv stats --db payments.db`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, done, err := o.source()
-			if err != nil {
-				return err
-			}
-			defer done()
-			st, err := src.Stats(cmd.Context())
+			st, err := query(o, func(src inspect.Source) (inspect.Stats, error) {
+				return src.Stats(cmd.Context())
+			})
 			if err != nil {
 				return err
 			}
