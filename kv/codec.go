@@ -94,13 +94,32 @@ func (e *Encoder) String(s string) {
 // Fixed appends b without a length prefix; the decoder must know its size.
 func (e *Encoder) Fixed(b []byte) { e.buf = append(e.buf, b...) }
 
-// Time appends a time with nanosecond precision. The zero time round-trips.
+// Time appends a time with nanosecond precision. The zero time round-trips;
+// times outside what int64 Unix nanoseconds can hold (before 1678, after
+// 2262) are clamped to the nearest end instead of wrapping round.
 func (e *Encoder) Time(t time.Time) {
 	if t.IsZero() {
 		e.buf = binary.AppendVarint(e.buf, math.MinInt64)
 		return
 	}
-	e.buf = binary.AppendVarint(e.buf, t.UnixNano())
+	e.buf = binary.AppendVarint(e.buf, unixNano(t))
+}
+
+var (
+	minEncodable = time.Unix(0, math.MinInt64+1)
+	maxEncodable = time.Unix(0, math.MaxInt64)
+)
+
+// unixNano is t.UnixNano saturated at the ends of its range: t.UnixNano is
+// undefined (it wraps) outside them.
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.Before(minEncodable):
+		return minEncodable.UnixNano()
+	case t.After(maxEncodable):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }
 
 // Finish appends the checksum and returns the encoded record. The slice is

@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -160,4 +161,27 @@ func FuzzDecompress(f *testing.F) {
 			require.LessOrEqual(t, len(out), kv.MaxDecompressedSize)
 		}
 	})
+}
+
+// Times past what int64 Unix nanoseconds hold once wrapped round into the
+// past: an expiry in 2318 read back as 1733 (issue 13, item 2).
+func TestTimesOutsideTheEncodingAreClamped(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	require.True(t, kv.ExpiryAt(t0, math.MaxInt64).Equal(kv.Never))
+	require.True(t, kv.ExpiryAt(t0, 250*365*24*time.Hour).Equal(kv.Never))
+	require.True(t, kv.ExpiryAt(t0, -1).Equal(kv.Never))
+	require.True(t, kv.ExpiryAt(time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC), 48*time.Hour).Equal(kv.Never))
+	require.Equal(t, t0.Add(time.Hour), kv.ExpiryAt(t0, time.Hour))
+
+	far := t0.Add(math.MaxInt64) // year 2318
+	var e kv.Encoder
+	e.Reset(kv.KindIdempotency, 1)
+	e.Time(far)
+	e.Time(time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC))
+	d, _, err := kv.NewDecoder(kv.KindIdempotency, e.Finish())
+	require.NoError(t, err)
+	got := d.Time()
+	require.True(t, got.After(t0.Add(200*365*24*time.Hour)), "read back %s", got)
+	require.True(t, d.Time().Before(time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)))
+	require.NoError(t, d.Done())
 }

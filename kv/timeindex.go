@@ -26,7 +26,7 @@ func (x TimeIndex) Namespace() Namespace { return x.ns }
 
 func timeKey(at time.Time, key []byte) []byte {
 	k := make([]byte, 8, 8+len(key))
-	binary.BigEndian.PutUint64(k, uint64(at.UnixNano())^(1<<63))
+	binary.BigEndian.PutUint64(k, uint64(unixNano(at))^(1<<63))
 	return append(k, key...)
 }
 

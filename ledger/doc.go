@@ -14,7 +14,9 @@
 // stored Response, a version, a lease and its times. A record past its
 // retention is treated as absent whether or not a sweep has removed it.
 //
-// Fingerprints are SHA-256 over the method, the route and the body. JSON
+// Fingerprints are SHA-256 over the method, the concrete target (escaped path
+// and raw query, not the route pattern: a key reused on another resource is a
+// mismatch) and the body. JSON
 // bodies are canonicalised first (sorted keys, no insignificant whitespace,
 // numbers as written, configured fields such as client timestamps removed),
 // so a client that re-serialises its request still matches. Fingerprints are

@@ -11,7 +11,8 @@ import (
 	"sync"
 )
 
-// Fingerprint is the SHA-256 of a request's method, route and canonical body.
+// Fingerprint is the SHA-256 of a request's method, concrete target (escaped
+// path and raw query) and canonical body.
 // Two requests with the same fingerprint are the same request for the
 // purposes of idempotency.
 type Fingerprint [32]byte
@@ -90,10 +91,16 @@ const (
 
 var canonPool = sync.Pool{New: func() any { return &canonicaliser{} }}
 
-// Sum returns the fingerprint of a request. A body whose Content-Type is
-// JSON but which does not parse returns an error wrapping ErrInvalidJSON (or
-// ErrJSONTooDeep); it is never silently hashed as bytes.
-func (f *Fingerprinter) Sum(method, route, contentType string, body []byte) (Fingerprint, error) {
+// Sum returns the fingerprint of a request. target is the request's concrete
+// target, not its route pattern: the escaped path and, when there is one, the
+// raw query (r.URL.RequestURI() for an *http.Request), so a key reused on
+// another resource ("/v1/orders/B/pay" after "/v1/orders/A/pay") or with
+// another query is a mismatch, never a replay of the other answer.
+//
+// A body whose Content-Type is JSON but which does not parse returns an error
+// wrapping ErrInvalidJSON (or ErrJSONTooDeep); it is never silently hashed as
+// bytes.
+func (f *Fingerprinter) Sum(method, target, contentType string, body []byte) (Fingerprint, error) {
 	h := sha256.New()
 	var hdr [binary.MaxVarintLen64]byte
 	writeField := func(s string) {
@@ -102,7 +109,7 @@ func (f *Fingerprinter) Sum(method, route, contentType string, body []byte) (Fin
 	}
 	h.Write([]byte("oncekv/fp/1"))
 	writeField(method)
-	writeField(route)
+	writeField(target)
 
 	if !IsJSON(contentType) || isBlank(body) {
 		h.Write([]byte{kindBytes})

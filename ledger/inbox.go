@@ -63,6 +63,9 @@ func NewInbox(db *kv.DB, cfg *InboxConfig) (*Inbox, error) {
 		if cfg.Retention < 0 {
 			return nil, fmt.Errorf("%w: inbox Retention %s is negative", ErrInvalidConfig, cfg.Retention)
 		}
+		if cfg.Retention > kv.MaxRetention {
+			return nil, fmt.Errorf("%w: inbox Retention %s exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, cfg.Retention)
+		}
 		in.retention = cfg.Retention
 	}
 	return in, nil

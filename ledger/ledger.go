@@ -89,6 +89,10 @@ func (c *Config) validate() error {
 	switch {
 	case c.Retention < 0:
 		return fmt.Errorf("%w: Retention %s is negative", ErrInvalidConfig, c.Retention)
+	case c.Retention > kv.MaxRetention:
+		return fmt.Errorf("%w: Retention %s exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, c.Retention)
+	case c.Lease > kv.MaxRetention || c.RetryAfter > kv.MaxRetention:
+		return fmt.Errorf("%w: Lease %s or RetryAfter %s exceeds kv.MaxRetention (100 years)", ErrInvalidConfig, c.Lease, c.RetryAfter)
 	case c.Lease < 0:
 		return fmt.Errorf("%w: Lease %s is negative", ErrInvalidConfig, c.Lease)
 	case c.Retention < c.Lease:

@@ -3,6 +3,7 @@ package retention_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -54,6 +55,15 @@ func TestPolicyForAndValidate(t *testing.T) {
 	require.ErrorContains(t, err, `idempotency (scope prefix "x|") retention 5m0s is shorter than the client retry horizon 1h0m0s`)
 	require.ErrorContains(t, err, "inbox retention 1h0m0s is shorter than the broker's redelivery horizon 24h0m0s")
 	require.ErrorContains(t, err, `unknown kind "nope"`)
+
+	// Retentions past the time encoding would wrap round (issue 13, item 2).
+	huge := retention.Policy{PublishedEvents: math.MaxInt64, Overrides: []retention.Override{
+		{Kind: retention.Idempotency, ScopePrefix: "y|", Retention: 250 * 365 * 24 * time.Hour}}}
+	err = huge.Validate(retention.Constraints{})
+	require.ErrorIs(t, err, retention.ErrInvalidPolicy)
+	require.ErrorContains(t, err, "outbox.published retention 2562047h47m16.854775807s exceeds kv.MaxRetention")
+	require.ErrorContains(t, err, `idempotency (scope prefix "y|") retention 2190000h0m0s exceeds kv.MaxRetention`)
+	require.NoError(t, retention.Policy{Inbox: kv.MaxRetention, FinishedIntents: retention.Forever}.Validate(retention.Constraints{}))
 }
 
 // world holds one record of every kind, written at t0 through the real

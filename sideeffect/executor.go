@@ -126,6 +126,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: no Handlers", ErrInvalidConfig)
 	case c.Grace < 0 || c.Lease < 0 || c.CallTimeout < 0 || c.PollInterval < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
+	case max(c.Grace, c.Lease, c.CallTimeout, c.PollInterval, c.Backoff.Base, c.Backoff.Cap, c.FinishedRetention) > kv.MaxRetention:
+		return fmt.Errorf("%w: a duration exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
 	case c.Lease <= c.CallTimeout:
 		return fmt.Errorf("%w: Lease %s must exceed CallTimeout %s, or a slow call could be taken over while it runs", ErrInvalidConfig, c.Lease, c.CallTimeout)
 	case c.MaxAttempts < 1:

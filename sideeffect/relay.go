@@ -87,6 +87,9 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 	if cfg.Publisher == nil {
 		return nil, fmt.Errorf("%w: RelayConfig.Publisher is required", ErrInvalidConfig)
 	}
+	if max(cfg.Retention, cfg.PollInterval, cfg.Backoff.Base, cfg.Backoff.Cap) > kv.MaxRetention {
+		return nil, fmt.Errorf("%w: a RelayConfig duration exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
+	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultRelayBatch
 	}

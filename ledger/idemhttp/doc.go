@@ -30,8 +30,9 @@
 //	side effect outcome unknown (external)     502 with Retry-After, nothing stored
 //
 // Every problem body is RFC 9457 JSON with a stable type URI (the Problem*
-// constants). "The same request" means the same fingerprint: method, route
-// and body, with JSON canonicalised (key order and whitespace do not matter)
+// constants). "The same request" means the same fingerprint: method, concrete
+// path and query (a key reused on /v1/orders/B/pay after /v1/orders/A/pay is a
+// 422, never A's answer) and body, with JSON canonicalised (key order and whitespace do not matter)
 // and the fields in Config.Fingerprint.Exclude ignored.
 //
 // # In-transaction routes (Wrap)

@@ -280,7 +280,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 		return
 	}
 	route := m.route(r)
-	fp, err := m.fp.Sum(r.Method, route, r.Header.Get("Content-Type"), body)
+	// The scope names the endpoint (route pattern); the fingerprint names the
+	// concrete resource (escaped path and raw query), so a key reused on
+	// another order is a mismatch, not a replay of the first order's answer.
+	fp, err := m.fp.Sum(r.Method, r.URL.RequestURI(), r.Header.Get("Content-Type"), body)
 	if err != nil {
 		m.reject(w, start, http.StatusBadRequest, ProblemInvalidBody, "Invalid JSON body", err.Error())
 		return
