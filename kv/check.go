@@ -3,6 +3,8 @@ package kv
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sort"
 	"sync"
 
@@ -43,9 +45,18 @@ func RegisterChecker(name string, c Checker) {
 // invariant check in one read-only transaction, and returns the problems
 // found (nil when the database is consistent). Its cost is proportional to
 // the size of the database.
-func (db *DB) Check(ctx context.Context) ([]Problem, error) {
-	var problems []Problem
-	err := db.View(ctx, func(tx Tx) error {
+//
+// A damaged file never crashes Check: bbolt's assertion panics and memory
+// faults on pages past the end are reported as a "bbolt" problem.
+func (db *DB) Check(ctx context.Context) (problems []Problem, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			problems = append(problems, Problem{Check: "bbolt", Message: fmt.Sprintf("the file is damaged: reading it failed: %v", r)})
+			err = nil
+		}
+	}()
+	err = db.View(ctx, func(tx Tx) error {
 		problems = CheckTx(tx)
 		return nil
 	})
@@ -56,6 +67,10 @@ func (db *DB) Check(ctx context.Context) ([]Problem, error) {
 func CheckTx(tx Tx) []Problem {
 	var problems []Problem
 	if bt := BoltTx(tx); bt != nil {
+		if err := walkTx(bt); err != nil {
+			// bbolt's check would follow the damage into a fatal fault.
+			return append(problems, Problem{Check: "bbolt", Message: "the file is damaged: " + err.Error()})
+		}
 		for err := range bt.Check(bolt.WithKVStringer(bolt.HexKVStringer())) {
 			problems = append(problems, Problem{Check: "bbolt", Message: err.Error()})
 		}
@@ -88,4 +103,15 @@ func CheckTx(tx Tx) []Problem {
 		}()
 	}
 	return problems
+}
+
+// walkTx runs walkStructure over the tree tx sees, reading the file.
+func walkTx(bt *bolt.Tx) error {
+	f, err := os.Open(bt.DB().Path())
+	if err != nil {
+		return nil // not reachable as a file (bbolt's check still runs)
+	}
+	defer f.Close()
+	ps := bt.DB().Info().PageSize
+	return walkStructure(f, ps, uint64(bt.Size())/uint64(ps), uint64(bt.Cursor().Bucket().Root()))
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +69,12 @@ type Options struct {
 	// InitialMmapSize is passed to bbolt: a larger initial mapping avoids
 	// remapping (which blocks readers) as the file grows. 0 uses bbolt's default.
 	InitialMmapSize int
+
+	// RequireFormat opens only a file that already holds an oncekv format
+	// record: a missing or empty file, or another application's bbolt file,
+	// fails with a *FileError (ErrNotDatabase) and is neither created nor
+	// changed. Maintenance tools set it, so they never adopt a foreign file.
+	RequireFormat bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -126,22 +134,28 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if o.ReadOnly {
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("kv: open %s read-only: %w", path, err)
+	openFiles.mu.Lock() // held across the open: two Opens of one file cannot race
+	defer openFiles.mu.Unlock()
+	if other := alreadyOpen(path); other != nil {
+		return nil, fmt.Errorf("%w: %s (open it once and share the *kv.DB)", ErrAlreadyOpen, path)
+	}
+	size, err := preflight(path, o.ReadOnly)
+	switch {
+	case err != nil:
+		return nil, err
+	case size == 0 && (o.ReadOnly || o.RequireFormat):
+		if _, serr := os.Stat(path); serr != nil {
+			return nil, fmt.Errorf("kv: open %s: %w", path, serr)
 		}
+		return nil, &FileError{Path: path, Err: ErrNotDatabase, Reason: "is empty (0 bytes): not a database yet"}
 	}
 	start := time.Now()
-	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
-		Timeout:         o.LockTimeout,
-		ReadOnly:        o.ReadOnly,
-		NoSync:          o.NoSync,
-		NoGrowSync:      o.NoSync,
-		FreelistType:    bolt.FreelistMapType,
-		InitialMmapSize: o.InitialMmapSize,
-	})
+	b, err := boltOpen(path, o)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, &LockedError{Path: path, Waited: time.Since(start).Round(time.Millisecond), Cause: err, ReadOnly: o.ReadOnly}
+	}
+	if errors.Is(err, fs.ErrPermission) && !o.ReadOnly {
+		return nil, fmt.Errorf("kv: open %s for writing: %w (open it read-only, or fix the file's permissions)", path, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", path, err)
@@ -151,7 +165,27 @@ func Open(path string, opts *Options) (*DB, error) {
 		_ = b.Close()
 		return nil, err
 	}
+	register(db)
 	return db, nil
+}
+
+// boltOpen is bolt.Open with bbolt's assertion panics and memory faults on a
+// damaged file reported as a *FileError instead of killing the process.
+func boltOpen(path string, o Options) (b *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, &FileError{Path: path, Err: ErrDamaged, Reason: fmt.Sprintf("cannot be opened: bbolt failed on its structure: %v", r)}
+		}
+	}()
+	return bolt.Open(path, o.FileMode, &bolt.Options{
+		Timeout:         o.LockTimeout,
+		ReadOnly:        o.ReadOnly,
+		NoSync:          o.NoSync,
+		NoGrowSync:      o.NoSync,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: o.InitialMmapSize,
+	})
 }
 
 // Wrap prepares a caller's own open bbolt handle for oncekv: it checks and,
@@ -171,7 +205,7 @@ func Wrap(b *bolt.DB, opts *Options) (*DB, error) {
 }
 
 func newDB(b *bolt.DB, path string, o Options, owned bool) (*DB, error) {
-	if err := checkFormat(b, path); err != nil {
+	if err := checkFormat(b, path, o.RequireFormat); err != nil {
 		return nil, err
 	}
 	b.MaxBatchSize = o.MaxBatchSize
@@ -190,6 +224,7 @@ func (db *DB) Close() error {
 	if !db.owned {
 		return nil
 	}
+	defer unregister(db)
 	return db.bolt.Close()
 }
 

@@ -18,7 +18,42 @@ var (
 
 	// ErrInvalidOptions is returned when Options fail validation.
 	ErrInvalidOptions = errors.New("kv: invalid options")
+
+	// ErrNotDatabase is returned (in a *FileError) when the path is not an
+	// oncekv database: a directory, a file that is not bbolt, or — with
+	// Options.RequireFormat — an empty file or another application's bbolt
+	// file. The file is not modified.
+	ErrNotDatabase = errors.New("kv: not an oncekv database")
+
+	// ErrDamaged is returned (in a *FileError) when the file is a database
+	// but damaged: truncated, a page number past its end, or a structure
+	// bbolt's own assertions reject. Restore it from a backup.
+	ErrDamaged = errors.New("kv: database file is damaged")
+
+	// ErrAlreadyOpen is returned when this process already has the file open
+	// through Open: share that *DB instead of opening the file again.
+	ErrAlreadyOpen = errors.New("kv: database file is already open in this process")
 )
+
+// FileError reports a path that cannot be opened as an oncekv database,
+// and why. errors.Is(err, ErrNotDatabase) or errors.Is(err, ErrDamaged) says
+// which kind of problem it is.
+type FileError struct {
+	Path   string
+	Err    error  // ErrNotDatabase or ErrDamaged
+	Reason string // what is wrong, for people
+	Cause  error  // the underlying error, if any (a *CorruptError)
+}
+
+func (e *FileError) Error() string { return fmt.Sprintf("kv: %s %s", e.Path, e.Reason) }
+
+// Unwrap returns ErrNotDatabase or ErrDamaged, and the cause.
+func (e *FileError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{e.Err, e.Cause}
+	}
+	return []error{e.Err}
+}
 
 // Errors returned by transactions.
 var (

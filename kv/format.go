@@ -49,8 +49,10 @@ func readFormat(tx *bolt.Tx) (uint32, error) {
 	return uint32(n), nil
 }
 
-// checkFormat refuses newer formats and stamps unformatted files when writable.
-func checkFormat(db *bolt.DB, path string) error {
+// checkFormat refuses newer formats and stamps unformatted files when
+// writable, unless the format is required (then an unformatted file is
+// another application's and is refused untouched).
+func checkFormat(db *bolt.DB, path string, required bool) error {
 	var found uint32
 	err := db.View(func(tx *bolt.Tx) error {
 		var err error
@@ -58,10 +60,13 @@ func checkFormat(db *bolt.DB, path string) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("kv: read format record of %s: %w", path, err)
+		return &FileError{Path: path, Err: ErrDamaged, Reason: fmt.Sprintf("has an unreadable oncekv format record: %v", err), Cause: err}
 	}
 	if found > FormatVersion {
 		return &FormatError{Path: path, Found: found, Supported: FormatVersion}
+	}
+	if found == 0 && required {
+		return &FileError{Path: path, Err: ErrNotDatabase, Reason: "is a bbolt file without an oncekv format record (another application's database?); it was not modified"}
 	}
 	if found != 0 || db.IsReadOnly() {
 		return nil

@@ -111,6 +111,13 @@ func (l *Ledger) Peek(ctx context.Context, req Request) (*Result, error) {
 	return a.replay, err
 }
 
+// PeekTx is Peek inside the caller's transaction. It writes nothing (in a
+// writable transaction it may create the ledger's bucket).
+func (l *Ledger) PeekTx(tx kv.Tx, req Request) (*Result, error) {
+	a, err := l.admit(tx, req)
+	return a.replay, err
+}
+
 func derefResult(r *Result) Result {
 	if r == nil {
 		return Result{}

@@ -102,3 +102,25 @@ func (e *LeaseLostError) Error() string {
 
 // Unwrap returns ErrLeaseLost.
 func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
+
+// RecordError names the record a decoding failure was found in: a flipped
+// byte, a truncated value. errors.Is(err, kv.ErrCorrupt) is true for it.
+type RecordError struct {
+	Scope, Key string // as far as the record's key can be read
+	Err        error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("ledger: record %q in scope %q: %v", e.Key, e.Scope, e.Err)
+}
+
+// Unwrap returns the decoding error.
+func (e *RecordError) Unwrap() error { return e.Err }
+
+func recordError(rk []byte, err error) error {
+	scope, key, _ := splitRecordKey(rk)
+	if scope == "" && key == "" {
+		scope = string(rk)
+	}
+	return &RecordError{Scope: scope, Key: key, Err: err}
+}

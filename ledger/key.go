@@ -101,10 +101,21 @@ func Scope(tenant, method, route string) (string, error) {
 		return "", fmt.Errorf("%w: empty tenant", ErrInvalidScope)
 	}
 	for i := 0; i < len(tenant); i++ {
-		if c := tenant[i]; c == '|' || c < 0x20 || c == 0x7f {
-			return "", fmt.Errorf("%w: tenant contains byte 0x%02x", ErrInvalidScope, c)
+		switch c := tenant[i]; {
+		case c == '|':
+			return "", fmt.Errorf("%w: tenant %q contains '|', the scope separator: two tenants could then share a scope", ErrInvalidScope, clip(tenant))
+		case c < 0x20 || c == 0x7f:
+			return "", fmt.Errorf("%w: tenant contains the control byte 0x%02x", ErrInvalidScope, c)
 		}
 	}
 	s := tenant + "|" + method + " " + route
 	return s, ValidateScope(s)
+}
+
+// clip bounds user input quoted in an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }

@@ -162,7 +162,7 @@ func validate(scope, key string) error {
 func load(b kv.Bucket, rk []byte, withBody bool) (*Record, error) {
 	scope, key, ok := splitRecordKey(rk)
 	if !ok {
-		return nil, fmt.Errorf("ledger: record %q: %w", rk, &kv.CorruptError{Kind: kv.KindIdempotency, Reason: "record key has no scope separator"})
+		return nil, recordError(rk, &kv.CorruptError{Kind: kv.KindIdempotency, Reason: "record key has no scope separator"})
 	}
 	return loadAs(b, scope, key, rk, withBody)
 }
@@ -178,7 +178,7 @@ func loadAs(b kv.Bucket, scope, key string, rk []byte, withBody bool) (*Record, 
 	}
 	r, err := decodeRecordAs(scope, key, v, withBody)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: record %q: %w", rk, err)
+		return nil, recordError(rk, err)
 	}
 	return r, nil
 }

@@ -53,8 +53,8 @@ type ListOptions struct {
 }
 
 // Records iterates records in (scope, key) order inside tx. A record that
-// fails to decode is yielded as an error (wrapping kv.ErrCorrupt) and the
-// iteration goes on; the caller may stop at any time.
+// fails to decode is yielded as a *RecordError (wrapping kv.ErrCorrupt) and
+// the iteration goes on; the caller may stop at any time.
 func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 	return func(yield func(*Record, error) bool) {
 		b := recordsNS.Bucket(tx)
@@ -68,7 +68,7 @@ func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 		for k, v := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), opts.ScopePrefix); k, v = c.Next() {
 			r, err := decodeRecord(k, v, opts.WithBody)
 			if err != nil {
-				if !yield(nil, err) {
+				if !yield(nil, recordError(k, err)) {
 					return
 				}
 				continue

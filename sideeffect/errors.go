@@ -32,6 +32,21 @@ var (
 	// many attempts; an operator must resolve or requeue it.
 	ErrNeedsAttention = errors.New("sideeffect: intent needs attention")
 
+	// ErrAlreadyFinal is returned by Requeue and Resolve for an intent that
+	// has already succeeded or failed.
+	ErrAlreadyFinal = errors.New("sideeffect: intent is already final")
+
+	// ErrInvalidResolution is returned by Resolve for a verdict other than
+	// succeeded or failed, or one with oversized text.
+	ErrInvalidResolution = errors.New("sideeffect: invalid resolution")
+
+	// ErrBackoff is returned (as a *BlockedError) by Perform when the
+	// intent's last attempt had an unknown outcome and its backoff has not
+	// ended: the client should retry after BlockedError.RetryAfter. Nothing
+	// was written and no attempt was spent, so client retries during a
+	// provider outage cannot park the intent.
+	ErrBackoff = errors.New("sideeffect: intent is backing off after an unknown outcome")
+
 	// ErrPending is returned (as a *PendingError) by Perform when the outside
 	// call's outcome is not known yet; the intent will be finished by a retry
 	// or by the reconciler.
@@ -66,3 +81,31 @@ func (e *PendingError) Error() string {
 
 // Unwrap returns ErrPending.
 func (e *PendingError) Unwrap() error { return ErrPending }
+
+// BlockedError reports an intent that a client request cannot work on now:
+// it is backing off after an unknown outcome (errors.Is(err, ErrBackoff);
+// retry after RetryAfter), or parked for an operator (errors.Is(err,
+// ErrNeedsAttention); no retry helps until someone requeues or resolves it).
+type BlockedError struct {
+	Intent *Intent
+	// RetryAfter is the time until the intent's next attempt; zero when it
+	// is parked.
+	RetryAfter time.Duration
+}
+
+func (e *BlockedError) Error() string {
+	if e.Intent.State == StateNeedsAttention {
+		return fmt.Sprintf("sideeffect: intent %s (%s %s) needs attention after %d attempts: requeue or resolve it",
+			e.Intent.ID, e.Intent.Kind, e.Intent.Subject, e.Intent.Attempts)
+	}
+	return fmt.Sprintf("sideeffect: intent %s (%s %s) is backing off after an unknown outcome; next attempt in %s",
+		e.Intent.ID, e.Intent.Kind, e.Intent.Subject, e.RetryAfter)
+}
+
+// Unwrap returns ErrNeedsAttention for a parked intent, else ErrBackoff.
+func (e *BlockedError) Unwrap() error {
+	if e.Intent.State == StateNeedsAttention {
+		return ErrNeedsAttention
+	}
+	return ErrBackoff
+}

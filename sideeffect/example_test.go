@@ -2,9 +2,11 @@ package sideeffect_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
@@ -13,12 +15,14 @@ import (
 )
 
 // Perform wires an idempotent request to a provider call. The first
-// response is lost after the provider charged; the retry asks the provider
-// instead of charging again.
+// response is lost after the provider charged; the client waits the
+// Retry-After it was given (the intent's backoff) and retries, and the retry
+// asks the provider instead of charging again.
 func ExampleExecutor_Perform() {
 	dir, _ := os.MkdirTemp("", "oncekv-example")
 	defer os.RemoveAll(dir)
-	db, _ := kv.Open(filepath.Join(dir, "app.db"), nil)
+	clock := kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	db, _ := kv.Open(filepath.Join(dir, "app.db"), &kv.Options{Clock: clock})
 	defer db.Close()
 
 	provider := providertest.New(providertest.Rates{}, 1)
@@ -52,8 +56,10 @@ func ExampleExecutor_Perform() {
 	ctx := context.Background()
 	for attempt := 1; attempt <= 3; attempt++ {
 		res, err := x.Perform(ctx, l, req, spec, respond)
-		if err != nil {
+		var pending *sideeffect.PendingError
+		if errors.As(err, &pending) {
 			fmt.Printf("attempt %d: %v\n", attempt, err)
+			clock.Advance(pending.RetryAfter) // the client honours Retry-After
 			continue
 		}
 		fmt.Printf("attempt %d: %d %s replayed=%t\n", attempt, res.Response.Status, res.Response.Body, res.Replayed)

@@ -89,6 +89,20 @@ type Intent struct {
 	// ExpiresAt is when a final intent is forgotten (retention); zero while
 	// live or parked: those are never removed.
 	ExpiresAt time.Time
+	// Resolution is an operator's verdict waiting to be applied (see
+	// ResolveTx): the next attempt finishes the intent with it, running the
+	// handler's completion, instead of calling the provider. nil when none.
+	Resolution *Resolution
+}
+
+// Resolution is an operator's verdict on an intent: what the provider's
+// dashboard says happened. It is recorded by ResolveTx (the CLI, the admin
+// endpoint) and applied by the executor, which runs the handler's
+// completion as if the provider had answered.
+type Resolution struct {
+	State  State  // StateSucceeded or StateFailed
+	Result []byte // the provider's result, for StateSucceeded
+	Reason string // why (who checked what), kept as the intent's LastError for StateFailed
 }
 
 // Spec describes an intent to create.
@@ -105,13 +119,16 @@ type Spec struct {
 	Payload []byte
 }
 
+// maxPayload bounds an intent's payload, result and resolution text.
+const maxPayload = 1 << 20
+
 func (s Spec) validate() error {
 	switch {
 	case s.Kind == "":
 		return fmt.Errorf("%w: empty Kind", ErrInvalidSpec)
 	case s.Key == "" || s.Purpose == "":
 		return fmt.Errorf("%w: Key and Purpose derive the downstream key and must be set", ErrInvalidSpec)
-	case len(s.Payload) > 1<<20:
+	case len(s.Payload) > maxPayload:
 		return fmt.Errorf("%w: payload of %d bytes (limit 1 MiB)", ErrInvalidSpec, len(s.Payload))
 	}
 	return nil
@@ -124,11 +141,12 @@ var (
 	inflightNS = kv.NewNamespace("intent.inflight")
 )
 
-// Intent layout, version 1: kind, subject, downstream key, payload (bytes) |
+// Intent layout, version 2: kind, subject, downstream key, payload (bytes) |
 // state byte | attempts uvarint | next attempt (time) | last error | result |
 // version uvarint | owner [16] | lease, created, updated, finished, expires
-// (times).
-const intentLayout = 1
+// (times) | resolution state byte (0: none) [| result bytes | reason].
+// Version 1 ends after the expiry and is still read.
+const intentLayout = 2
 
 func encodeIntent(e *kv.Encoder, in *Intent) []byte {
 	e.Reset(kv.KindIntent, intentLayout)
@@ -148,6 +166,13 @@ func encodeIntent(e *kv.Encoder, in *Intent) []byte {
 	e.Time(in.UpdatedAt)
 	e.Time(in.FinishedAt)
 	e.Time(in.ExpiresAt)
+	if in.Resolution == nil {
+		e.Byte(0)
+	} else {
+		e.Byte(byte(in.Resolution.State))
+		e.Bytes(in.Resolution.Result)
+		e.String(in.Resolution.Reason)
+	}
 	return e.Finish()
 }
 
@@ -157,7 +182,7 @@ func decodeIntent(id, v []byte) (*Intent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if layout != intentLayout {
+	if layout != 1 && layout != intentLayout {
 		return nil, d.Fail(fmt.Sprintf("unknown intent layout %d", layout))
 	}
 	in := &Intent{ID: string(id)}
@@ -177,6 +202,14 @@ func decodeIntent(id, v []byte) (*Intent, error) {
 	in.UpdatedAt = d.Time()
 	in.FinishedAt = d.Time()
 	in.ExpiresAt = d.Time()
+	if layout >= 2 {
+		if st := State(d.Byte()); st != 0 {
+			in.Resolution = &Resolution{State: st, Result: cloneOrNil(d.Bytes()), Reason: d.String()}
+			if !st.Final() {
+				return nil, d.Fail(fmt.Sprintf("resolution to state %d", st))
+			}
+		}
+	}
 	if err := d.Done(); err != nil {
 		return nil, err
 	}

@@ -39,16 +39,22 @@ type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 //
 // If the outcome is not known (the provider timed out, the response was
 // lost), the claim is released so that a retry runs again, the intent stays
-// live for the reconciler, and *PendingError is returned. Rejections from
-// the ledger (*ledger.MismatchError, *ledger.InProgressError) are returned
-// as is.
+// live for the reconciler, and *PendingError is returned. A retry that
+// arrives while the intent backs off after such an outcome, or after it was
+// parked as needs_attention, gets *BlockedError and changes nothing: client
+// retries during a provider outage never spend the intent's attempts.
+// Rejections from the ledger (*ledger.MismatchError, *ledger.InProgressError)
+// are returned as is.
 func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Request, spec Spec, respond Respond) (ledger.Result, error) {
 	var out ledger.Outcome
 	var a attempt
 	err := x.db.Batch(ctx, func(tx kv.Tx) error {
 		out, a = ledger.Outcome{}, attempt{}
+		if err := x.admitTx(tx, l, req, spec, &out); err != nil || out.Replay != nil {
+			return err
+		}
 		o, err := l.ClaimTx(ctx, tx, req)
-		if errors.Is(err, ledger.ErrMismatch) || errors.Is(err, ledger.ErrInProgress) {
+		if isLedgerRejection(err) {
 			return kv.Reject(err)
 		}
 		out = o
@@ -112,4 +118,51 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 		return ledger.Result{}, err
 	}
 	return ledger.Result{}, &PendingError{Intent: final, RetryAfter: max(final.NextAttemptAt.Sub(x.db.Now()), 0)}
+}
+
+func isLedgerRejection(err error) bool {
+	return errors.Is(err, ledger.ErrMismatch) || errors.Is(err, ledger.ErrInProgress)
+}
+
+// admitTx answers, before anything is written, a request whose intent a
+// client may not work on now (backing off, parked): with the stored replay
+// if the key completed, else with a rejected *BlockedError. It sets
+// out.Replay for a replay.
+func (x *Executor) admitTx(tx kv.Tx, l *ledger.Ledger, req ledger.Request, spec Spec, out *ledger.Outcome) error {
+	in, err := loadIntent(tx, DownstreamKey(spec.Scope, spec.Key, spec.Purpose))
+	if err != nil || in == nil {
+		return err
+	}
+	berr := x.blocked(in)
+	if berr == nil {
+		return nil
+	}
+	replay, err := l.PeekTx(tx, req)
+	switch {
+	case isLedgerRejection(err):
+		return kv.Reject(err)
+	case err != nil:
+		return err
+	case replay != nil:
+		out.Replay = replay
+		return nil
+	}
+	return kv.Reject(berr)
+}
+
+// blocked says why a client request must not take the intent over now:
+// parked for an operator, or backing off after an unknown outcome. An
+// intent with an attempt in flight (a live lease) is left to takeOverTx,
+// which answers busy or recovers a dead process's attempt.
+func (x *Executor) blocked(in *Intent) *BlockedError {
+	now := x.db.Now()
+	switch {
+	case in.Resolution != nil || now.Before(in.LeaseExpiresAt):
+		return nil
+	case in.State == StateNeedsAttention:
+		return &BlockedError{Intent: in}
+	case in.State == StateUnknown && now.Before(in.NextAttemptAt):
+		return &BlockedError{Intent: in, RetryAfter: in.NextAttemptAt.Sub(now)}
+	}
+	return nil
 }

@@ -72,6 +72,16 @@ func TestPerformLostResponseRetryAsksProvider(t *testing.T) {
 	_, err = l.Get(ctx, payReq("1").Scope, payReq("1").Key)
 	require.ErrorIs(t, err, ledger.ErrNotFound, "the key was released")
 
+	// A retry during the intent's backoff is told when to come back and
+	// spends nothing.
+	_, err = x.Perform(ctx, l, payReq("1"), spec("1"), respond)
+	var be *sideeffect.BlockedError
+	require.ErrorAs(t, err, &be)
+	require.ErrorIs(t, err, sideeffect.ErrBackoff)
+	require.Equal(t, pe.RetryAfter, be.RetryAfter)
+	require.Equal(t, []string{"do:lost"}, fake.Ops(pe.Intent.ID))
+
+	bb.clock.Advance(pe.RetryAfter)
 	res, err := x.Perform(ctx, l, payReq("1"), spec("1"), respond)
 	require.NoError(t, err)
 	require.Equal(t, `{"status":"paid","charge_id":"ch_0001"}`, string(res.Response.Body))

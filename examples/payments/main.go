@@ -48,13 +48,19 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	apiKeys := fs.String("api-keys", app.DefaultAPIKeys, "API keys: key=tenant,key=tenant")
 	verbose := fs.Bool("v", false, "log every idempotent request")
 	webhook := fs.String("webhook", "", "URL that receives the outbox events (default: log them)")
-	admin := fs.String("admin", "", "serve the read-only admin endpoint (oncekv --addr) on this loopback address, e.g. 127.0.0.1:8081 (off by default)")
+	admin := fs.String("admin", "", "serve the admin endpoint (oncekv --addr) on this address, e.g. 127.0.0.1:8081 (off by default); a non-loopback address needs -admin-token")
+	adminToken := fs.String("admin-token", os.Getenv("ONCEKV_ADMIN_TOKEN"), "admin bearer token (default $ONCEKV_ADMIN_TOKEN): unlocks bodies, provider errors, /check and intent requeue/resolve")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	keys, err := app.ParseAPIKeys(*apiKeys)
 	if err != nil {
 		return err
+	}
+	if *admin != "" {
+		if err := inspect.ValidateAddr(*admin, *adminToken); err != nil {
+			return err
+		}
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -92,16 +98,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		asrv := &http.Server{Handler: inspect.Handler(a.DB, inspect.HandlerOptions{}), ReadHeaderTimeout: 10 * time.Second}
+		asrv := newServer(inspect.Handler(a.DB, inspect.HandlerOptions{Token: *adminToken, Executor: a.Executor}))
 		wg.Go(func() { _ = asrv.Serve(aln) })
 		defer asrv.Close()
-		fmt.Fprintf(out, "admin listening on http://%s (read-only; bodies redacted)\n", aln.Addr())
+		mode := "read-only, loopback only, sensitive fields redacted"
+		if *adminToken != "" {
+			mode = "the admin token unlocks bodies, /check and intent actions"
+		}
+		fmt.Fprintf(out, "admin listening on http://%s (%s)\n", aln.Addr(), mode)
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer(a.Handler)
 	fmt.Fprintf(out, "payments listening on http://%s (db %s, provider %s)\n", ln.Addr(), *dbPath, *providerURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -134,7 +144,7 @@ func startProvider(ctx context.Context, path string) (string, func(), error) {
 		_ = db.Close()
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: fakeprovider.New(db, fakeprovider.Faults{}, 1).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer(fakeprovider.New(db, fakeprovider.Faults{}, 1).Handler())
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ln); close(done) }()
 	return "http://" + ln.Addr().String(), func() {
@@ -144,4 +154,18 @@ func startProvider(ctx context.Context, path string) (string, func(), error) {
 		<-done
 		_ = db.Close()
 	}, nil
+}
+
+// Server timeouts: a slow client (slowloris) cannot hold a connection or a
+// handler for long.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 15 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 60 * time.Second
+)
+
+func newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
 }

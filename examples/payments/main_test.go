@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,7 +233,18 @@ func TestProviderFailureThenRetry(t *testing.T) {
 
 	prov.stop(t)
 	prov = start(t, "provider", "-addr", paddr, "-db", dir+"/provider.db")
-	r = do(t, "POST", svc.url+"/v1/orders/"+id+"/pay", acme, "pay", "")
+	// Retries during the intent's backoff get 503 and Retry-After, and spend
+	// nothing; the client honours it.
+	for range 10 {
+		r = do(t, "POST", svc.url+"/v1/orders/"+id+"/pay", acme, "pay", "")
+		if r.Status != 503 {
+			break
+		}
+		require.Contains(t, r.Body, "side-effect-backoff")
+		secs, err := strconv.Atoi(r.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		time.Sleep(time.Duration(secs) * time.Second)
+	}
 	require.Equal(t, 200, r.Status, r.Body)
 	require.Equal(t, "paid", r.json(t)["status"])
 	require.Len(t, charges(t, prov.url), 1)

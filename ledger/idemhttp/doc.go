@@ -28,6 +28,10 @@
 //	handler panics or answers 5xx              nothing stored, writes rolled back;
 //	                                           a retry runs again
 //	side effect outcome unknown (external)     502 with Retry-After, nothing stored
+//	retry during the side effect's backoff     503 with Retry-After (the time to its
+//	                                           next attempt); no attempt is spent
+//	side effect parked (needs_attention)       409 naming the state, no Retry-After:
+//	                                           an operator requeues or resolves it
 //
 // Every problem body is RFC 9457 JSON with a stable type URI (the Problem*
 // constants). "The same request" means the same fingerprint: method, concrete

@@ -455,6 +455,7 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 	var me *ledger.MismatchError
 	var ip *ledger.InProgressError
 	var pe *sideeffect.PendingError
+	var be *sideeffect.BlockedError
 	switch {
 	case errors.As(err, &me):
 		WriteProblem(w, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with a different request", Status: http.StatusUnprocessableEntity,
@@ -468,6 +469,14 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 		WriteProblem(w, Problem{Type: ProblemOutcomePending, Title: "Upstream outcome not known yet", Status: http.StatusBadGateway,
 			Detail: "the upstream call failed or its answer was lost; retry with the same Idempotency-Key"}, max(pe.RetryAfter, time.Second))
 		return EventPending, http.StatusBadGateway
+	case errors.As(err, &be) && errors.Is(err, sideeffect.ErrBackoff):
+		WriteProblem(w, Problem{Type: ProblemBackoff, Title: "Upstream call backing off", Status: http.StatusServiceUnavailable,
+			Detail: "the last upstream attempt had an unknown outcome; retry with the same Idempotency-Key after the indicated delay"}, max(be.RetryAfter, time.Second))
+		return EventPending, http.StatusServiceUnavailable
+	case errors.Is(err, sideeffect.ErrNeedsAttention):
+		WriteProblem(w, Problem{Type: ProblemNeedsAttention, Title: "Side effect needs attention", Status: http.StatusConflict,
+			Detail: "the upstream call is in state needs_attention after repeated unknown outcomes; an operator must requeue or resolve it (oncekv intents)"}, 0)
+		return EventPending, http.StatusConflict
 	case errors.Is(err, context.Canceled):
 		return EventNotStored, 499
 	}

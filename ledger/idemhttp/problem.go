@@ -22,6 +22,8 @@ const (
 	ProblemInvalidBody     = ProblemBase + "invalid-body"
 	ProblemUnauthenticated = ProblemBase + "unauthenticated"
 	ProblemOutcomePending  = ProblemBase + "outcome-pending"
+	ProblemBackoff         = ProblemBase + "side-effect-backoff"
+	ProblemNeedsAttention  = ProblemBase + "side-effect-needs-attention"
 	ProblemInternal        = ProblemBase + "internal-error"
 )
 

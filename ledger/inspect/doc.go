@@ -12,7 +12,16 @@
 //
 //	$ oncekv keys --addr http://127.0.0.1:8081
 //
-// Mount the handler on a loopback address or a unix socket only: it has no
-// authentication of its own. It is read-only, and stored response bodies
-// and intent payloads are redacted unless HandlerOptions.ShowBodies is set.
+// Without a token the handler serves loopback callers only (by address and
+// by Host header, against DNS rebinding), read-only, with stored bodies,
+// payloads and provider error text redacted; ValidateAddr refuses a
+// non-loopback listen address. HandlerOptions.Token adds an admin bearer
+// token that unlocks the sensitive fields, the full /check and the intent
+// actions (Operator: requeue and resolve), which Actions also runs on a
+// stopped service's file:
+//
+//	$ oncekv intents requeue --addr http://127.0.0.1:8081 --token "$TOKEN" ID
+//	$ oncekv intents resolve --db payments.db ID --state failed --reason "declined in the provider's dashboard"
+//
+// Bad parameters answer 400; /keys returns at most MaxKeysLimit records.
 package inspect

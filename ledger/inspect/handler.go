@@ -2,87 +2,286 @@ package inspect
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/sideeffect"
 )
 
-// HandlerOptions configure Handler.
+// HandlerOptions configure Handler. The zero value serves the read-only
+// queries to loopback callers, with everything sensitive redacted.
 type HandlerOptions struct {
-	// ShowBodies includes stored response bodies and intent payloads and
-	// results. Off by default: they may hold personal data.
-	ShowBodies bool
+	// Token, when set, is the admin bearer token (Authorization: Bearer
+	// TOKEN). A request carrying it may see stored bodies, payloads, results
+	// and provider error text, run the full consistency check (/check) and
+	// act on intents (requeue, resolve). Without it those are redacted or
+	// refused. With no Token, the handler answers loopback callers only.
+	Token string
+	// Executor, if set, carries out intent actions live: a requeue wakes its
+	// reconciler, a resolve is applied at once with its handlers. Without
+	// it, actions are recorded in the file and the service's reconciler
+	// applies them on its next pass.
+	Executor *sideeffect.Executor
+	// AllowedHosts are Host header values accepted besides the loopback
+	// names (localhost, 127.0.0.1, [::1], with any port). Requests with any
+	// other Host and no token are refused, so a web page cannot reach the
+	// handler by DNS rebinding.
+	AllowedHosts []string
 }
 
-// Handler serves the inspection queries of db as JSON, read-only:
+// Limits of the /keys listing.
+const (
+	// DefaultKeysLimit is the page size of /keys when no limit is given.
+	DefaultKeysLimit = 100
+	// MaxKeysLimit is the largest limit /keys accepts.
+	MaxKeysLimit = 1000
+)
+
+// errBadParam marks a request parameter that does not parse (answered 400).
+type errBadParam struct{ error }
+
+func badParam(format string, args ...any) error { return errBadParam{fmt.Errorf(format, args...)} }
+
+// errForbidden marks a request that needs the admin token (answered 401/403).
+var errForbidden = errors.New("inspect: this needs the admin token (Authorization: Bearer TOKEN)")
+
+// Handler serves the inspection queries of db as JSON:
 //
-//	GET /keys?scope=PREFIX&status=in_progress|completed&expired=1&limit=N
-//	GET /get?scope=S&key=K&body=1
-//	GET /intents?state=S
-//	GET /outbox
-//	GET /inbox?consumer=C&limit=N
-//	GET /stats
-//	GET /check
+//	GET  /keys?scope=PREFIX&status=in_progress|completed&expired=1&limit=N   (N ≤ 1000, default 100)
+//	GET  /get?scope=S&key=K&body=1          body only with the token
+//	GET  /intents?state=S                   provider text only with the token
+//	GET  /outbox
+//	GET  /inbox?consumer=C&limit=N
+//	GET  /stats
+//	GET  /check                             token only: a full scan
+//	POST /intents/requeue?id=ID             token only
+//	POST /intents/resolve?id=ID&state=succeeded|failed&result=R&reason=TEXT   token only
 //
-// Mount it on a loopback address or a unix socket.
+// Bad parameters answer 400. Serve it on a loopback address (see
+// ValidateAddr) or with a Token.
 func Handler(db *kv.DB, opts HandlerOptions) http.Handler {
 	in := New(db)
-	in.ShowBodies = opts.ShowBodies
+	in.ShowBodies = false
+	full := New(db)
 	mux := http.NewServeMux()
-	serve := func(path string, fn func(r *http.Request) (any, error)) {
-		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
-			v, err := fn(r)
-			w.Header().Set("Content-Type", "application/json")
-			if err != nil {
-				status := http.StatusInternalServerError
-				if errors.Is(err, ErrNotFound) {
-					status = http.StatusNotFound
-				}
-				w.WriteHeader(status)
-				_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	serve := func(pattern string, fn func(r *http.Request, src *Inspector, admin bool) (any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			admin := opts.Token != "" && hasToken(r, opts.Token)
+			if !admin && !allowed(r, opts) {
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "inspect: refused: a loopback Host and caller, or the admin token, is required"})
 				return
 			}
-			_ = json.NewEncoder(w).Encode(v)
+			src := in
+			if admin {
+				src = full
+			}
+			v, err := fn(r, src, admin)
+			if err != nil {
+				writeJSON(w, errStatus(err, opts.Token != ""), map[string]string{"error": err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
 		})
 	}
 	q := func(r *http.Request, k string) string { return r.URL.Query().Get(k) }
-	limit := func(r *http.Request) int { n, _ := strconv.Atoi(q(r, "limit")); return n }
-	serve("/keys", func(r *http.Request) (any, error) {
-		return in.Keys(r.Context(), KeysQuery{ScopePrefix: q(r, "scope"), Status: q(r, "status"), Expired: q(r, "expired") == "1", Limit: limit(r)})
+	serve("GET /keys", func(r *http.Request, src *Inspector, _ bool) (any, error) {
+		n, err := limitParam(r, DefaultKeysLimit, MaxKeysLimit)
+		if err != nil {
+			return nil, err
+		}
+		st := q(r, "status")
+		if st != "" && st != "in_progress" && st != "completed" {
+			return nil, badParam("status must be in_progress or completed, not %q", clip(st))
+		}
+		return src.Keys(r.Context(), KeysQuery{ScopePrefix: q(r, "scope"), Status: st, Expired: q(r, "expired") == "1", Limit: n})
 	})
-	serve("/get", func(r *http.Request) (any, error) {
-		return in.Get(r.Context(), q(r, "scope"), q(r, "key"), q(r, "body") == "1")
+	serve("GET /get", func(r *http.Request, src *Inspector, _ bool) (any, error) {
+		if q(r, "scope") == "" || q(r, "key") == "" {
+			return nil, badParam("scope and key are required")
+		}
+		return src.Get(r.Context(), q(r, "scope"), q(r, "key"), q(r, "body") == "1")
 	})
-	serve("/intents", func(r *http.Request) (any, error) { return in.Intents(r.Context(), q(r, "state")) })
-	serve("/outbox", func(r *http.Request) (any, error) { return in.Outbox(r.Context()) })
-	serve("/inbox", func(r *http.Request) (any, error) { return in.Inbox(r.Context(), q(r, "consumer"), limit(r)) })
-	serve("/stats", func(r *http.Request) (any, error) { return in.Stats(r.Context()) })
-	serve("/check", func(r *http.Request) (any, error) { return in.Check(r.Context()) })
+	serve("GET /intents", func(r *http.Request, src *Inspector, _ bool) (any, error) {
+		if st := q(r, "state"); st != "" {
+			if _, err := sideeffect.ParseState(st); err != nil {
+				return nil, badParam("state %q: want pending, unknown, succeeded, failed or needs_attention", clip(st))
+			}
+		}
+		return src.Intents(r.Context(), q(r, "state"))
+	})
+	serve("GET /outbox", func(r *http.Request, src *Inspector, _ bool) (any, error) { return src.Outbox(r.Context()) })
+	serve("GET /inbox", func(r *http.Request, src *Inspector, _ bool) (any, error) {
+		n, err := limitParam(r, DefaultKeysLimit, MaxKeysLimit)
+		if err != nil {
+			return nil, err
+		}
+		return src.Inbox(r.Context(), q(r, "consumer"), n)
+	})
+	serve("GET /stats", func(r *http.Request, src *Inspector, _ bool) (any, error) { return src.Stats(r.Context()) })
+	serve("GET /check", func(r *http.Request, src *Inspector, admin bool) (any, error) {
+		if !admin {
+			return nil, errForbidden
+		}
+		return src.Check(r.Context())
+	})
+	act := &Actions{DB: db, Executor: opts.Executor}
+	serve("POST /intents/requeue", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
+		if !admin {
+			return nil, errForbidden
+		}
+		if q(r, "id") == "" {
+			return nil, badParam("id is required")
+		}
+		return act.Requeue(r.Context(), q(r, "id"))
+	})
+	serve("POST /intents/resolve", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
+		if !admin {
+			return nil, errForbidden
+		}
+		st, err := sideeffect.ParseState(q(r, "state"))
+		if q(r, "id") == "" || err != nil || !st.Final() {
+			return nil, badParam("id and state=succeeded|failed are required")
+		}
+		return act.Resolve(r.Context(), q(r, "id"), st, []byte(q(r, "result")), q(r, "reason"))
+	})
 	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func errStatus(err error, tokenConfigured bool) int {
+	var bp errBadParam
+	switch {
+	case errors.As(err, &bp), errors.Is(err, sideeffect.ErrInvalidResolution):
+		return http.StatusBadRequest
+	case errors.Is(err, errForbidden) && tokenConfigured:
+		return http.StatusUnauthorized
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, ErrNotFound), errors.Is(err, sideeffect.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, sideeffect.ErrAlreadyFinal):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+func limitParam(r *http.Request, def, most int) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, badParam("limit %q: want a whole number from 0 to %d", clip(s), most)
+	}
+	if n == 0 || n > most {
+		return most, nil
+	}
+	return n, nil
+}
+
+// clip bounds a parameter echoed in an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+func hasToken(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// allowed reports whether a request without the token may be served: its
+// Host names this machine's loopback (or an allowed host) and, when no token
+// is configured at all, the caller is on loopback too.
+func allowed(r *http.Request, opts HandlerOptions) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	okHost := isLoopbackName(host) || slices.Contains(opts.AllowedHosts, r.Host) || slices.Contains(opts.AllowedHosts, host)
+	if !okHost {
+		return false
+	}
+	if opts.Token != "" {
+		return true
+	}
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		ip = r.RemoteAddr
+	}
+	addr, err := netip.ParseAddr(ip)
+	return err == nil && addr.IsLoopback() // unix sockets and tests set no address: refused
+}
+
+func isLoopbackName(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// ValidateAddr checks where an admin handler is about to listen: a
+// non-loopback address (0.0.0.0, a LAN address, a bare ":8081") is refused
+// unless a token is configured, because the handler would then answer the
+// whole network.
+func ValidateAddr(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("inspect: admin address %q: %w", addr, err)
+	}
+	if isLoopbackName(host) || token != "" {
+		return nil
+	}
+	return fmt.Errorf("inspect: admin address %q is not loopback: refusing to serve the admin endpoint beyond this machine without a token (use 127.0.0.1:PORT, or set an admin token)", addr)
 }
 
 // Client queries a Handler over HTTP.
 type Client struct {
 	BaseURL string
 	HTTP    *http.Client
+	// Token is the admin token, sent as a bearer token when set.
+	Token string
 }
 
 var _ Source = (*Client)(nil)
 
 func (c *Client) get(ctx context.Context, path string, params url.Values, v any) error {
+	return c.call(ctx, http.MethodGet, path, params, v)
+}
+
+func (c *Client) call(ctx context.Context, method, path string, params url.Values, v any) error {
 	u := c.BaseURL + path
 	if len(params) > 0 {
 		u += "?" + params.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	hc := c.HTTP
 	if hc == nil {
@@ -174,4 +373,19 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 func (c *Client) Check(ctx context.Context) ([]Problem, error) {
 	var out []Problem
 	return out, c.get(ctx, "/check", nil, &out)
+}
+
+// Requeue implements Operator.
+func (c *Client) Requeue(ctx context.Context, id string) (Intent, error) {
+	var out Intent
+	return out, c.call(ctx, http.MethodPost, "/intents/requeue", url.Values{"id": {id}}, &out)
+}
+
+// Resolve implements Operator.
+func (c *Client) Resolve(ctx context.Context, id string, state sideeffect.State, result []byte, reason string) (Intent, error) {
+	p := url.Values{"id": {id}, "state": {state.String()}}
+	set(p, "result", string(result))
+	set(p, "reason", reason)
+	var out Intent
+	return out, c.call(ctx, http.MethodPost, "/intents/resolve", p, &out)
 }

@@ -46,7 +46,9 @@ var ErrNotFound = errors.New("inspect: no such record")
 type Inspector struct {
 	db *kv.DB
 	l  *ledger.Ledger
-	// ShowBodies allows Get to return stored bodies.
+	// ShowBodies shows what is sensitive: stored bodies, intent payloads and
+	// results, and provider error text (redacted otherwise). New sets it; the
+	// admin handler clears it for callers without the admin token.
 	ShowBodies bool
 }
 
@@ -94,7 +96,12 @@ func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 		now := i.db.Now()
 		for r, err := range i.l.Records(tx, opts) {
 			if err != nil {
-				out = append(out, Key{Error: err.Error()})
+				k := Key{Status: "corrupt", Error: err.Error()}
+				var re *ledger.RecordError
+				if errors.As(err, &re) {
+					k.Scope, k.Key, k.Error = re.Scope, re.Key, re.Err.Error()
+				}
+				out = append(out, k)
 				continue
 			}
 			out = append(out, keyView(r, now))
@@ -159,10 +166,24 @@ func (i *Inspector) intentView(in *sideeffect.Intent) Intent {
 	if in.State == sideeffect.StatePending || in.State == sideeffect.StateUnknown {
 		v.NextAttemptAt = optTime(in.NextAttemptAt)
 	}
+	if r := in.Resolution; r != nil {
+		v.Resolution = r.State.String()
+	}
 	if i.ShowBodies {
 		v.Payload, v.Result = string(in.Payload), string(in.Result)
+	} else {
+		v.LastError = redact(v.LastError)
 	}
 	return v
+}
+
+// redact hides provider error text (it may carry customer data or echo
+// hostile input) from callers without the admin token.
+func redact(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "redacted"
 }
 
 // Intents lists intents, optionally in one state.
@@ -187,9 +208,13 @@ func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error)
 	return out, err
 }
 
-func eventView(e *sideeffect.Event) Event {
-	return Event{Seq: e.Seq, ID: e.ID, Topic: e.Topic, Key: e.Key, State: e.State.String(), Attempts: e.Attempts,
+func (i *Inspector) eventView(e *sideeffect.Event) Event {
+	v := Event{Seq: e.Seq, ID: e.ID, Topic: e.Topic, Key: e.Key, State: e.State.String(), Attempts: e.Attempts,
 		LastError: e.LastError, CreatedAt: e.CreatedAt, PublishedAt: optTime(e.PublishedAt)}
+	if !i.ShowBodies {
+		v.LastError = redact(v.LastError)
+	}
+	return v
 }
 
 // Outbox summarises the outbox: lag, published and quarantined events.
@@ -206,7 +231,7 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 			}
 			o.Pending++
 			if len(o.OldestPending) < 20 {
-				o.OldestPending = append(o.OldestPending, eventView(e))
+				o.OldestPending = append(o.OldestPending, i.eventView(e))
 			}
 		}
 		for _, err := range sideeffect.Events(tx, sideeffect.EventPublished) {
@@ -220,7 +245,7 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 				return err
 			}
 			o.Quarantined++
-			o.QuarantinedEvents = append(o.QuarantinedEvents, eventView(e))
+			o.QuarantinedEvents = append(o.QuarantinedEvents, i.eventView(e))
 		}
 		return nil
 	})

@@ -40,13 +40,16 @@ type Intent struct {
 	State         string     `json:"state"`
 	Attempts      int        `json:"attempts"`
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
-	LastError     string     `json:"last_error,omitempty"`
-	Version       uint64     `json:"version"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	FinishedAt    *time.Time `json:"finished_at,omitempty"`
-	Payload       string     `json:"payload,omitempty"`
-	Result        string     `json:"result,omitempty"`
+	LastError     string     `json:"last_error,omitempty"` // "redacted" without the admin token
+	// Resolution is an operator's verdict waiting to be applied
+	// ("succeeded" or "failed"); empty when none.
+	Resolution string     `json:"resolution,omitempty"`
+	Version    uint64     `json:"version"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Payload    string     `json:"payload,omitempty"`
+	Result     string     `json:"result,omitempty"`
 }
 
 // Event is one outbox event.

@@ -45,15 +45,25 @@ type Config struct {
 	Webhook string
 	// SweepInterval is how often retention sweeps run. 0 means one minute.
 	SweepInterval time.Duration
+	// Clock drives every time decision (tests). nil means the wall clock.
+	Clock kv.Clock
 }
 
-// ParseAPIKeys parses "key=tenant,key=tenant".
+// ParseAPIKeys parses "key=tenant,key=tenant". A key listed twice is an
+// error (the second tenant would silently win), and so is a tenant the
+// ledger cannot scope (empty, or holding '|' or a control character).
 func ParseAPIKeys(s string) (map[string]string, error) {
 	keys := map[string]string{}
 	for _, pair := range strings.Split(s, ",") {
 		k, t, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || k == "" || t == "" {
 			return nil, fmt.Errorf("api key %q: want key=tenant", pair)
+		}
+		if prev, dup := keys[k]; dup {
+			return nil, fmt.Errorf("api key %q is listed twice (tenants %q and %q)", k, prev, t)
+		}
+		if _, err := ledger.Scope(t, "POST", "/"); err != nil {
+			return nil, fmt.Errorf("api key %q: tenant %q: %w", k, t, err)
 		}
 		keys[k] = t
 	}
@@ -116,7 +126,7 @@ func New(cfg Config) (*App, error) {
 	if cfg.Lease == 0 {
 		cfg.Lease = 30 * time.Second
 	}
-	db, err := kv.Open(cfg.DBPath, &kv.Options{NoSync: cfg.NoSync})
+	db, err := kv.Open(cfg.DBPath, &kv.Options{NoSync: cfg.NoSync, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +283,8 @@ func (a *App) createOrder(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		badRequest(w, "body: "+err.Error())
+		// Never echo the input: an unknown field's name may be a megabyte.
+		badRequest(w, "body: want a JSON object with external_ref, amount_cents and currency (and optionally client_ts, request_id), nothing else")
 		return
 	}
 	switch {
@@ -315,12 +326,22 @@ func (a *App) pay(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
+	spec := sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: tenant, Key: id, Purpose: "charge"}
+	if st := row.Value.Status; st != "pending" {
+		// A paid or declined order is answered from its charge intent while
+		// that is retained (Perform replays its outcome). Once retention has
+		// forgotten the intent, paying again would charge again: refuse.
+		if _, err := a.Executor.Get(r.Context(), sideeffect.DownstreamKey(spec.Scope, spec.Key, spec.Purpose)); errors.Is(err, sideeffect.ErrNotFound) {
+			idemhttp.WriteProblem(w, idemhttp.Problem{Type: idemhttp.ProblemBase + "order-not-payable", Title: "Order is not payable",
+				Status: http.StatusConflict, Detail: "the order is " + st + "; only a pending order can be paid"}, 0)
+			return
+		}
+	}
 	payload, _ := json.Marshal(map[string]any{"amount_cents": row.Value.AmountCents, "currency": row.Value.Currency, "subject": "order/" + id})
 	// The downstream key derives from the order, not from the request's key:
 	// the provider is charged at most once per order, whatever the keys.
-	idemhttp.Perform(w, r, sideeffect.Spec{
-		Kind: "charge", Subject: "order/" + id, Scope: tenant, Key: id, Purpose: "charge", Payload: payload,
-	}, a.respondPay)
+	spec.Payload = payload
+	idemhttp.Perform(w, r, spec, a.respondPay)
 }
 
 // respondPay renders the stored answer of a pay request from the order as

@@ -23,7 +23,8 @@ type Client struct {
 var _ sideeffect.Provider = (*Client)(nil)
 
 // Do sends POST /v1/charges. 2xx is success (the body is the result); a 4xx
-// is a definite failure; anything else, or no answer, is unknown.
+// is a definite failure, except the statuses that say "not now" (408, 409,
+// 425, 429: see Transient), which like 5xx and no answer are unknown.
 func (c *Client) Do(ctx context.Context, call sideeffect.Call) (sideeffect.Report, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/v1/charges", bytes.NewReader(call.Payload))
 	if err != nil {
@@ -43,10 +44,31 @@ func (c *Client) Do(ctx context.Context, call sideeffect.Call) (sideeffect.Repor
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return sideeffect.Report{State: sideeffect.Succeeded, Result: compact(body)}, nil
-	case resp.StatusCode >= 400 && resp.StatusCode < 500:
-		return sideeffect.Report{State: sideeffect.Failed, Reason: fmt.Sprintf("provider answered %d: %s", resp.StatusCode, bytes.TrimSpace(body))}, nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && !Transient(resp.StatusCode):
+		return sideeffect.Report{State: sideeffect.Failed, Reason: fmt.Sprintf("provider answered %d: %s", resp.StatusCode, excerpt(body))}, nil
 	}
-	return sideeffect.Report{}, fmt.Errorf("provider answered %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+	return sideeffect.Report{}, fmt.Errorf("provider answered %d: %s", resp.StatusCode, excerpt(body))
+}
+
+// Transient reports the 4xx statuses that are not a decline but "try again
+// later": 408 Request Timeout, 409 Conflict (the key is being processed),
+// 425 Too Early and 429 Too Many Requests. Treating them as a definite
+// failure would decline a payment the provider may still make.
+func Transient(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
+// excerpt bounds provider text kept in an intent's last error.
+func excerpt(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > 256 {
+		return string(b[:256]) + "..."
+	}
+	return string(b)
 }
 
 // Status sends GET /v1/charges/{key}: 200 succeeded, 404 not found.

@@ -31,7 +31,7 @@ It prints ops/s, latency percentiles and the oncekv/bare throughput ratio;
   oncekv bench --clients 64 --duration 10s
   oncekv bench --sync=false --commit update --clients 1
   oncekv bench --gobench > new.txt && benchstat old.txt new.txt`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Clients <= 0 || cfg.Duration <= 0 {
 				return usagef("--clients and --duration must be positive")

@@ -19,7 +19,7 @@ back, unique indexes match their rows, outbox IDs match their events. It
 exits 1 and lists the problems if anything is wrong.`,
 		Example: `  oncekv check --db payments.db
   oncekv check --addr http://127.0.0.1:8081 --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			problems, err := query(o, func(src inspect.Source) ([]inspect.Problem, error) {
 				return src.Check(cmd.Context())

@@ -44,7 +44,7 @@ func TestCorruptAndNewerFiles(t *testing.T) {
 	require.NoError(t, os.WriteFile(garbage, []byte("this is not a bbolt file, just some bytes......................"), 0o600))
 	_, stderr, code := run("keys", "--db", garbage)
 	require.Equal(t, 1, code)
-	require.Contains(t, stderr, "is not a readable oncekv database")
+	require.Contains(t, stderr, "is not a bbolt database")
 
 	newer := filepath.Join(dir, "newer.db")
 	b, err := bolt.Open(newer, 0o600, nil)

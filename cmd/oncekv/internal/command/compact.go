@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	bolt "go.etcd.io/bbolt"
@@ -19,7 +20,7 @@ the copy holds no free pages: the way to give back space after large sweeps
 (bbolt never shrinks a file in place). The source is opened read-only; swap
 the files while the service is stopped.`,
 		Example: `  oncekv compact --db payments.db --out payments.compact.db`,
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usagef("--out FILE is required")
@@ -33,9 +34,14 @@ the files while the service is stopped.`,
 			}
 			defer src.Close()
 			before, _ := os.Stat(o.db)
-			dst, err := bolt.Open(out, 0o600, nil)
+			// O_EXCL: never overwrite a file, and never follow a symlink
+			// planted at the target (O_EXCL|O_CREAT fails on any existing
+			// path, links included); O_NOFOLLOW for good measure.
+			dst, err := bolt.Open(out, 0o600, &bolt.Options{OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+				return os.OpenFile(name, flag|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+			}})
 			if err != nil {
-				return err
+				return fmt.Errorf("compact: create %s: %w", out, err)
 			}
 			if err := bolt.Compact(dst, src.Bolt(), 64<<20); err != nil {
 				_ = dst.Close()

@@ -53,7 +53,7 @@ database is left for inspection. Exit 1 if anything was duplicated or lost.`,
 		Example: `  oncekv demo
   oncekv demo --ops 1000 --clients 16
   oncekv demo --db demo.db && oncekv keys --db demo.db --limit 5`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.ops <= 0 || cfg.clients <= 0 {
 				return usagef("--ops and --clients must be positive")
@@ -244,7 +244,7 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
 	policy := sideeffect.RetryPolicy{MaxAttempts: 30, Deadline: time.Minute, Backoff: sideeffect.Backoff{Base: 20 * time.Millisecond, Cap: 500 * time.Millisecond}}
 
-	progress := newProgress(o.out, cfg.ops)
+	progress := newProgress(o.diag, cfg.ops) // stderr: stdout carries the summary (one JSON document with --json)
 	start := time.Now()
 	latencies := make([]time.Duration, cfg.ops)
 	orderIDs := make([]string, cfg.ops)

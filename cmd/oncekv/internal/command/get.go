@@ -20,7 +20,7 @@ func newGet(o *options) *cobra.Command {
 		Short: "Show one idempotency record",
 		Example: `  oncekv get --db payments.db --scope 'acme|POST /v1/orders' --key create-ext-1
   oncekv get --db payments.db --scope 'acme|POST /v1/orders' --key create-ext-1 --body`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if scope == "" || key == "" {
 				return usagef("--scope and --key are required")

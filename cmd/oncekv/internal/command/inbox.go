@@ -16,7 +16,7 @@ func newInbox(o *options) *cobra.Command {
 		Use:     "inbox",
 		Short:   "List processed message IDs",
 		Example: `  oncekv inbox --db consumer.db --consumer billing --limit 50`,
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			list, err := query(o, func(src inspect.Source) ([]inspect.InboxEntry, error) {
 				return src.Inbox(cmd.Context(), consumer, limit)

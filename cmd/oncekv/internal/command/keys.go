@@ -18,7 +18,7 @@ func newKeys(o *options) *cobra.Command {
   oncekv keys --db payments.db --scope 'acme|POST /v1/orders' --status completed --limit 20
   oncekv keys --db payments.db --expired --json
   oncekv keys --addr http://127.0.0.1:8081`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if q.Status != "" && q.Status != "in_progress" && q.Status != "completed" {
 				return usagef("--status must be in_progress or completed, not %q", q.Status)
@@ -30,10 +30,10 @@ func newKeys(o *options) *cobra.Command {
 				return err
 			}
 			return o.emit(keys, func(w io.Writer) {
-				fmt.Fprintln(w, "SCOPE\tKEY\tSTATUS\tVERSION\tRESPONSE\tCREATED\tEXPIRES\tBYTES")
+				fmt.Fprintln(w, "SCOPE\tKEY\tSTATUS\tVERSION\tRESPONSE\tCREATED\tEXPIRES\tBYTES\tPROBLEM")
 				for _, k := range keys {
 					if k.Error != "" {
-						fmt.Fprintf(w, "!\t%s\t\t\t\t\t\t\n", k.Error)
+						fmt.Fprintf(w, "%s\t%s\tcorrupt\t-\t-\t-\t-\t-\t%s\n", dash(esc(k.Scope)), dash(esc(k.Key)), esc(k.Error))
 						continue
 					}
 					resp := "-"
@@ -44,7 +44,7 @@ func newKeys(o *options) *cobra.Command {
 					if k.Expired {
 						status += " (expired)"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", k.Scope, k.Key, status, k.Version, resp, ts(k.CreatedAt), ts(k.ExpiresAt), k.StoredBytes)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t-\n", esc(k.Scope), k.Key, status, k.Version, resp, ts(k.CreatedAt), ts(k.ExpiresAt), k.StoredBytes)
 				}
 				fmt.Fprintf(w, "(%d keys)\n", len(keys))
 			})

@@ -33,7 +33,9 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		go func() { _ = http.Serve(ln, inspect.Handler(db, inspect.HandlerOptions{})) }()
+		go func() {
+			_ = http.Serve(ln, inspect.Handler(db, inspect.HandlerOptions{Token: os.Getenv("HOLD_TOKEN")}))
+		}()
 		fmt.Println("ready http://" + ln.Addr().String())
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 		_ = db.Close()

@@ -15,7 +15,7 @@ func newOutbox(o *options) *cobra.Command {
 		Use:     "outbox",
 		Short:   "Show the outbox: pending events, their age, quarantined events",
 		Example: `  oncekv outbox --db payments.db`,
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ob, err := query(o, func(src inspect.Source) (inspect.Outbox, error) {
 				return src.Outbox(cmd.Context())
@@ -31,13 +31,13 @@ func newOutbox(o *options) *cobra.Command {
 				if len(ob.QuarantinedEvents) > 0 {
 					fmt.Fprintln(w, "\nQUARANTINED SEQ\tID\tTOPIC\tATTEMPTS\tLAST ERROR")
 					for _, e := range ob.QuarantinedEvents {
-						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", e.Seq, e.ID, e.Topic, e.Attempts, dash(e.LastError))
+						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", e.Seq, esc(e.ID), esc(e.Topic), e.Attempts, dash(esc(e.LastError)))
 					}
 				}
 				if len(ob.OldestPending) > 0 {
 					fmt.Fprintln(w, "\nPENDING SEQ\tID\tTOPIC\tATTEMPTS\tCREATED")
 					for _, e := range ob.OldestPending {
-						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", e.Seq, e.ID, e.Topic, e.Attempts, ts(e.CreatedAt))
+						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\n", e.Seq, esc(e.ID), esc(e.Topic), e.Attempts, ts(e.CreatedAt))
 					}
 				}
 			})

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -38,21 +39,23 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // options are the flags every command shares.
 type options struct {
-	db   string
-	json bool
-	addr string
-	out  io.Writer
+	db    string
+	json  bool
+	addr  string
+	token string
+	out   io.Writer // results: tables or one JSON document
+	diag  io.Writer // progress and notes (stderr), never mixed into --json output
 }
 
 // Main runs the CLI with args and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot(stdout)
+	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	err := execute(ctx, root)
 	if err == nil {
 		return ExitOK
 	}
@@ -64,8 +67,21 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return ExitFailure
 }
 
-func newRoot(stdout io.Writer) *cobra.Command {
-	o := &options{out: stdout}
+// execute runs the command with bbolt's assertion panics and memory faults
+// (a damaged file: a page past the end, a garbled freelist) turned into an
+// error (exit 1) instead of a crash with the usage exit code.
+func execute(ctx context.Context, root *cobra.Command) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the database file is damaged (%v): restore it from a backup; `oncekv check` lists what it can read", r)
+		}
+	}()
+	return root.ExecuteContext(ctx)
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	o := &options{out: stdout, diag: stderr}
 	root := &cobra.Command{
 		Use:   "oncekv",
 		Short: "Inspect, check, sweep and compact oncekv databases; run the demo",
@@ -80,18 +96,33 @@ query the service's admin endpoint (inspect.Handler) instead of the file.
 Exit status: 0 success, 1 failure, 2 bad usage.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
+		Args:          cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q (see oncekv --help)", args[0])
+			}
+			return c.Help()
+		},
 	}
+	root.SetVersionTemplate("oncekv {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&o.db, "db", "", "database file")
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newDemo(o), newBench(o))
+		newSweep(o), newCheck(o), newCompact(o), newDemo(o), newBench(o), newVersion(o))
 	return root
 }
 
-// addrFlag adds --addr to a read command.
+// addrFlag adds --addr and --token to a command that can talk to a running
+// service's admin endpoint.
 func addrFlag(c *cobra.Command, o *options) {
 	c.Flags().StringVar(&o.addr, "addr", "", "query a running service's admin endpoint (http://host:port) instead of --db")
+	c.Flags().StringVar(&o.token, "token", os.Getenv("ONCEKV_ADMIN_TOKEN"), "the admin endpoint's bearer token (default $ONCEKV_ADMIN_TOKEN): bodies, provider errors, check, intent actions")
+}
+
+func (o *options) client() *inspect.Client {
+	return &inspect.Client{BaseURL: strings.TrimRight(o.addr, "/"), HTTP: httpClient, Token: o.token}
 }
 
 // lockedHelp explains what to do when a service holds the file.
@@ -110,11 +141,14 @@ func (o *options) open(write bool) (*kv.DB, error) {
 	if _, err := os.Stat(o.db); err != nil {
 		return nil, fmt.Errorf("open %s: %w", o.db, err)
 	}
-	db, err := kv.Open(o.db, &kv.Options{ReadOnly: !write, LockTimeout: lockTimeout})
+	// RequireFormat: a maintenance command never turns an empty or foreign
+	// file into a database (issue 13, item 12).
+	db, err := kv.Open(o.db, &kv.Options{ReadOnly: !write, LockTimeout: lockTimeout, RequireFormat: true})
+	var fe *kv.FileError
 	switch {
 	case errors.Is(err, kv.ErrLocked):
 		return nil, errors.New(lockedHelp(o.db))
-	case errors.Is(err, kv.ErrNewerFormat):
+	case errors.Is(err, kv.ErrNewerFormat), errors.As(err, &fe):
 		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("%s is not a readable oncekv database: %w", o.db, err)
@@ -129,7 +163,7 @@ func (o *options) source() (inspect.Source, func(), error) {
 		if o.db != "" {
 			return nil, nil, usagef("use --db or --addr, not both")
 		}
-		return &inspect.Client{BaseURL: strings.TrimRight(o.addr, "/"), HTTP: httpClient}, func() {}, nil
+		return o.client(), func() {}, nil
 	}
 	db, err := o.open(false)
 	if err != nil {

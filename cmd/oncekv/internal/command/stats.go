@@ -15,7 +15,7 @@ func newStats(o *options) *cobra.Command {
 		Use:     "stats",
 		Short:   "Count records per kind and state; show sizes and bbolt page statistics",
 		Example: `  oncekv stats --db payments.db`,
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := query(o, func(src inspect.Source) (inspect.Stats, error) {
 				return src.Stats(cmd.Context())

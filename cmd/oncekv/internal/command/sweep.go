@@ -27,8 +27,11 @@ unpublished event). It needs the file for writing: stop the service, or let
 the service run its own sweeps (retention.Run). --dry-run only counts.`,
 		Example: `  oncekv sweep --db payments.db --dry-run
   oncekv sweep --db payments.db --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.BatchSize < 0 {
+				return usagef("--batch must be positive (or 0 for the default), not %d", cfg.BatchSize)
+			}
 			db, err := o.open(!cfg.DryRun)
 			if err != nil {
 				return err

@@ -1,0 +1,195 @@
+package kv_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// sampleFile writes a small real database: the format record and a bucket
+// of 300 keys (several leaf pages and a branch).
+func sampleFile(t testing.TB) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sample.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return err
+		}
+		for i := range 300 {
+			if err := b.Put(fmt.Appendf(nil, "order-%04d", i), []byte(strings.Repeat("v", 40))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	require.NoError(t, db.Close())
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return raw
+}
+
+func write(t testing.TB, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f.db")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	return path
+}
+
+// A truncated copy once made Open panic (and a service die with SIGBUS);
+// now Open compares the meta page's high-water mark with the file size
+// first (issue 13, item 11).
+func TestOpenRefusesATruncatedFile(t *testing.T) {
+	t.Parallel()
+	raw := sampleFile(t)
+	for _, n := range []int{8192, 3 * 4096, len(raw) / 2} {
+		path := write(t, raw[:n])
+		for _, ro := range []bool{true, false} {
+			_, err := kv.Open(path, &kv.Options{ReadOnly: ro})
+			require.ErrorIs(t, err, kv.ErrDamaged, "%d bytes", n)
+			require.ErrorContains(t, err, "is truncated")
+			require.ErrorContains(t, err, path)
+		}
+	}
+}
+
+// Open and Check never panic on a damaged file: the mutation is a byte
+// overwrite, a bit flip or a truncation of a real database.
+func FuzzOpenDamagedFile(f *testing.F) {
+	raw := sampleFile(f)
+	f.Add(uint32(0), []byte{0xff}, false)
+	f.Add(uint32(4096+16), []byte{1, 2, 3, 4}, false)
+	f.Add(uint32(2*4096+8), []byte{0x10}, false)
+	f.Add(uint32(3*4096+20), []byte("garbage garbage garbage"), false)
+	f.Add(uint32(5*4096), []byte{0}, true)
+	f.Fuzz(func(t *testing.T, off uint32, patch []byte, truncate bool) {
+		data := append([]byte(nil), raw...)
+		at := int(off) % len(data)
+		if truncate {
+			data = data[:at]
+		} else {
+			copy(data[at:], patch)
+		}
+		path := write(t, data)
+		for _, ro := range []bool{true, false} {
+			db, err := kv.Open(path, &kv.Options{ReadOnly: ro, NoSync: true, RequireFormat: true})
+			if err != nil {
+				continue // a clear error is the right answer
+			}
+			_, _ = db.Check(ctx)
+			require.NoError(t, db.Close())
+		}
+	})
+}
+
+// Errors that say what happened (issue 13, item 14).
+func TestOpenErrorsSayWhatHappened(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, err := kv.Open(dir, nil)
+	require.ErrorIs(t, err, kv.ErrNotDatabase)
+	require.ErrorContains(t, err, "is a directory")
+
+	empty := filepath.Join(dir, "empty.db")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	for _, o := range []kv.Options{{ReadOnly: true}, {RequireFormat: true}} {
+		_, err = kv.Open(empty, &o)
+		require.ErrorIs(t, err, kv.ErrNotDatabase)
+		require.ErrorContains(t, err, "is empty (0 bytes)")
+	}
+	_, err = kv.Open(filepath.Join(dir, "missing.db"), &kv.Options{RequireFormat: true})
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Stat(filepath.Join(dir, "missing.db"))
+	require.True(t, os.IsNotExist(err), "RequireFormat never creates")
+
+	garbage := write(t, []byte(strings.Repeat("not bbolt ", 500)))
+	_, err = kv.Open(garbage, nil)
+	require.ErrorIs(t, err, kv.ErrNotDatabase)
+	require.ErrorContains(t, err, "no valid meta page")
+
+	// The same file twice in one process: at once, and named as such.
+	path := filepath.Join(dir, "twice.db")
+	db, err := kv.Open(path, nil)
+	require.NoError(t, err)
+	for _, ro := range []bool{false, true} {
+		_, err = kv.Open(path, &kv.Options{ReadOnly: ro})
+		require.ErrorIs(t, err, kv.ErrAlreadyOpen)
+		require.NotErrorIs(t, err, kv.ErrLocked)
+	}
+	_, err = kv.Open(filepath.Join(dir, ".", "twice.db"), nil)
+	require.ErrorIs(t, err, kv.ErrAlreadyOpen, "another spelling of the same path")
+	require.NoError(t, db.Close())
+	db, err = kv.Open(path, nil)
+	require.NoError(t, err, "after Close it opens again")
+	require.NoError(t, db.Close())
+
+	// Another application's bbolt file: refused untouched with RequireFormat.
+	foreign := filepath.Join(dir, "foreign.db")
+	b, err := bolt.Open(foreign, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("theirs")); return err }))
+	require.NoError(t, b.Close())
+	before, _ := os.ReadFile(foreign)
+	_, err = kv.Open(foreign, &kv.Options{RequireFormat: true})
+	require.ErrorIs(t, err, kv.ErrNotDatabase)
+	after, _ := os.ReadFile(foreign)
+	require.Equal(t, before, after)
+}
+
+// A file without write permission, opened for writing, says so and suggests
+// a read-only open. Root ignores permissions, so the open runs in a child
+// process as nobody when the test runs as root.
+func TestOpenReadOnlyFileForWriting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ro.db")
+	db, err := kv.Open(path, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, os.Chmod(path, 0o444))
+	if os.Getuid() != 0 {
+		_, err := kv.Open(path, nil)
+		require.ErrorContains(t, err, "for writing")
+		require.ErrorContains(t, err, "open it read-only")
+		return
+	}
+	// The child (nobody) must reach the file and a copy of this binary.
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	self, err := os.ReadFile(os.Args[0])
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "kv.test")
+	require.NoError(t, os.WriteFile(bin, self, 0o755))
+	cmd := exec.Command(bin, "-test.run", "^TestOpenReadOnlyChild$")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KV_RO_CHILD="+path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "child: ok")
+}
+
+func TestOpenReadOnlyChild(t *testing.T) {
+	path := os.Getenv("KV_RO_CHILD")
+	if path == "" {
+		t.Skip("runs as the child of TestOpenReadOnlyFileForWriting")
+	}
+	_, err := kv.Open(path, nil)
+	require.ErrorContains(t, err, "for writing")
+	require.ErrorContains(t, err, "open it read-only")
+	db, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	fmt.Println("child: ok")
+}

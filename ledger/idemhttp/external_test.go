@@ -1,0 +1,109 @@
+package idemhttp_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest"
+)
+
+type external struct {
+	db    *kv.DB
+	clock *kv.ManualClock
+	l     *ledger.Ledger
+	x     *sideeffect.Executor
+	fake  *providertest.Fake
+	srv   *httptest.Server
+}
+
+// setupExternal serves POST /v1/orders/{id}/pay through WrapExternal: the
+// handler performs a "charge" intent per order against a fake provider.
+func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
+	t.Helper()
+	e := &external{clock: kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)), fake: providertest.New(providertest.Rates{}, 1)}
+	e.db = dbtest.Open(t, &kv.Options{NoSync: true, Clock: e.clock})
+	var err error
+	e.l, err = ledger.New(e.db, &ledger.Config{Lease: time.Minute})
+	require.NoError(t, err)
+	e.x, err = sideeffect.New(e.db, sideeffect.Config{
+		Handlers:    map[string]sideeffect.Handler{"charge": {Provider: e.fake}},
+		MaxAttempts: 3,
+		Backoff:     sideeffect.Backoff{Base: 2 * time.Second, Cap: time.Minute, Rand: func() float64 { return 0.5 }},
+	})
+	require.NoError(t, err)
+	cfg := idemhttp.Config{Ledger: e.l, Executor: e.x, Tenant: func(*http.Request) (string, error) { return "acme", nil }}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	mw, err := idemhttp.New(cfg)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/orders/{id}/pay", mw.WrapExternal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
+			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
+				return ledger.Response{Status: 200, Body: fmt.Appendf(nil, "%s %s", in.State, in.Result)}, nil
+			})
+	})))
+	e.srv = httptest.NewServer(mux)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// Client retries during a provider outage once parked the payment and then
+// answered a bare 500 to every later pay (issue 13, item 3). During the
+// intent's backoff they get 503 with Retry-After and spend nothing; a parked
+// intent gets a 409 problem naming its state.
+func TestExternalRetriesDuringBackoffAndParkedIntent(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, nil)
+	e.fake.Script = func(string, sideeffect.Call) providertest.Fault { return providertest.FailBeforeCharge }
+
+	first := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 502, first.status, first.body)
+	require.Equal(t, idemhttp.ProblemOutcomePending, problemType(t, first))
+	require.Equal(t, "1", first.header.Get("Retry-After"), "the first backoff is 1s (half of the 2s ceiling)")
+
+	for range 8 {
+		r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+		require.Equal(t, 503, r.status, r.body)
+		require.Equal(t, idemhttp.ProblemBackoff, problemType(t, r))
+		require.Equal(t, "1", r.header.Get("Retry-After"))
+	}
+	id := sideeffect.DownstreamKey("acme", "A", "charge")
+	require.Equal(t, []string{"do:failed"}, e.fake.Ops(id), "no attempt was spent")
+
+	// Past the backoff each retry is one real attempt; the third parks it.
+	for range 2 {
+		e.clock.Advance(time.Hour)
+		require.Equal(t, 502, postPay(t, e.srv, "/v1/orders/A/pay", "K").status)
+	}
+	in, err := e.x.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateNeedsAttention, in.State)
+	for _, key := range []string{"K", "new-key"} {
+		r := postPay(t, e.srv, "/v1/orders/A/pay", key)
+		require.Equal(t, 409, r.status, r.body)
+		require.Equal(t, idemhttp.ProblemNeedsAttention, problemType(t, r))
+		require.Contains(t, r.body, "needs_attention")
+		require.Empty(t, r.header.Get("Retry-After"), "no client retry helps")
+	}
+
+	e.fake.Script = nil
+	_, err = e.x.Requeue(ctx, id)
+	require.NoError(t, err)
+	r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 200, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Len(t, e.fake.Charges(), 1)
+}

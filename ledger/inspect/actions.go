@@ -1,0 +1,72 @@
+package inspect
+
+import (
+	"context"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+// Operator is what the people on call do to intents that need them: make a
+// parked one due again, or finish it with the verdict the provider's own
+// dashboard gives. Actions (on a database) and Client (on a running
+// service's admin endpoint, with its token) implement it.
+type Operator interface {
+	// Requeue makes a parked or unknown intent due now with a fresh attempt
+	// budget; its next attempt asks the provider first.
+	Requeue(ctx context.Context, id string) (Intent, error)
+	// Resolve finishes a live or parked intent as succeeded or failed; the
+	// service's handler completion runs as if the provider had answered.
+	Resolve(ctx context.Context, id string, state sideeffect.State, result []byte, reason string) (Intent, error)
+}
+
+// Actions carries out operator actions on a database opened for writing.
+// With Executor (inside the running service) they take effect at once;
+// without it (the CLI on a stopped service's file) they are recorded in the
+// file and the service's reconciler applies them on its next pass.
+type Actions struct {
+	DB       *kv.DB
+	Executor *sideeffect.Executor
+}
+
+var (
+	_ Operator = (*Actions)(nil)
+	_ Operator = (*Client)(nil)
+)
+
+// Requeue implements Operator.
+func (a *Actions) Requeue(ctx context.Context, id string) (Intent, error) {
+	var in *sideeffect.Intent
+	var err error
+	if a.Executor != nil {
+		in, err = a.Executor.Requeue(ctx, id)
+	} else {
+		err = a.DB.Update(ctx, func(tx kv.Tx) error {
+			in, err = sideeffect.RequeueTx(tx, id, a.DB.Now())
+			return err
+		})
+	}
+	return a.view(in, err)
+}
+
+// Resolve implements Operator.
+func (a *Actions) Resolve(ctx context.Context, id string, state sideeffect.State, result []byte, reason string) (Intent, error) {
+	var in *sideeffect.Intent
+	var err error
+	if a.Executor != nil {
+		in, err = a.Executor.Resolve(ctx, id, state, result, reason)
+	} else {
+		err = a.DB.Update(ctx, func(tx kv.Tx) error {
+			in, err = sideeffect.ResolveTx(tx, id, sideeffect.Resolution{State: state, Result: result, Reason: reason}, a.DB.Now())
+			return err
+		})
+	}
+	return a.view(in, err)
+}
+
+func (a *Actions) view(in *sideeffect.Intent, err error) (Intent, error) {
+	if err != nil {
+		return Intent{}, err
+	}
+	return New(a.DB).intentView(in), nil
+}
