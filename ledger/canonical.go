@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
 // canonicaliser parses JSON (RFC 8259) and writes its canonical form: no
 // insignificant whitespace, object members sorted by key (byte order of the
-// UTF-8 key; duplicates kept in their original order), strings re-escaped
+// UTF-8 key; names that repeat, case-insensitively, are rejected), strings re-escaped
 // minimally, numbers copied as written. It is a small recursive-descent
 // parser bounded by a nesting depth, so hostile input cannot exhaust the
 // stack.
@@ -26,6 +27,7 @@ type canonicaliser struct {
 type member struct {
 	key        []byte // decoded key, aliasing keyBuf
 	start, end int    // the member's canonical bytes in out
+	excluded   bool   // parsed, checked for collisions, left out of the output
 }
 
 func (c *canonicaliser) canonicalise(in []byte, excl *pathNode, maxDepth int) ([]byte, error) {
@@ -202,12 +204,11 @@ func (c *canonicaliser) object(excl *pathNode, depth int) error {
 		if err := c.value(sub, depth); err != nil {
 			return err
 		}
-		if sub != nil && sub.leaf {
+		excluded := sub != nil && sub.leaf
+		if excluded {
 			c.out = c.out[:start] // excluded: parsed for validity, then dropped
-			keyBuf = keyBuf[:keyOff]
-		} else {
-			members = append(members, member{key: keyBuf[keyOff:len(keyBuf):len(keyBuf)], start: start, end: len(c.out)})
 		}
+		members = append(members, member{key: keyBuf[keyOff:len(keyBuf):len(keyBuf)], start: start, end: len(c.out), excluded: excluded})
 		c.ws()
 		if c.pos >= len(c.in) {
 			return c.errorf("unterminated object")
@@ -233,12 +234,20 @@ func (c *canonicaliser) object(excl *pathNode, depth int) error {
 	if !sorted {
 		slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
 	}
+	if err := collisions(members); err != nil {
+		return err
+	}
 	// Rewrite the members in order, comma-separated, through scratch.
 	c.scratch = c.scratch[:0]
-	for i, m := range members {
-		if i > 0 {
+	n := 0
+	for _, m := range members {
+		if m.excluded {
+			continue
+		}
+		if n > 0 {
 			c.scratch = append(c.scratch, ',')
 		}
+		n++
 		c.scratch = append(c.scratch, c.out[m.start:m.end]...)
 	}
 	c.out = append(c.out[:objStart+1], c.scratch...)
@@ -386,4 +395,78 @@ func appendCanonicalString(dst, s []byte) []byte {
 		}
 	}
 	return append(dst, '"')
+}
+
+// collisions rejects an object with two members whose names are the same to
+// encoding/json, which matches a field name case-insensitively (Unicode
+// simple folding, as bytes.EqualFold): {"amount_cents":100,"AMOUNT_CENTS":200}
+// and the same members swapped decode to different amounts, so keeping both
+// would let two different requests share a fingerprint (issue 13, item 6).
+// Exact duplicates are rejected for the same reason. members is sorted.
+func collisions(members []member) error {
+	if len(members) < 2 {
+		return nil
+	}
+	if len(members) <= 16 {
+		for i := range members {
+			for j := i + 1; j < len(members); j++ {
+				if bytes.EqualFold(members[i].key, members[j].key) {
+					return collision(members[i].key, members[j].key)
+				}
+			}
+		}
+		return nil
+	}
+	seen := make(map[string][]byte, len(members))
+	var fold []byte
+	for _, m := range members {
+		fold = foldKey(fold[:0], m.key)
+		if other, dup := seen[string(fold)]; dup {
+			return collision(other, m.key)
+		}
+		seen[string(fold)] = m.key
+	}
+	return nil
+}
+
+func collision(a, b []byte) error {
+	clip := func(k []byte) []byte {
+		if len(k) > 64 {
+			return append(k[:64:64], "..."...)
+		}
+		return k
+	}
+	return fmt.Errorf("%w: %w: object members %q and %q are one field to a case-insensitive JSON decoder (Go's encoding/json); send each field once, in one spelling",
+		ErrInvalidJSON, ErrDuplicateMember, clip(a), clip(b))
+}
+
+// foldKey appends the case-folded form of k: every rune replaced by the
+// smallest rune of its simple-folding orbit, so that foldKey(a) == foldKey(b)
+// exactly when bytes.EqualFold(a, b). Bytes that are not valid UTF-8 (lone
+// surrogate marks) are kept as they are.
+func foldKey(dst, k []byte) []byte {
+	for i := 0; i < len(k); {
+		c := k[i]
+		if c < utf8.RuneSelf {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(k[i:])
+		if r == utf8.RuneError && n <= 1 {
+			dst = append(dst, k[i])
+			i++
+			continue
+		}
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		dst = utf8.AppendRune(dst, least)
+		i += n
+	}
+	return dst
 }

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -110,7 +111,7 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 // owned loads the record of c and checks that c still owns it.
 func (l *Ledger) owned(tx kv.Tx, c *Claim, now time.Time) (kv.Bucket, []byte, *Record, error) {
 	if c == nil {
-		return nil, nil, nil, errors.New("ledger: nil claim")
+		return nil, nil, nil, fmt.Errorf("%w: nil *Claim", ErrInvalidRequest)
 	}
 	b, err := recordsNS.Create(tx)
 	if err != nil {

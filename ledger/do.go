@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -62,6 +63,9 @@ type Work func(tx kv.Tx) (Response, error)
 func (l *Ledger) Do(ctx context.Context, req Request, work Work) (Result, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return Result{}, err
+	}
+	if work == nil {
+		return Result{}, errNilWork
 	}
 	deadline := time.Now().Add(req.Wait)
 	for {
@@ -201,6 +205,8 @@ func mismatch(prev *Record, req Request) error {
 	return &MismatchError{Scope: req.Scope, Key: req.Key, Stored: prev.Fingerprint, Got: req.Fingerprint}
 }
 
+var errNilWork = fmt.Errorf("%w: Do needs the work to run (a nil ledger.Work)", ErrInvalidRequest)
+
 // isRejection reports outcomes that write nothing and are not failures of
 // the transaction.
 func isRejection(err error) bool {
@@ -212,6 +218,9 @@ func isRejection(err error) bool {
 // returns an error from work, the caller must roll back. Rejections
 // (*MismatchError, *InProgressError) write nothing.
 func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Result, error) {
+	if work == nil {
+		return Result{}, errNilWork
+	}
 	a, err := l.admit(tx, req)
 	switch {
 	case err != nil:

@@ -20,12 +20,26 @@ var (
 	// JSON that does not parse.
 	ErrInvalidJSON = errors.New("ledger: invalid JSON body")
 
+	// ErrDuplicateMember is returned by a Fingerprinter (together with
+	// ErrInvalidJSON) for a JSON object with two members of the same name,
+	// case-insensitively: Go's encoding/json would read them as one field.
+	ErrDuplicateMember = errors.New("ledger: JSON object repeats a member name")
+
 	// ErrJSONTooDeep is returned by a Fingerprinter for a JSON body nested
 	// deeper than its MaxDepth.
 	ErrJSONTooDeep = errors.New("ledger: JSON body nested too deeply")
 
+	// ErrInvalidRequest is returned for a call the ledger cannot carry out as
+	// asked: Do with nil work, Complete with a nil claim.
+	ErrInvalidRequest = errors.New("ledger: invalid request")
+
 	// ErrInvalidConfig is returned by New for a Config that fails validation.
 	ErrInvalidConfig = errors.New("ledger: invalid config")
+
+	// ErrInvalidResponse is returned when a response to be stored has a
+	// status outside 100-999 (0 is allowed for responses that are not HTTP);
+	// nothing is written.
+	ErrInvalidResponse = errors.New("ledger: invalid response")
 
 	// ErrResponseTooLarge is returned when a response to be stored exceeds
 	// Config.MaxResponseBytes; nothing is written.
@@ -93,6 +107,10 @@ type LeaseLostError struct {
 }
 
 func (e *LeaseLostError) Error() string {
+	if e.Current == e.Claimed && e.Status == StatusCompleted {
+		return fmt.Sprintf("ledger: claim on key %q in scope %q (version %d) is already completed: Complete, Release or Extend was called again after it finished",
+			e.Key, e.Scope, e.Claimed)
+	}
 	if e.Current == 0 {
 		return fmt.Sprintf("ledger: claim on key %q in scope %q (version %d) is gone", e.Key, e.Scope, e.Claimed)
 	}

@@ -51,7 +51,9 @@ type FingerprintOptions struct {
 // of application/json or any +json type) are canonicalised first: objects
 // with their keys sorted, insignificant whitespace removed, strings
 // re-escaped minimally, numbers kept exactly as written, and excluded fields
-// removed. Other bodies are hashed as bytes. A Fingerprinter is safe for
+// removed; an object that repeats a member name, case-insensitively as Go's
+// encoding/json matches them, is rejected (ErrDuplicateMember). Other bodies
+// are hashed as bytes. A Fingerprinter is safe for
 // concurrent use.
 type Fingerprinter struct {
 	exclude  *pathNode

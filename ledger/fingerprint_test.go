@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -109,7 +110,6 @@ func TestCanonicalForm(t *testing.T) {
 		`"\u00e9\n\t\u0001\"\\\/"`: "\"\u00e9\\n\\t\\u0001\\\"\\\\/\"",
 		`"\ud83d\ude00"`:           "\"\U0001F600\"",
 		`"\ud800"`:                 `"\ud800"`,
-		`{"a":1,"a":0}`:            `{"a":1,"a":0}`,
 		`[]`:                       `[]`,
 		`{}`:                       `{}`,
 	}
@@ -159,8 +159,8 @@ func TestScope(t *testing.T) {
 }
 
 // FuzzCanonicalise: never panics; accepts only what encoding/json accepts;
-// accepts all valid UTF-8 JSON within the depth bound; is idempotent; and
-// produces valid JSON.
+// accepts all valid UTF-8 JSON within the depth bound and without repeated
+// member names; is idempotent; and produces valid JSON.
 func FuzzCanonicalise(f *testing.F) {
 	for _, s := range []string{
 		`{"b":1,"a":[true,false,null,"x\u0041"]}`, `[]`, `{}`, `"\ud83d\ude00"`, `-0.5e+10`,
@@ -172,7 +172,7 @@ func FuzzCanonicalise(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, err := fp.Canonical(in)
 		if err != nil {
-			if json.Valid(in) && utf8.Valid(in) && !strings.Contains(err.Error(), "nested too deeply") {
+			if json.Valid(in) && utf8.Valid(in) && !errors.Is(err, ledger.ErrJSONTooDeep) && !errors.Is(err, ledger.ErrDuplicateMember) {
 				t.Fatalf("rejected valid JSON %q: %v", in, err)
 			}
 			return
@@ -188,4 +188,45 @@ func FuzzCanonicalise(f *testing.F) {
 			t.Fatalf("not idempotent: %q -> %q -> %q (%v)", in, out, again, err)
 		}
 	})
+}
+
+// encoding/json matches member names case-insensitively; the canonicaliser
+// did not, so two bodies that decode to different amounts shared one
+// fingerprint (issue 13, item 6). Objects whose member names collide under
+// case folding are rejected.
+func TestFingerprintRejectsCaseFoldedDuplicates(t *testing.T) {
+	t.Parallel()
+	f, err := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts"}})
+	require.NoError(t, err)
+	type order struct {
+		AmountCents int `json:"amount_cents"`
+	}
+	for _, body := range []string{
+		`{"amount_cents":100,"AMOUNT_CENTS":200}`,
+		`{"AMOUNT_CENTS":200,"amount_cents":100}`,
+		`{"amount_cents":100,"amount_cents":200}`,
+		`{"a":{"Straße":1,"STRASSE":2,"straße":3}}`, // ß has no simple fold to SS; Straße/straße do collide
+		`{"k":1,"\u212a":2}`,                        // KELVIN SIGN folds to k
+		`{"client_ts":"a","Client_TS":"b"}`,         // an excluded member still collides
+		`[{"x":1},{"y":1,"Y":2}]`,
+		`{"a0":0,"a1":1,"a2":2,"a3":3,"a4":4,"a5":5,"a6":6,"a7":7,"a8":8,"a9":9,"b0":0,"b1":1,"b2":2,"b3":3,"b4":4,"b5":5,"b6":6,"B6":7}`,
+	} {
+		_, err := f.Sum("POST", "/v1/orders", "application/json", []byte(body))
+		require.ErrorIs(t, err, ledger.ErrInvalidJSON, body)
+		require.ErrorIs(t, err, ledger.ErrDuplicateMember, body)
+		require.ErrorContains(t, err, "case-insensitive")
+	}
+	// What Go would decode them to differs, which is why they cannot pass.
+	var a, b order
+	require.NoError(t, json.Unmarshal([]byte(`{"amount_cents":100,"AMOUNT_CENTS":200}`), &a))
+	require.NoError(t, json.Unmarshal([]byte(`{"AMOUNT_CENTS":200,"amount_cents":100}`), &b))
+	require.NotEqual(t, a, b)
+
+	// Distinct names are fine, whatever their case; a long name is clipped
+	// in the message.
+	mustFP(t, f, "POST", "/v1/orders", "application/json", `{"amount":1,"amount_cents":2,"Amount_x":3}`)
+	long := strings.Repeat("n", 5000)
+	_, err = f.Sum("POST", "/x", "application/json", []byte(`{"`+long+`":1,"`+strings.ToUpper(long)+`":2}`))
+	require.ErrorIs(t, err, ledger.ErrDuplicateMember)
+	require.Less(t, len(err.Error()), 400, "the detail never echoes unbounded input")
 }

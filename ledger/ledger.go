@@ -125,6 +125,9 @@ func New(db *kv.DB, cfg *Config) (*Ledger, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *kv.DB (open one with kv.Open)", ErrInvalidConfig)
+	}
 	l := &Ledger{db: db, cfg: c}
 	return l, nil
 }
@@ -187,6 +190,10 @@ func loadAs(b kv.Bucket, scope, key string, rk []byte, withBody bool) (*Record, 
 func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prevExpiry time.Time) error {
 	if r.Response != nil && len(r.Response.Body) > l.cfg.MaxResponseBytes {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrResponseTooLarge, len(r.Response.Body), l.cfg.MaxResponseBytes)
+	}
+	if r.Response != nil && r.Response.Status != 0 && (r.Response.Status < 100 || r.Response.Status > 999) {
+		// Stored, it would fail every replay as corrupt (issue 13, item 5).
+		return fmt.Errorf("%w: status %d is outside 100-999 (0 for a response that is not HTTP)", ErrInvalidResponse, r.Response.Status)
 	}
 	// A fresh buffer per record: bbolt keeps the value slice until commit.
 	var e kv.Encoder

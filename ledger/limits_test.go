@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -50,4 +51,69 @@ func TestRetentionPastTheTimeEncoding(t *testing.T) {
 		}
 		require.Equal(t, 1, applied, "retention %s: the message was applied once", d)
 	}
+}
+
+// A response status outside 100-999 was stored, and every replay of it then
+// failed as corrupt (issue 13, item 5). It is refused before anything is
+// written; 0 stays allowed for responses that are not HTTP.
+func TestInvalidResponseStatusIsNeverStored(t *testing.T) {
+	t.Parallel()
+	l, b := setup(t, nil)
+	for _, st := range []int{1000, -1, 99, 1} {
+		runs := 0
+		_, err := l.Do(ctx, req(fmt.Sprint("k", st), "body"), func(tx kv.Tx) (ledger.Response, error) {
+			runs++
+			if _, err := order("ord", nil)(tx); err != nil {
+				return ledger.Response{}, err
+			}
+			return ledger.Response{Status: st, Body: []byte("x")}, nil
+		})
+		require.ErrorIs(t, err, ledger.ErrInvalidResponse, "status %d", st)
+		require.Empty(t, orders(t, b.db), "the work's writes rolled back")
+		_, err = l.Get(ctx, "acme|POST /v1/orders", fmt.Sprint("k", st))
+		require.ErrorIs(t, err, ledger.ErrNotFound)
+	}
+	out, err := l.Claim(ctx, req("two-phase", "body"))
+	require.NoError(t, err)
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 1000}, nil)
+	require.ErrorIs(t, err, ledger.ErrInvalidResponse)
+	for _, st := range []int{0, 100, 999} {
+		res, err := l.Do(ctx, req(fmt.Sprint("ok", st), "body"), func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: st}, nil })
+		require.NoError(t, err)
+		again, err := l.Do(ctx, req(fmt.Sprint("ok", st), "body"), func(kv.Tx) (ledger.Response, error) { return ledger.Response{}, nil })
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, res.Response.Status, again.Response.Status)
+	}
+}
+
+// Errors that say what happened (issue 13, item 14).
+func TestMisuseErrorsSayWhatHappened(t *testing.T) {
+	t.Parallel()
+	_, err := ledger.New(nil, nil)
+	require.ErrorIs(t, err, ledger.ErrInvalidConfig)
+	require.ErrorContains(t, err, "nil *kv.DB")
+
+	l, b := setup(t, nil)
+	_, err = l.Do(ctx, req("k", "b"), nil)
+	require.ErrorIs(t, err, ledger.ErrInvalidRequest)
+	require.ErrorContains(t, err, "nil ledger.Work")
+	require.NoError(t, b.db.Update(ctx, func(tx kv.Tx) error {
+		_, err := l.DoTx(ctx, tx, req("k", "b"), nil)
+		require.ErrorIs(t, err, ledger.ErrInvalidRequest)
+		return nil
+	}))
+	_, err = l.Complete(ctx, nil, ledger.Response{}, nil)
+	require.ErrorIs(t, err, ledger.ErrInvalidRequest)
+
+	out, err := l.Claim(ctx, req("twice", "b"))
+	require.NoError(t, err)
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 200}, nil)
+	require.NoError(t, err)
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 200}, nil)
+	require.ErrorIs(t, err, ledger.ErrLeaseLost)
+	require.ErrorContains(t, err, "is already completed: Complete, Release or Extend was called again")
+
+	_, err = ledger.Scope("ac|me", "POST", "/x")
+	require.ErrorContains(t, err, "scope separator")
 }

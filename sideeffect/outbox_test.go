@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -331,4 +332,49 @@ func TestProducerKilledBeforePublish(t *testing.T) {
 	for i, e := range pub.log() {
 		require.Equal(t, fmt.Sprintf("committed-%02d", i), e.ID)
 	}
+}
+
+// Go's client turns a POST answered 301/302/303 into a bodiless GET; its
+// 2xx once marked the event published though nobody received it (issue 13,
+// item 4). Redirects are never followed, with the default client or the
+// caller's, and a 3xx fails the publish; the relay keeps the event pending.
+func TestWebhookNeverFollowsRedirects(t *testing.T) {
+	t.Parallel()
+	var gets, posts atomic.Int32
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			gets.Add(1)
+		}
+		w.WriteHeader(200)
+	}))
+	defer sink.Close()
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			posts.Add(1)
+			http.Redirect(w, r, sink.URL+"/elsewhere", code)
+		}))
+		for _, client := range []*http.Client{nil, {Timeout: 5 * time.Second}} {
+			o, db, _ := outbox(t)
+			_, _, err := o.Add(ctx, ev("e-1"))
+			require.NoError(t, err)
+			relay, err := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: &sideeffect.WebhookPublisher{URL: redirect.URL, Client: client}})
+			require.NoError(t, err)
+			st, err := relay.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Zero(t, st.Published, "%d", code)
+			require.Equal(t, 1, st.Failed)
+			require.Equal(t, []string{"e-1"}, pending(t, db), "still pending after a %d", code)
+			var last *sideeffect.Event
+			require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+				for e := range sideeffect.Events(tx, sideeffect.EventPending) {
+					last = e
+				}
+				return nil
+			}))
+			require.Contains(t, last.LastError, "redirect")
+		}
+		redirect.Close()
+	}
+	require.Zero(t, gets.Load(), "no redirect was followed")
+	require.Equal(t, int32(10), posts.Load())
 }

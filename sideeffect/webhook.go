@@ -13,6 +13,9 @@ import (
 // WebhookPublisher publishes each event as an HTTP POST of JSON to URL,
 // with the event ID as Idempotency-Key so the receiver can dedupe. A 2xx
 // answer acknowledges the event; anything else, or no answer, fails it.
+// Redirects are never followed, whatever the Client: Go's client would turn
+// a POST answered 301/302/303 into a bodiless GET, whose 2xx would mark an
+// event published that nobody received. A 3xx is a failed publish.
 //
 // The body is
 //
@@ -35,13 +38,17 @@ type webhookBody struct {
 	Payload json.RawMessage   `json:"payload"`
 }
 
-var webhookClient = &http.Client{Timeout: 10 * time.Second}
+var webhookClient = &http.Client{Timeout: 10 * time.Second, CheckRedirect: noRedirects}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Publish posts the events one by one, in order.
 func (p *WebhookPublisher) Publish(ctx context.Context, events []Event) (int, error) {
-	c := p.Client
-	if c == nil {
-		c = webhookClient
+	c := webhookClient
+	if p.Client != nil {
+		cc := *p.Client // a copy: the caller's client keeps its own policy elsewhere
+		cc.CheckRedirect = noRedirects
+		c = &cc
 	}
 	for i, ev := range events {
 		payload := json.RawMessage(ev.Payload)
@@ -67,6 +74,9 @@ func (p *WebhookPublisher) Publish(ctx context.Context, events []Event) (int, er
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		_ = resp.Body.Close()
+		if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+			return i, fmt.Errorf("webhook %s answered %s (a redirect, to %q) for event %s: not followed, the event is not delivered", p.URL, resp.Status, resp.Header.Get("Location"), ev.ID)
+		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			return i, fmt.Errorf("webhook %s answered %s for event %s", p.URL, resp.Status, ev.ID)
 		}

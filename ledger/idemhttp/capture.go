@@ -15,6 +15,7 @@ type capture struct {
 	wroteHeader bool
 	limit       int
 	overflow    bool
+	badStatus   int // a status outside 100-999: net/http would panic on it
 }
 
 func newCapture(limit int) *capture { return &capture{header: http.Header{}, limit: limit} }
@@ -24,6 +25,10 @@ func (c *capture) Header() http.Header { return c.header }
 func (c *capture) WriteHeader(code int) {
 	if c.wroteHeader {
 		return
+	}
+	if code < 100 || code > 999 {
+		c.badStatus = code
+		code = http.StatusInternalServerError
 	}
 	c.wroteHeader, c.status = true, code
 }

@@ -214,6 +214,7 @@ func TestBadRequests(t *testing.T) {
 		{"space", "sk_acme", "a b", order, nil, 400, idemhttp.ProblemKeyInvalid},
 		{"two keys", "sk_acme", "a", order, []string{"Idempotency-Key", "b"}, 400, idemhttp.ProblemKeyInvalid},
 		{"invalid json", "sk_acme", "k2", `{"amount_cents":`, nil, 400, idemhttp.ProblemInvalidBody},
+		{"case-folded duplicate member", "sk_acme", "k5", `{"amount_cents":100,"AMOUNT_CENTS":200}`, nil, 400, idemhttp.ProblemInvalidBody},
 		{"too deep", "sk_acme", "k3", strings.Repeat("[", 100) + strings.Repeat("]", 100), nil, 400, idemhttp.ProblemInvalidBody},
 		{"too large", "sk_acme", "k4", `{"pad":"` + strings.Repeat("x", 2000) + `"}`, nil, 413, idemhttp.ProblemBodyTooLarge},
 	}

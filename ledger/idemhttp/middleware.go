@@ -311,6 +311,8 @@ type notStored struct {
 	stack   []byte
 	tooBig  bool
 	release bool // a panic to re-raise (http.ErrAbortHandler)
+	// badStatus is a status outside 100-999 the handler wrote.
+	badStatus int
 }
 
 func (e *notStored) Error() string {
@@ -336,6 +338,9 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		}
 		if c.overflow {
 			return ledger.Response{}, &notStored{c: c, tooBig: true}
+		}
+		if c.badStatus != 0 {
+			return ledger.Response{}, &notStored{c: c, badStatus: c.badStatus}
 		}
 		status := c.statusCode()
 		if !m.stores(status) {
@@ -363,6 +368,11 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		case ns.panic != nil:
 			m.log.Error("handler panicked; transaction rolled back", "scope", req.Scope, "key", req.Key, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))
 			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
+			ev.Status = http.StatusInternalServerError
+		case ns.badStatus != 0:
+			m.log.Error("handler wrote an invalid status; transaction rolled back", "scope", req.Scope, "key", req.Key, "status", ns.badStatus)
+			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+				Detail: fmt.Sprintf("the handler answered status %d, outside 100-999", ns.badStatus)}, 0)
 			ev.Status = http.StatusInternalServerError
 		case ns.tooBig:
 			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
