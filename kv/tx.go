@@ -92,12 +92,20 @@ var (
 func WrapTx(tx *bolt.Tx) Tx { return (*boltTx)(tx) }
 
 // BoltTx returns the bbolt transaction behind tx, or nil if tx is not backed
-// by bbolt. Use it to mix oncekv calls with code written against bbolt.
+// by bbolt. Use it to mix oncekv calls with code written against bbolt. A Tx
+// that wraps another (the HTTP middleware's write tracker) offers an
+// Unwrap() Tx method, which BoltTx follows.
 func BoltTx(tx Tx) *bolt.Tx {
-	if t, ok := tx.(*boltTx); ok {
-		return (*bolt.Tx)(t)
+	for {
+		switch t := tx.(type) {
+		case *boltTx:
+			return (*bolt.Tx)(t)
+		case interface{ Unwrap() Tx }:
+			tx = t.Unwrap()
+		default:
+			return nil
+		}
 	}
-	return nil
 }
 
 func (t *boltTx) bolt() *bolt.Tx { return (*bolt.Tx)(t) }

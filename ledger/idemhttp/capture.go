@@ -15,7 +15,20 @@ type capture struct {
 	wroteHeader bool
 	limit       int
 	overflow    bool
-	badStatus   int // a status outside 100-999: net/http would panic on it
+	badStatus   int  // a status outside 100-999: net/http would panic on it
+	noStore     bool // the handler called DoNotStore
+}
+
+// DoNotStore marks the response an in-transaction handler (Wrap) is
+// writing as a rejection that must not be stored: the transaction rolls
+// back with the handler's writes and a retry with the same key runs again
+// (Stripe's rule for requests that fail validation). Call it with the
+// ResponseWriter the middleware handed in; elsewhere it does nothing. A 4xx
+// answer from a handler that wrote nothing is treated this way without it.
+func DoNotStore(w http.ResponseWriter) {
+	if c, ok := w.(*capture); ok {
+		c.noStore = true
+	}
 }
 
 func newCapture(limit int) *capture { return &capture{header: http.Header{}, limit: limit} }

@@ -27,6 +27,10 @@
 //	body over Config.MaxBodyBytes (1 MiB)      413
 //	handler panics or answers 5xx              nothing stored, writes rolled back;
 //	                                           a retry runs again
+//	4xx from a handler that wrote nothing      nothing stored (Stripe's rule: rejected
+//	(or called DoNotStore), or 4xx body        before it executed); a corrected retry
+//	over MaxStoredErrorBytes (4 KiB)           with the same key runs
+//	tenant over its quota (ledger.Quota)       429 with Retry-After
 //	side effect outcome unknown (external)     502 with Retry-After, nothing stored
 //	retry during the side effect's backoff     503 with Retry-After (the time to its
 //	                                           next attempt); no attempt is spent

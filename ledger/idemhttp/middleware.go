@@ -28,6 +28,11 @@ const HeaderReplayed = "Idempotent-Replayed"
 // DefaultMaxBodyBytes is the request body limit (1 MiB); larger bodies get 413.
 const DefaultMaxBodyBytes = 1 << 20
 
+// DefaultMaxStoredErrorBytes bounds the body of a 4xx answer that is
+// stored for replay (4 KiB): a larger one is sent but not stored, so a
+// client cannot grow the file with big error answers.
+const DefaultMaxStoredErrorBytes = 4 << 10
+
 // Config configures the middleware.
 type Config struct {
 	// Ledger stores the records. Required.
@@ -63,8 +68,15 @@ type Config struct {
 
 	// Store decides which responses are stored for replay. nil stores every
 	// status below 500; a response not stored is rolled back with the
-	// handler's writes, so a retry runs again.
+	// handler's writes, so a retry runs again. Whatever Store says, a 4xx
+	// answer is not stored when its handler wrote nothing (the request was
+	// rejected before it did anything: Stripe's rule) or called DoNotStore,
+	// or when its body exceeds MaxStoredErrorBytes.
 	Store func(status int) bool
+
+	// MaxStoredErrorBytes bounds the body of a stored 4xx answer. 0 means
+	// DefaultMaxStoredErrorBytes.
+	MaxStoredErrorBytes int
 
 	// Wait makes a request that meets its own key in progress wait up to Wait
 	// for the first attempt (in-process notification) instead of answering
@@ -119,6 +131,7 @@ type Middleware struct {
 	keep     []string
 	maxBody  int64
 	maxResp  int
+	maxError int
 	log      *slog.Logger
 	counters [8]atomic.Uint64
 }
@@ -143,6 +156,13 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	if m.maxBody < 0 {
 		return nil, fmt.Errorf("idemhttp: MaxBodyBytes %d is negative", m.maxBody)
+	}
+	m.maxError = cfg.MaxStoredErrorBytes
+	if m.maxError == 0 {
+		m.maxError = DefaultMaxStoredErrorBytes
+	}
+	if m.maxError < 0 {
+		return nil, fmt.Errorf("idemhttp: MaxStoredErrorBytes %d is negative", m.maxError)
 	}
 	m.methods = cfg.Methods
 	if m.methods == nil {
@@ -313,6 +333,8 @@ type notStored struct {
 	release bool // a panic to re-raise (http.ErrAbortHandler)
 	// badStatus is a status outside 100-999 the handler wrote.
 	badStatus int
+	// rejected is a 4xx not stored: nothing written, DoNotStore, or too big.
+	rejected bool
 }
 
 func (e *notStored) Error() string {
@@ -330,7 +352,8 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 	res, err := m.cfg.Ledger.Do(ctx, req, func(tx kv.Tx) (ledger.Response, error) {
 		c := newCapture(m.maxResp)
 		last = c
-		rr := r.WithContext(context.WithValue(ctx, txKey, tx))
+		wrote := false
+		rr := r.WithContext(context.WithValue(ctx, txKey, kv.Tx(trackedTx{tx, &wrote})))
 		rr.Body = io.NopCloser(bytes.NewReader(body))
 		rr.ContentLength = int64(len(body))
 		if ns := runHandler(h, c, rr); ns != nil {
@@ -345,6 +368,9 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		status := c.statusCode()
 		if !m.stores(status) {
 			return ledger.Response{}, &notStored{c: c}
+		}
+		if status >= 400 && status < 500 && (c.noStore || !wrote || c.body.Len() > m.maxError) {
+			return ledger.Response{}, &notStored{c: c, rejected: true}
 		}
 		return ledger.Response{Status: status, Header: m.kept(c.header), Body: bytes.Clone(c.body.Bytes())}, nil
 	})
@@ -381,6 +407,9 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		default:
 			ns.c.writeTo(w)
 			ev.Status = ns.c.statusCode()
+			if ns.rejected {
+				ev.Kind = EventRejected
+			}
 		}
 	default:
 		ev.Kind, ev.Status = m.writeLedgerError(w, err)

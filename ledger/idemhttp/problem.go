@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // ProblemBase prefixes the stable type URI of every problem this middleware
@@ -27,6 +28,9 @@ const (
 	ProblemInternal        = ProblemBase + "internal-error"
 )
 
+// MaxProblemDetail bounds the detail of a problem WriteProblem writes.
+const MaxProblemDetail = 512
+
 // Problem is an RFC 9457 problem detail.
 type Problem struct {
 	Type   string `json:"type"`
@@ -39,7 +43,17 @@ type Problem struct {
 
 // WriteProblem writes p as application/problem+json. A positive retryAfter
 // also sets the Retry-After header (whole seconds, rounded up).
+//
+// The detail is clipped to MaxProblemDetail bytes: a problem never echoes
+// unbounded input (an unknown field's name, a tenant function's error).
 func WriteProblem(w http.ResponseWriter, p Problem, retryAfter time.Duration) {
+	if len(p.Detail) > MaxProblemDetail {
+		cut := MaxProblemDetail
+		for cut > 0 && !utf8.RuneStart(p.Detail[cut]) {
+			cut--
+		}
+		p.Detail = p.Detail[:cut] + "..."
+	}
 	if retryAfter > 0 {
 		secs := int((retryAfter + time.Second - 1) / time.Second)
 		p.RetryAfter = secs
