@@ -18,6 +18,7 @@ const (
 	KindFormat      Kind = 0x01
 	KindIdempotency Kind = 0x10
 	KindInbox       Kind = 0x11
+	KindUsage       Kind = 0x12
 	KindIntent      Kind = 0x20
 	KindOutbox      Kind = 0x21
 	KindKeyStore    Kind = 0x22
@@ -32,6 +33,8 @@ func (k Kind) String() string {
 		return "idempotency"
 	case KindInbox:
 		return "inbox"
+	case KindUsage:
+		return "usage"
 	case KindIntent:
 		return "intent"
 	case KindOutbox:

@@ -15,10 +15,15 @@ func init() { kv.RegisterChecker("ledger", checkTx) }
 func checkTx(tx kv.Tx, report func(string)) {
 	b := recordsNS.Bucket(tx)
 	expiries := map[string]time.Time{}
+	totals := map[string]Usage{}
 	corrupt := map[string]bool{} // already reported; their index entries are not
 	if b != nil {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
+			scope, _, _ := splitRecordKey(k)
+			u := totals[TenantOf(scope)]
+			u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
+			totals[TenantOf(scope)] = u
 			r, err := decodeRecord(k, v, true)
 			if err != nil {
 				report(fmt.Sprintf("record %q: %v", k, err))
@@ -45,6 +50,43 @@ func checkTx(tx kv.Tx, report func(string)) {
 		}
 		return nil
 	})
+	checkUsage(tx, totals, report)
+}
+
+// checkUsage compares the usage counters with the records counted.
+func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
+	ub := usageNS.Bucket(tx)
+	if ub == nil || ub.Get(usageComplete) == nil {
+		if len(totals) > 0 && !tx.Writable() {
+			return // a file from before usage was kept, opened read-only: counted at the next writable open
+		}
+		if len(totals) > 0 {
+			report("tenant usage is not counted although records exist")
+		}
+		return
+	}
+	stored := map[string]Usage{}
+	for tenant, u := range UsageTx(tx) {
+		stored[tenant] = u
+	}
+	c := ub.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) > 0 && k[0] != 0 {
+			if _, err := decodeUsage(v); err != nil {
+				report(fmt.Sprintf("usage of tenant %q: %v", k, err))
+			}
+		}
+	}
+	for tenant, want := range totals {
+		if got := stored[tenant]; got != want {
+			report(fmt.Sprintf("tenant %q: usage says %d records, %d bytes; the records are %d, %d bytes", tenant, got.Records, got.Bytes, want.Records, want.Bytes))
+		}
+	}
+	for tenant, got := range stored {
+		if _, ok := totals[tenant]; !ok {
+			report(fmt.Sprintf("tenant %q: usage says %d records, %d bytes, but it has none", tenant, got.Records, got.Bytes))
+		}
+	}
 }
 
 func init() { kv.RegisterSweeper("idempotency", recordSweeper{}) }
@@ -71,8 +113,5 @@ func (recordSweeper) Expire(tx kv.Tx, at time.Time, key []byte, now time.Time, d
 	case dryRun:
 		return true, "", nil
 	}
-	if err := b.Delete(key); err != nil {
-		return false, "", err
-	}
-	return true, "", expiryIdx.Delete(tx, at, key)
+	return true, "", remove(tx, b, key, r)
 }

@@ -88,10 +88,14 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 	case a.replay != nil:
 		return Outcome{Replay: a.replay}, nil
 	}
+	if a.prev == nil {
+		if err := l.checkQuota(tx, req.Scope); err != nil {
+			return Outcome{}, err
+		}
+	}
 	now := a.now
 	c := &Claim{Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint, CreatedAt: now}
-	var prevExpiry time.Time
-	c.Version, prevExpiry = a.next()
+	c.Version = a.next()
 	if a.takeover {
 		c.Takeover, c.PreviousOwner, c.CreatedAt = true, a.prev.Owner, a.prev.CreatedAt
 		c.Orphaned = a.prev.Owner != l.db.Incarnation()
@@ -102,7 +106,7 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 		Version: c.Version, Owner: l.db.Incarnation(), LeaseExpiresAt: c.LeaseExpiresAt,
 		CreatedAt: c.CreatedAt, ExpiresAt: l.expiry(req.Scope, now),
 	}
-	if err := l.store(tx, a.b, a.rk, rec, prevExpiry); err != nil {
+	if err := l.store(tx, a.b, a.rk, rec, a.prev); err != nil {
 		return Outcome{}, err
 	}
 	return Outcome{Claim: c}, nil
@@ -170,7 +174,7 @@ func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Respon
 		Version: c.Version, Owner: cur.Owner, CreatedAt: cur.CreatedAt, CompletedAt: now,
 		ExpiresAt: l.expiry(c.Scope, now), Response: &resp,
 	}
-	if err := l.store(tx, b, rk, rec, cur.ExpiresAt); err != nil {
+	if err := l.store(tx, b, rk, rec, cur); err != nil {
 		return Result{}, err
 	}
 	l.notifyOnCommit(tx, rk)
@@ -191,10 +195,7 @@ func (l *Ledger) ReleaseTx(ctx context.Context, tx kv.Tx, c *Claim) error {
 	if err != nil {
 		return err
 	}
-	if err := b.Delete(rk); err != nil {
-		return err
-	}
-	if err := expiryIdx.Delete(tx, cur.ExpiresAt, rk); err != nil {
+	if err := remove(tx, b, rk, cur); err != nil {
 		return err
 	}
 	l.notifyOnCommit(tx, rk)
@@ -233,10 +234,10 @@ func (l *Ledger) extendTx(tx kv.Tx, c *Claim) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	prevExpiry := cur.ExpiresAt
+	prev := *cur
 	cur.LeaseExpiresAt = now.Add(l.cfg.Lease)
 	if exp := l.expiry(c.Scope, now); exp.After(cur.ExpiresAt) {
 		cur.ExpiresAt = exp
 	}
-	return cur.LeaseExpiresAt, l.store(tx, b, rk, cur, prevExpiry)
+	return cur.LeaseExpiresAt, l.store(tx, b, rk, cur, &prev)
 }

@@ -192,13 +192,12 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 	return a, nil
 }
 
-// next returns the version and previous expiry for the record that replaces
-// a.prev.
-func (a *admission) next() (uint64, time.Time) {
+// next returns the version of the record that replaces a.prev.
+func (a *admission) next() uint64 {
 	if a.prev == nil {
-		return 1, time.Time{}
+		return 1
 	}
-	return a.prev.Version + 1, a.prev.ExpiresAt
+	return a.prev.Version + 1
 }
 
 func mismatch(prev *Record, req Request) error {
@@ -210,7 +209,7 @@ var errNilWork = fmt.Errorf("%w: Do needs the work to run (a nil ledger.Work)", 
 // isRejection reports outcomes that write nothing and are not failures of
 // the transaction.
 func isRejection(err error) bool {
-	return errors.Is(err, ErrMismatch) || errors.Is(err, ErrInProgress) || errors.Is(err, ErrLeaseLost)
+	return errors.Is(err, ErrMismatch) || errors.Is(err, ErrInProgress) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrQuotaExceeded)
 }
 
 // DoTx is Do inside the caller's transaction, which must be writable. It
@@ -232,7 +231,12 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 		// transaction, so running it now is safe. Wake its waiters.
 		l.notifyOnCommit(tx, a.rk)
 	}
-	version, prevExpiry := a.next()
+	if a.prev == nil {
+		if err := l.checkQuota(tx, req.Scope); err != nil {
+			return Result{}, err
+		}
+	}
+	version := a.next()
 	now := a.now
 
 	resp, err := work(tx)
@@ -245,7 +249,7 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 		CreatedAt: now, CompletedAt: now, ExpiresAt: l.expiry(req.Scope, now),
 		Response: &resp,
 	}
-	if err := l.store(tx, a.b, a.rk, rec, prevExpiry); err != nil {
+	if err := l.store(tx, a.b, a.rk, rec, a.prev); err != nil {
 		return Result{}, err
 	}
 	return Result{Response: resp, Version: version, Takeover: a.takeover}, nil

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -54,6 +55,10 @@ type Config struct {
 	// DefaultMaxResponseBytes.
 	MaxResponseBytes int
 
+	// Quota, if set, bounds each tenant's records and stored bytes (see
+	// Quota). Usage is kept whether or not a quota is set.
+	Quota *Quota
+
 	// RecoverOrphans lets a claim left by an earlier incarnation of the
 	// database (a process that has since died) be taken over at once instead
 	// of after its lease. Set it only when the caller verifies the outside
@@ -102,6 +107,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: RetryAfter %s is negative", ErrInvalidConfig, c.RetryAfter)
 	case c.MaxResponseBytes < 0:
 		return fmt.Errorf("%w: MaxResponseBytes %d is negative", ErrInvalidConfig, c.MaxResponseBytes)
+	case c.Quota != nil && (c.Quota.MaxRecords < 0 || c.Quota.MaxBytes < 0 || c.Quota.RetryAfter < 0 || c.Quota.RetryAfter > kv.MaxRetention):
+		return fmt.Errorf("%w: Quota limits and RetryAfter must not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -127,6 +134,9 @@ func New(db *kv.DB, cfg *Config) (*Ledger, error) {
 	}
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *kv.DB (open one with kv.Open)", ErrInvalidConfig)
+	}
+	if err := rebuildUsage(context.Background(), db); err != nil {
+		return nil, fmt.Errorf("ledger: count tenant usage: %w", err)
 	}
 	l := &Ledger{db: db, cfg: c}
 	return l, nil
@@ -186,8 +196,9 @@ func loadAs(b kv.Bucket, scope, key string, rk []byte, withBody bool) (*Record, 
 	return r, nil
 }
 
-// store writes r and moves its expiry-index entry from prevExpiry.
-func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prevExpiry time.Time) error {
+// store writes r over prev (nil for a new record): the record, its
+// expiry-index entry moved from prev's, and its tenant's usage.
+func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prev *Record) error {
 	if r.Response != nil && len(r.Response.Body) > l.cfg.MaxResponseBytes {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrResponseTooLarge, len(r.Response.Body), l.cfg.MaxResponseBytes)
 	}
@@ -195,12 +206,31 @@ func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prevExpiry t
 		// Stored, it would fail every replay as corrupt (issue 13, item 5).
 		return fmt.Errorf("%w: status %d is outside 100-999 (0 for a response that is not HTTP)", ErrInvalidResponse, r.Response.Status)
 	}
+	var prevExpiry time.Time
+	var records, prevBytes int64 = 1, 0
+	if prev != nil {
+		prevExpiry, records, prevBytes = prev.ExpiresAt, 0, int64(prev.StoredBytes)
+	}
 	// A fresh buffer per record: bbolt keeps the value slice until commit.
 	var e kv.Encoder
 	if err := b.Put(rk, encodeRecord(&e, r, l.cfg.CompressThreshold)); err != nil {
 		return err
 	}
+	if err := account(tx, r.Scope, records, int64(r.StoredBytes)-prevBytes); err != nil {
+		return err
+	}
 	return expiryIdx.Move(tx, prevExpiry, r.ExpiresAt, rk)
+}
+
+// remove deletes the record cur at rk with its index entry and usage.
+func remove(tx kv.Tx, b kv.Bucket, rk []byte, cur *Record) error {
+	if err := b.Delete(rk); err != nil {
+		return err
+	}
+	if err := account(tx, cur.Scope, -1, -int64(cur.StoredBytes)); err != nil {
+		return err
+	}
+	return expiryIdx.Delete(tx, cur.ExpiresAt, rk)
 }
 
 func (l *Ledger) inProgress(r *Record, now time.Time) *InProgressError {

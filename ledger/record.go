@@ -131,7 +131,9 @@ func encodeRecord(e *kv.Encoder, r *Record, threshold int) []byte {
 	e.Time(r.ExpiresAt)
 	if r.Response == nil {
 		e.Byte(0)
-		return e.Finish()
+		out := e.Finish()
+		r.StoredBytes = len(out)
+		return out
 	}
 	resp := r.Response
 	body := resp.Body

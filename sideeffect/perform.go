@@ -121,7 +121,7 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 }
 
 func isLedgerRejection(err error) bool {
-	return errors.Is(err, ledger.ErrMismatch) || errors.Is(err, ledger.ErrInProgress)
+	return errors.Is(err, ledger.ErrMismatch) || errors.Is(err, ledger.ErrInProgress) || errors.Is(err, ledger.ErrQuotaExceeded)
 }
 
 // admitTx answers, before anything is written, a request whose intent a

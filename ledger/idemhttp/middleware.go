@@ -116,11 +116,12 @@ const (
 	EventNotStored  EventKind = "not_stored"  // 5xx or panic: rolled back
 	EventRejected   EventKind = "rejected"    // 400, 401, 413
 	EventPending    EventKind = "pending"     // side effect outcome unknown: 502
+	EventQuota      EventKind = "quota"       // tenant over its quota: 429
 )
 
 // Stats are the middleware's counters.
 type Stats struct {
-	Executed, Replayed, Mismatched, InProgress, Takeovers, NotStored, Rejected, Pending uint64
+	Executed, Replayed, Mismatched, InProgress, Takeovers, NotStored, Rejected, Pending, Quota uint64
 }
 
 // Middleware is the idempotency-key middleware. It is safe for concurrent use.
@@ -133,12 +134,12 @@ type Middleware struct {
 	maxResp  int
 	maxError int
 	log      *slog.Logger
-	counters [8]atomic.Uint64
+	counters [9]atomic.Uint64
 }
 
 var eventIndex = map[EventKind]int{
 	EventExecuted: 0, EventReplayed: 1, EventMismatched: 2, EventInProgress: 3,
-	EventTakeover: 4, EventNotStored: 5, EventRejected: 6, EventPending: 7,
+	EventTakeover: 4, EventNotStored: 5, EventRejected: 6, EventPending: 7, EventQuota: 8,
 }
 
 // New validates cfg and returns the middleware.
@@ -186,7 +187,7 @@ func (m *Middleware) Stats() Stats {
 	c := &m.counters
 	return Stats{
 		Executed: c[0].Load(), Replayed: c[1].Load(), Mismatched: c[2].Load(), InProgress: c[3].Load(),
-		Takeovers: c[4].Load(), NotStored: c[5].Load(), Rejected: c[6].Load(), Pending: c[7].Load(),
+		Takeovers: c[4].Load(), NotStored: c[5].Load(), Rejected: c[6].Load(), Pending: c[7].Load(), Quota: c[8].Load(),
 	}
 }
 
@@ -495,7 +496,12 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 	var ip *ledger.InProgressError
 	var pe *sideeffect.PendingError
 	var be *sideeffect.BlockedError
+	var qe *ledger.QuotaError
 	switch {
+	case errors.As(err, &qe):
+		WriteProblem(w, Problem{Type: ProblemQuota, Title: "Quota of stored requests exceeded", Status: http.StatusTooManyRequests,
+			Detail: fmt.Sprintf("this tenant keeps %d idempotency records (%d bytes), at its limit; they expire with their retention", qe.Usage.Records, qe.Usage.Bytes)}, qe.RetryAfter)
+		return EventQuota, http.StatusTooManyRequests
 	case errors.As(err, &me):
 		WriteProblem(w, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with a different request", Status: http.StatusUnprocessableEntity,
 			Detail: fmt.Sprintf("this key was first used with request %s; this request is %s", me.Stored.Short(), me.Got.Short())}, 0)

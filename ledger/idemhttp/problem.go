@@ -23,6 +23,7 @@ const (
 	ProblemInvalidBody     = ProblemBase + "invalid-body"
 	ProblemUnauthenticated = ProblemBase + "unauthenticated"
 	ProblemOutcomePending  = ProblemBase + "outcome-pending"
+	ProblemQuota           = ProblemBase + "tenant-quota-exceeded"
 	ProblemBackoff         = ProblemBase + "side-effect-backoff"
 	ProblemNeedsAttention  = ProblemBase + "side-effect-needs-attention"
 	ProblemInternal        = ProblemBase + "internal-error"

@@ -132,3 +132,40 @@ func TestRejectedRequestsStoreNothing(t *testing.T) {
 	}))
 	require.Equal(t, []string{"o1", "o3"}, orders, "rolled-back requests left no business writes")
 }
+
+// A tenant over its quota gets 429 problem+json with Retry-After; another
+// tenant is not affected (issue 13, item 9).
+func TestQuotaIs429(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	l, err := ledger.New(b.db, &ledger.Config{Quota: &ledger.Quota{MaxRecords: 2}})
+	require.NoError(t, err)
+	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.Tx(r.Context())
+		bk, _ := tx.CreateBucketIfNotExists([]byte("orders"))
+		_ = bk.Put([]byte(r.Header.Get("Idempotency-Key")), []byte("x"))
+		w.WriteHeader(201)
+	})))
+	defer srv.Close()
+	post := func(tenant, key string) reply {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/orders", strings.NewReader(""))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("X-Tenant", tenant)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return reply{resp.StatusCode, resp.Header, string(body)}
+	}
+	require.Equal(t, 201, post("acme", "1").status)
+	require.Equal(t, 201, post("acme", "2").status)
+	r := post("acme", "3")
+	require.Equal(t, 429, r.status, r.body)
+	require.Equal(t, idemhttp.ProblemQuota, problemType(t, r))
+	require.Equal(t, "60", r.header.Get("Retry-After"))
+	require.Equal(t, "true", post("acme", "1").header.Get(idemhttp.HeaderReplayed), "replays are answered")
+	require.Equal(t, 201, post("globex", "3").status)
+	require.Equal(t, uint64(1), mw.Stats().Quota)
+}

@@ -275,7 +275,7 @@ func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]In
 // Stats counts records per kind and state and reports storage.
 func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 	b := i.db.Bolt()
-	st := Stats{Path: i.db.Path(), PageSize: b.Info().PageSize, Counts: map[string]int{}, Buckets: []Bucket{}}
+	st := Stats{Path: i.db.Path(), PageSize: b.Info().PageSize, Counts: map[string]int{}, Buckets: []Bucket{}, Tenants: []TenantUsage{}}
 	if fi, err := os.Stat(i.db.Path()); err == nil {
 		st.FileBytes = fi.Size()
 	}
@@ -317,6 +317,9 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 			if err == nil {
 				st.Counts["inbox.ids"]++
 			}
+		}
+		for tenant, u := range ledger.UsageTx(tx) {
+			st.Tenants = append(st.Tenants, TenantUsage{Tenant: tenant, Records: u.Records, Bytes: u.Bytes})
 		}
 		bt := kv.BoltTx(tx)
 		for _, ns := range kv.Namespaces(tx, "") {

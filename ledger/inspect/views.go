@@ -107,6 +107,16 @@ type Stats struct {
 	FormatVersion uint32         `json:"format_version"`
 	Counts        map[string]int `json:"counts"` // "idempotency.completed", "intent.pending", ...
 	Buckets       []Bucket       `json:"buckets"`
+	// Tenants is each tenant's use of the ledger, what quotas bound.
+	Tenants []TenantUsage `json:"tenants"`
+}
+
+// TenantUsage is one tenant's idempotency records, expired ones included
+// until a sweep removes them, and their stored bytes.
+type TenantUsage struct {
+	Tenant  string `json:"tenant"`
+	Records int64  `json:"records"`
+	Bytes   int64  `json:"bytes"`
 }
 
 // Problem is one consistency problem.

@@ -13,7 +13,7 @@ import (
 func newStats(o *options) *cobra.Command {
 	c := &cobra.Command{
 		Use:     "stats",
-		Short:   "Count records per kind and state; show sizes and bbolt page statistics",
+		Short:   "Count records per kind and state; usage per tenant (what quotas bound); sizes and bbolt page statistics",
 		Example: `  oncekv stats --db payments.db`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -34,6 +34,10 @@ func newStats(o *options) *cobra.Command {
 				fmt.Fprintln(w, "\nRECORDS\tCOUNT")
 				for _, n := range names {
 					fmt.Fprintf(w, "%s\t%d\n", n, st.Counts[n])
+				}
+				fmt.Fprintln(w, "\nTENANT\tRECORDS\tSTORED BYTES")
+				for _, u := range st.Tenants {
+					fmt.Fprintf(w, "%s\t%d\t%d\n", esc(u.Tenant), u.Records, u.Bytes)
 				}
 				fmt.Fprintln(w, "\nBUCKET\tKEYS\tDEPTH\tLEAF PAGES\tBRANCH PAGES\tLEAF BYTES IN USE")
 				for _, b := range st.Buckets {

@@ -16,6 +16,7 @@ func TestStats(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Regexp(t, `idempotency.completed\s+3`, out)
 	require.Regexp(t, `ledger\s+5\s+1`, out)
+	require.Regexp(t, `TENANT\s+RECORDS\s+STORED BYTES\nacme\s+4\s+\d+\nglobex\s+1\s+\d+`, out, "usage per tenant (issue 13, item 9)")
 	out, _, _ = run("stats", "--db", db, "--json")
 	var st inspect.Stats
 	require.NoError(t, json.Unmarshal([]byte(out), &st))
@@ -27,4 +28,7 @@ func TestStats(t *testing.T) {
 	require.Equal(t, uint32(1), st.FormatVersion)
 	require.Positive(t, st.FileBytes)
 	require.Equal(t, 4096, st.PageSize)
+	require.Len(t, st.Tenants, 2)
+	require.Equal(t, inspect.TenantUsage{Tenant: "acme", Records: 4, Bytes: st.Tenants[0].Bytes}, st.Tenants[0])
+	require.Positive(t, st.Tenants[0].Bytes)
 }

@@ -1,0 +1,246 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// DefaultQuotaRetryAfter is the retry hint of a quota rejection.
+const DefaultQuotaRetryAfter = time.Minute
+
+// Quota bounds what one tenant may keep in the ledger: its records (live or
+// expired and not yet swept) and their stored bytes. Usage is counted
+// exactly, in the transaction that writes or deletes each record, so a
+// check costs one look-up and never a scan. A request that would start a
+// new record for a tenant at its limit is rejected with *QuotaError before
+// anything is written (HTTP 429); replays are always answered, and a claim
+// already made may always complete.
+type Quota struct {
+	// MaxRecords bounds a tenant's records. 0 means no bound.
+	MaxRecords int64
+	// MaxBytes bounds a tenant's stored bytes (encoded records, compressed
+	// bodies included). 0 means no bound.
+	MaxBytes int64
+	// For, if set, gives one tenant's limits instead (0 for no bound).
+	For func(tenant string) (maxRecords, maxBytes int64)
+	// RetryAfter is the hint given with a rejection: usage falls as
+	// retention sweeps remove expired records. 0 means
+	// DefaultQuotaRetryAfter.
+	RetryAfter time.Duration
+}
+
+func (q *Quota) limits(tenant string) (int64, int64) {
+	if q.For != nil {
+		return q.For(tenant)
+	}
+	return q.MaxRecords, q.MaxBytes
+}
+
+// ErrQuotaExceeded is returned (as a *QuotaError) when a tenant is at its
+// quota of records or stored bytes; nothing is written.
+var ErrQuotaExceeded = errors.New("ledger: tenant quota exceeded")
+
+// QuotaError reports a tenant at its quota.
+type QuotaError struct {
+	Tenant     string
+	Usage      Usage
+	MaxRecords int64 // 0: no bound
+	MaxBytes   int64 // 0: no bound
+	RetryAfter time.Duration
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("ledger: tenant %q is at its quota: %d records (limit %d), %d bytes (limit %d)",
+		clip(e.Tenant), e.Usage.Records, e.MaxRecords, e.Usage.Bytes, e.MaxBytes)
+}
+
+// Unwrap returns ErrQuotaExceeded.
+func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
+
+// Usage is what one tenant keeps in the ledger.
+type Usage struct {
+	Records int64 // records stored, expired ones included until swept
+	Bytes   int64 // their encoded size
+}
+
+// TenantOf returns the tenant of a scope: the part before the first '|'
+// (Scope builds "tenant|METHOD /route"), or the whole scope when it has
+// none. Quotas and usage are kept per TenantOf(scope).
+func TenantOf(scope string) string {
+	if i := strings.IndexByte(scope, '|'); i >= 0 {
+		return scope[:i]
+	}
+	return scope
+}
+
+var (
+	usageNS       = kv.NewNamespace("ledger.usage")
+	usageComplete = []byte("\x00complete") // set once usage covers every record
+)
+
+const usageLayout = 1
+
+func encodeUsage(u Usage) []byte {
+	var e kv.Encoder
+	e.Reset(kv.KindUsage, usageLayout)
+	e.Varint(u.Records)
+	e.Varint(u.Bytes)
+	return e.Finish()
+}
+
+func decodeUsage(v []byte) (Usage, error) {
+	var d kv.Decoder
+	layout, err := d.Reset(kv.KindUsage, v)
+	if err != nil {
+		return Usage{}, err
+	}
+	if layout != usageLayout {
+		return Usage{}, d.Fail(fmt.Sprintf("unknown usage layout %d", layout))
+	}
+	u := Usage{Records: d.Varint(), Bytes: d.Varint()}
+	return u, d.Done()
+}
+
+func usageOf(b kv.Bucket, tenant string) (Usage, error) {
+	if b == nil {
+		return Usage{}, nil
+	}
+	v := b.Get([]byte(tenant))
+	if v == nil {
+		return Usage{}, nil
+	}
+	u, err := decodeUsage(v)
+	if err != nil {
+		return Usage{}, fmt.Errorf("ledger: usage of tenant %q: %w", clip(tenant), err)
+	}
+	return u, nil
+}
+
+// account adds (records, bytes) to the usage of scope's tenant in tx.
+func account(tx kv.Tx, scope string, records, bytes int64) error {
+	if records == 0 && bytes == 0 {
+		return nil
+	}
+	b, err := usageNS.Create(tx)
+	if err != nil {
+		return err
+	}
+	tenant := TenantOf(scope)
+	u, err := usageOf(b, tenant)
+	if err != nil {
+		return err
+	}
+	u.Records, u.Bytes = max(u.Records+records, 0), max(u.Bytes+bytes, 0)
+	if u.Records == 0 && u.Bytes == 0 {
+		return b.Delete([]byte(tenant))
+	}
+	return b.Put([]byte(tenant), encodeUsage(u))
+}
+
+// checkQuota rejects a new record for scope's tenant when it is at its
+// quota. It reads one key and writes nothing.
+func (l *Ledger) checkQuota(tx kv.Tx, scope string) error {
+	q := l.cfg.Quota
+	if q == nil {
+		return nil
+	}
+	tenant := TenantOf(scope)
+	maxRecords, maxBytes := q.limits(tenant)
+	if maxRecords <= 0 && maxBytes <= 0 {
+		return nil
+	}
+	u, err := usageOf(usageNS.Bucket(tx), tenant)
+	if err != nil {
+		return err
+	}
+	if (maxRecords > 0 && u.Records >= maxRecords) || (maxBytes > 0 && u.Bytes >= maxBytes) {
+		ra := q.RetryAfter
+		if ra == 0 {
+			ra = DefaultQuotaRetryAfter
+		}
+		return &QuotaError{Tenant: tenant, Usage: u, MaxRecords: maxRecords, MaxBytes: maxBytes, RetryAfter: ra}
+	}
+	return nil
+}
+
+// UsageTx iterates every tenant's usage inside tx, in tenant order.
+func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
+	return func(yield func(string, Usage) bool) {
+		b := usageNS.Bucket(tx)
+		if b == nil {
+			return
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) > 0 && k[0] == 0 {
+				continue // markers
+			}
+			u, err := decodeUsage(v)
+			if err != nil {
+				continue // reported by the consistency check
+			}
+			if !yield(string(k), u) {
+				return
+			}
+		}
+	}
+}
+
+// Usage returns one tenant's usage.
+func (l *Ledger) Usage(ctx context.Context, tenant string) (Usage, error) {
+	var u Usage
+	err := l.db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		u, err = usageOf(usageNS.Bucket(tx), tenant)
+		return err
+	})
+	return u, err
+}
+
+// rebuildUsage counts every record into the usage bucket once, for a file
+// written before usage was kept; later writes keep it exact.
+func rebuildUsage(ctx context.Context, db *kv.DB) error {
+	if db.ReadOnly() {
+		return nil
+	}
+	var done bool
+	if err := db.View(ctx, func(tx kv.Tx) error {
+		b := usageNS.Bucket(tx)
+		done = b != nil && b.Get(usageComplete) != nil
+		return nil
+	}); err != nil || done {
+		return err
+	}
+	return db.Update(ctx, func(tx kv.Tx) error {
+		b, err := usageNS.Create(tx)
+		if err != nil {
+			return err
+		}
+		if b.Get(usageComplete) != nil {
+			return nil
+		}
+		totals := map[string]Usage{}
+		if rb := recordsNS.Bucket(tx); rb != nil {
+			c := rb.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				scope, _, _ := splitRecordKey(k)
+				u := totals[TenantOf(scope)]
+				u.Records++
+				u.Bytes += int64(len(v))
+				totals[TenantOf(scope)] = u
+			}
+		}
+		for tenant, u := range totals {
+			if err := b.Put([]byte(tenant), encodeUsage(u)); err != nil {
+				return err
+			}
+		}
+		return b.Put(usageComplete, []byte{1})
+	})
+}

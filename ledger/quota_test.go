@@ -1,0 +1,136 @@
+package ledger_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/retention"
+)
+
+func tenantReq(tenant, key string) ledger.Request {
+	return ledger.Request{Scope: tenant + "|POST /v1/orders", Key: key, Fingerprint: fp(key)}
+}
+
+func small(tx kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte("ok")}, nil }
+
+// Per-tenant quotas (issue 13, item 9): live records and stored bytes are
+// counted exactly in the transaction that writes or deletes each record, and
+// a new record over the limit is rejected before anything is written.
+func TestTenantQuotas(t *testing.T) {
+	t.Parallel()
+	l, b := setup(t, &ledger.Config{Retention: time.Hour, Lease: time.Minute, Quota: &ledger.Quota{MaxRecords: 3, RetryAfter: 30 * time.Second}})
+	for i := range 3 {
+		_, err := l.Do(ctx, tenantReq("acme", fmt.Sprint("k", i)), small)
+		require.NoError(t, err)
+	}
+	u, err := l.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), u.Records)
+	require.Positive(t, u.Bytes)
+
+	runs := 0
+	_, err = l.Do(ctx, tenantReq("acme", "k3"), func(tx kv.Tx) (ledger.Response, error) { runs++; return small(tx) })
+	var qe *ledger.QuotaError
+	require.ErrorAs(t, err, &qe)
+	require.ErrorIs(t, err, ledger.ErrQuotaExceeded)
+	require.Equal(t, "acme", qe.Tenant)
+	require.Equal(t, 30*time.Second, qe.RetryAfter)
+	require.Zero(t, runs, "the work never ran")
+	_, err = l.Claim(ctx, tenantReq("acme", "k4"))
+	require.ErrorIs(t, err, ledger.ErrQuotaExceeded)
+	_, err = l.Get(ctx, "acme|POST /v1/orders", "k4")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+
+	// Replays are always answered; another tenant has its own count.
+	res, err := l.Do(ctx, tenantReq("acme", "k0"), small)
+	require.NoError(t, err)
+	require.True(t, res.Replayed)
+	_, err = l.Do(ctx, tenantReq("globex", "k0"), small)
+	require.NoError(t, err)
+
+	// A released claim gives its record back; expired records count until a
+	// sweep removes them.
+	out, err := l.Claim(ctx, tenantReq("globex", "claim"))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx, out.Claim))
+	u, _ = l.Usage(ctx, "globex")
+	require.Equal(t, int64(1), u.Records)
+
+	b.clock.Advance(2 * time.Hour)
+	_, err = l.Do(ctx, tenantReq("acme", "k9"), small)
+	require.ErrorIs(t, err, ledger.ErrQuotaExceeded, "expired, not yet swept")
+	_, err = l.Do(ctx, tenantReq("acme", "k0"), small)
+	require.NoError(t, err, "an expired key is replaced, not added")
+	st, err := retention.Sweep(ctx, b.db, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.Kinds[retention.Idempotency].Deleted)
+	u, _ = l.Usage(ctx, "acme")
+	require.Equal(t, int64(1), u.Records)
+	_, err = l.Do(ctx, tenantReq("acme", "k9"), small)
+	require.NoError(t, err)
+
+	usage := map[string]ledger.Usage{}
+	require.NoError(t, b.db.View(ctx, func(tx kv.Tx) error {
+		for tenant, u := range ledger.UsageTx(tx) {
+			usage[tenant] = u
+		}
+		return nil
+	}))
+	require.Equal(t, int64(2), usage["acme"].Records)
+	require.Equal(t, int64(0), usage["globex"].Records) // swept too
+	// dbtest's cleanup check compares every counter with the records.
+}
+
+func TestByteQuota(t *testing.T) {
+	t.Parallel()
+	l, _ := setup(t, &ledger.Config{Quota: &ledger.Quota{For: func(tenant string) (int64, int64) {
+		if tenant == "tiny" {
+			return 0, 200
+		}
+		return 0, 0
+	}}})
+	big := func(tx kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200, Body: make([]byte, 300)}, nil }
+	_, err := l.Do(ctx, tenantReq("tiny", "a"), big)
+	require.NoError(t, err, "the first record may go over: completion is never refused")
+	_, err = l.Do(ctx, tenantReq("tiny", "b"), big)
+	require.ErrorIs(t, err, ledger.ErrQuotaExceeded)
+	for i := range 5 {
+		_, err = l.Do(ctx, tenantReq("roomy", fmt.Sprint(i)), big)
+		require.NoError(t, err)
+	}
+}
+
+// A file written before usage was counted gets its counters once, when a
+// ledger first opens it for writing.
+func TestUsageIsCountedForOlderFiles(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/old.db"
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	for i := range 4 {
+		_, err := l.Do(ctx, tenantReq("acme", fmt.Sprint(i)), small)
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.Close())
+	// Remove the counters, as a file from before they existed has none.
+	bdb, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(kv.ReservedPrefix + "ledger.usage")) }))
+	require.NoError(t, bdb.Close())
+
+	db = dbtest.OpenPath(t, path, &kv.Options{NoSync: true})
+	l, err = ledger.New(db, nil)
+	require.NoError(t, err)
+	u, err := l.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, int64(4), u.Records)
+}
