@@ -18,7 +18,9 @@ func tenantReq(tenant, key string) ledger.Request {
 	return ledger.Request{Scope: tenant + "|POST /v1/orders", Key: key, Fingerprint: fp(key)}
 }
 
-func small(tx kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte("ok")}, nil }
+func small(tx kv.Tx) (ledger.Response, error) {
+	return ledger.Response{Status: 201, Body: []byte("ok")}, nil
+}
 
 // Per-tenant quotas (issue 13, item 9): live records and stored bytes are
 // counted exactly in the transaction that writes or deletes each record, and
@@ -96,7 +98,9 @@ func TestByteQuota(t *testing.T) {
 		}
 		return 0, 0
 	}}})
-	big := func(tx kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200, Body: make([]byte, 300)}, nil }
+	big := func(tx kv.Tx) (ledger.Response, error) {
+		return ledger.Response{Status: 200, Body: make([]byte, 300)}, nil
+	}
 	_, err := l.Do(ctx, tenantReq("tiny", "a"), big)
 	require.NoError(t, err, "the first record may go over: completion is never refused")
 	_, err = l.Do(ctx, tenantReq("tiny", "b"), big)
