@@ -71,7 +71,7 @@ func (l *Ledger) Claim(ctx context.Context, req Request) (Outcome, error) {
 			failpoint.Inject(failpoint.LedgerClaimAfterCommit)
 		}
 		var ip *InProgressError
-		if req.Wait > 0 && errors.As(err, &ip) && l.waitTurn(ctx, req.Scope, req.Key, ip, deadline) {
+		if req.Wait > 0 && errors.As(err, &ip) && l.Wait(ctx, ip, deadline) {
 			continue
 		}
 		return out, err

@@ -71,7 +71,7 @@ func (l *Ledger) Do(ctx context.Context, req Request, work Work) (Result, error)
 	for {
 		res, err := l.do(ctx, req, work)
 		var ip *InProgressError
-		if req.Wait > 0 && errors.As(err, &ip) && l.waitTurn(ctx, req.Scope, req.Key, ip, deadline) {
+		if req.Wait > 0 && errors.As(err, &ip) && l.Wait(ctx, ip, deadline) {
 			continue
 		}
 		return res, err

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -119,6 +120,7 @@ type Ledger struct {
 	db      *kv.DB
 	cfg     Config
 	waiters waiters
+	waited  atomic.Int64 // calls of Wait: how often a duplicate waited
 }
 
 var (

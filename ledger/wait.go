@@ -62,11 +62,20 @@ func (l *Ledger) notifyOnCommit(tx interface{ OnCommit(func()) }, rk []byte) {
 	tx.OnCommit(func() { l.waiters.notify(key) })
 }
 
-// waitTurn blocks until the claim described by ip may have finished: its key
-// was completed or released, its lease ran out, or deadline passed. It
-// returns false when the caller should give up (deadline or ctx).
-func (l *Ledger) waitTurn(ctx context.Context, scope, key string, ip *InProgressError, deadline time.Time) bool {
-	rk := string(recordKey(nil, scope, key))
+// Wait blocks until the claim described by ip (from a call that met an
+// in-progress key) may have finished: its key was completed or released in
+// this process, its lease ran out, or until passed. It returns false when the
+// caller should give up (until passed, or ctx ended) and true when it should
+// try again. The managed calls with Request.Wait use it; so does code that
+// builds its own flow on the Tx forms (sideeffect.Executor.Perform, the HTTP
+// middleware's external routes). Waiting is in-process: it is woken by this
+// process's completions and otherwise by the lease's end.
+func (l *Ledger) Wait(ctx context.Context, ip *InProgressError, until time.Time) bool {
+	if ip == nil || ip.Version == 0 {
+		return false // nothing to wait on: not a claim this ledger can watch
+	}
+	l.waited.Add(1)
+	rk := string(recordKey(nil, ip.Scope, ip.Key))
 	ch, done := l.waiters.register(rk)
 	defer done()
 
@@ -81,12 +90,12 @@ func (l *Ledger) waitTurn(ctx context.Context, scope, key string, ip *InProgress
 		return true
 	}
 
-	d := time.Until(deadline)
+	d := time.Until(until)
 	if lease := cur.LeaseExpiresAt.Sub(l.now()); lease < d {
 		d = max(lease, 0) // wake when the lease runs out: a takeover becomes possible
 	}
 	if d <= 0 {
-		return time.Now().Before(deadline)
+		return time.Now().Before(until)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -94,8 +103,12 @@ func (l *Ledger) waitTurn(ctx context.Context, scope, key string, ip *InProgress
 	case <-ch:
 		return true
 	case <-t.C:
-		return time.Now().Before(deadline)
+		return time.Now().Before(until)
 	case <-ctx.Done():
 		return false
 	}
 }
+
+// Waited returns how many times a duplicate request waited (Wait was
+// entered) since the ledger was created, for metrics and tests.
+func (l *Ledger) Waited() int64 { return l.waited.Load() }

@@ -45,7 +45,23 @@ type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 // retries during a provider outage never spend the intent's attempts.
 // Rejections from the ledger (*ledger.MismatchError, *ledger.InProgressError)
 // are returned as is.
+//
+// With req.Wait set, a request that meets its key in progress in this
+// process waits for that attempt (ledger.Ledger.Wait) instead of returning
+// *ledger.InProgressError at once.
 func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Request, spec Spec, respond Respond) (ledger.Result, error) {
+	until := time.Now().Add(req.Wait)
+	for {
+		res, err := x.perform(ctx, l, req, spec, respond)
+		var ip *ledger.InProgressError
+		if req.Wait > 0 && errors.As(err, &ip) && l.Wait(ctx, ip, until) {
+			continue
+		}
+		return res, err
+	}
+}
+
+func (x *Executor) perform(ctx context.Context, l *ledger.Ledger, req ledger.Request, spec Spec, respond Respond) (ledger.Result, error) {
 	var out ledger.Outcome
 	var a attempt
 	err := x.db.Batch(ctx, func(tx kv.Tx) error {

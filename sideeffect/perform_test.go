@@ -152,3 +152,46 @@ func TestPerformRecoverOrphansAtOnce(t *testing.T) {
 	require.Equal(t, 200, res.Response.Status)
 	require.Len(t, fake.Charges(), 1)
 }
+
+// Perform ignored Request.Wait (issue 13, item 16): a duplicate of a request
+// in progress now waits for it and replays its answer.
+func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	fake.Script = func(op string, _ sideeffect.Call) providertest.Fault {
+		if op == "do" {
+			close(entered)
+			<-release
+		}
+		return providertest.None
+	}
+	x, bb := setup(t, fake)
+	l, err := ledger.New(bb.db, nil)
+	require.NoError(t, err)
+	first := make(chan ledger.Result, 1)
+	go func() {
+		res, err := x.Perform(ctx, l, payReq("1"), spec("1"), respond)
+		require.NoError(t, err)
+		first <- res
+	}()
+	<-entered
+	dup := payReq("1")
+	dup.Wait = 30 * time.Second
+	second := make(chan error, 1)
+	var res ledger.Result
+	go func() {
+		var err error
+		res, err = x.Perform(ctx, l, dup, spec("1"), respond)
+		second <- err
+	}()
+	for l.Waited() == 0 {
+		time.Sleep(time.Millisecond) // polls state: the duplicate is waiting
+	}
+	close(release)
+	a := <-first
+	require.NoError(t, <-second)
+	require.True(t, res.Replayed)
+	require.Equal(t, a.Response, res.Response)
+	require.Len(t, fake.Charges(), 1)
+}

@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -20,8 +21,13 @@ type performState struct {
 }
 
 func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h http.Handler, req ledger.Request, body []byte, ev Event, start time.Time) {
-	// A retry of a finished request is answered before the handler runs.
+	// A retry of a finished request is answered before the handler runs;
+	// with Config.Wait, a duplicate of one in progress waits for it first.
 	replay, err := m.cfg.Ledger.Peek(r.Context(), req)
+	until := time.Now().Add(req.Wait)
+	for ip := (*ledger.InProgressError)(nil); req.Wait > 0 && errors.As(err, &ip) && m.cfg.Ledger.Wait(r.Context(), ip, until); {
+		replay, err = m.cfg.Ledger.Peek(r.Context(), req)
+	}
 	switch {
 	case replay != nil:
 		m.writeReplay(w, replay.Response)

@@ -107,3 +107,43 @@ func TestExternalRetriesDuringBackoffAndParkedIntent(t *testing.T) {
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Len(t, e.fake.Charges(), 1)
 }
+
+// Config.Wait was ignored on WrapExternal routes and by Perform: the
+// duplicate of a payment in progress got 409 at once (issue 13, item 16).
+// It now waits for the first attempt and gets its answer.
+func TestExternalDuplicateWaitsForTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, func(c *idemhttp.Config) { c.Wait = 30 * time.Second })
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.fake.Script = func(op string, _ sideeffect.Call) providertest.Fault {
+		if op == "do" {
+			close(entered)
+			<-release // the provider is slow: the first attempt holds the key
+		}
+		return providertest.None
+	}
+	first := make(chan reply, 1)
+	go func() { first <- postPay(t, e.srv, "/v1/orders/A/pay", "K") }()
+	<-entered
+	second := make(chan reply, 1)
+	go func() { second <- postPay(t, e.srv, "/v1/orders/A/pay", "K") }()
+	waitFor(t, func() bool { return e.l.Waited() > 0 })
+	close(release)
+	a, b := <-first, <-second
+	require.Equal(t, 200, a.status, a.body)
+	require.Equal(t, 200, b.status, "the duplicate waited instead of answering 409: %s", b.body)
+	require.Equal(t, a.body, b.body)
+	require.Equal(t, "true", b.header.Get(idemhttp.HeaderReplayed))
+	require.Len(t, e.fake.Charges(), 1)
+}
+
+// waitFor polls a condition on state (never a fixed sleep), for at most 10s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition never held")
+}

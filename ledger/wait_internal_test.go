@@ -1,0 +1,74 @@
+package ledger
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// registered waits (on state, not on a sleep) until someone waits on rk.
+func (l *Ledger) registered(t *testing.T, rk string) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(time.Millisecond) {
+		l.waiters.mu.Lock()
+		e := l.waiters.m[rk]
+		l.waiters.mu.Unlock()
+		if e != nil {
+			return
+		}
+	}
+	t.Fatal("nobody waited on the key")
+}
+
+// The wait tests once passed with the wait broken, because the duplicate
+// usually ran after the completion (issue 13, item 16). Here the duplicate
+// is known to be waiting before the first attempt completes, it is woken by
+// that completion (not by polling, nor by its 30 s bound), and it waits once.
+func TestWaitIsWokenByTheCompletion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "w.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	for _, finish := range []string{"complete", "release"} {
+		req := Request{Scope: "acme|POST /x", Key: "k-" + finish, Fingerprint: Fingerprint{1}}
+		out, err := l.Claim(ctx, req)
+		require.NoError(t, err)
+		waitsBefore := l.waited.Load()
+
+		dup := req
+		dup.Wait = 30 * time.Second
+		got := make(chan error, 1)
+		var res Result
+		go func() {
+			var err error
+			res, err = l.Do(ctx, dup, func(kv.Tx) (Response, error) { return Response{Status: 201, Body: []byte("ran")}, nil })
+			got <- err
+		}()
+		l.registered(t, string(recordKey(nil, req.Scope, req.Key)))
+		if finish == "complete" {
+			_, err = l.Complete(ctx, out.Claim, Response{Status: 200, Body: []byte("first")}, nil)
+		} else {
+			err = l.Release(ctx, out.Claim)
+		}
+		require.NoError(t, err)
+		// Had the notification not woken it, the wait would have ended at its
+		// 30 s bound with the key still in progress: an error here.
+		require.NoError(t, <-got)
+		if finish == "complete" {
+			require.True(t, res.Replayed)
+			require.Equal(t, "first", string(res.Response.Body))
+		} else {
+			require.False(t, res.Replayed, "a released key runs again")
+			require.Equal(t, "ran", string(res.Response.Body))
+		}
+		require.Equal(t, int64(1), l.waited.Load()-waitsBefore, "one wait, not a spin")
+	}
+}
