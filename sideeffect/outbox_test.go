@@ -378,3 +378,38 @@ func TestWebhookNeverFollowsRedirects(t *testing.T) {
 	require.Zero(t, gets.Load(), "no redirect was followed")
 	require.Equal(t, int32(10), posts.Load())
 }
+
+// When no commit wakes it (an event written by another Outbox value, by
+// another tool, or a wake-up lost), the relay still publishes on its poll
+// interval. A mutation that disabled the poll survived every test (issue
+// 13, item 17).
+func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
+	t.Parallel()
+	o, db, _ := outbox(t)
+	got := make(chan sideeffect.Event, 10)
+	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{PollInterval: 20 * time.Millisecond,
+		Publisher: sideeffect.PublishFunc(func(_ context.Context, e sideeffect.Event) error { got <- e; return nil })})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	passes := make(chan struct{}, 100)
+	go func() {
+		done <- r.Run(runCtx, func(sideeffect.PassStats, error) {
+			select {
+			case passes <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	<-passes
+	other := sideeffect.NewOutbox(db) // its commits wake nobody's relay
+	_, _, err := other.Add(ctx, ev("silent"))
+	require.NoError(t, err)
+	select {
+	case e := <-got:
+		require.Equal(t, "silent", e.ID)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never polled")
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
