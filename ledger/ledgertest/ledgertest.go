@@ -4,6 +4,17 @@
 // a real http.Handler (the service's, middleware included) on a loopback
 // server and asserts single execution from the service's own state.
 //
+// KillRestart is the real crash: it runs the service in a child process
+// (the test binary re-executed), kills it with SIGKILL where the service's
+// code calls Crashpoint with the chosen name, restarts it on the same file
+// and retries with the same key:
+//
+//	func TestPayCrash(t *testing.T) {
+//		ledgertest.KillRestart(t, ledgertest.Service{Open: openService, Request: payRequest, Executions: countCharges}, "after-charge")
+//	}
+//	// in the service, where a crash matters:
+//	ledgertest.Crashpoint("after-charge") // does nothing outside such a test
+//
 //	ledgertest.Storm(t, ledgertest.Target{
 //		Handler:    svc.Handler,
 //		Request:    func() *http.Request { return newCreateOrder("key-1") },
@@ -161,13 +172,16 @@ func LostResponses(t testing.TB, tg Target, lost int) Answer {
 	return a
 }
 
-// CrashRestart opens the service on path with open, sends the request and
-// drops the process state while it may be in flight (the closer runs at
-// once, as a crash would), opens the service again on the same file, and
-// retries until a final answer. Across both incarnations the work must have
-// run exactly once. open returns the target and a function that closes the
-// service (its database) without any graceful step.
-func CrashRestart(t testing.TB, path string, open func(path string) (Target, func() error)) Answer {
+// CloseRestart opens the service on path with open, sends the request and
+// closes the service's database while the request may be in flight, opens
+// the service again on the same file, and retries until a final answer.
+// Across both incarnations the work must have run exactly once. open
+// returns the target and a function that closes the service (its database).
+//
+// It is not a crash: the process lives on and the close is orderly. For a
+// real one — a child process killed with SIGKILL at a chosen point — use
+// KillRestart.
+func CloseRestart(t testing.TB, path string, open func(path string) (Target, func() error)) Answer {
 	t.Helper()
 	tg, crash := open(path)
 	srv := httptest.NewServer(tg.Handler)

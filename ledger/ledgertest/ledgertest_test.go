@@ -42,6 +42,7 @@ func service(t *testing.T, path string) (ledgertest.Target, func() error) {
 			http.Error(w, err.Error(), 500)
 			return
 		}
+		ledgertest.Crashpoint("in-handler") // written, not committed
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"order":%d}`, n+1)
 	})))
@@ -84,11 +85,55 @@ func TestLostResponses(t *testing.T) {
 	require.Equal(t, `{"order":1}`, string(a.Body))
 }
 
-func TestCrashRestart(t *testing.T) {
+func TestCloseRestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "c.db")
-	a := ledgertest.CrashRestart(t, path, func(p string) (ledgertest.Target, func() error) { return service(t, p) })
+	a := ledgertest.CloseRestart(t, path, func(p string) (ledgertest.Target, func() error) { return service(t, p) })
 	require.Equal(t, 201, a.Status)
+}
+
+// A real crash (issue 13, item 18): the service runs in a child process
+// that is killed with SIGKILL inside the handler (before the commit) or
+// after the commit with the response not yet sent; the restarted service
+// answers the retry, and the work ran once.
+func TestKillRestart(t *testing.T) {
+	svc := ledgertest.Service{
+		Open: func(path string) http.Handler {
+			tg, _ := service(t, path)
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tg.Handler.ServeHTTP(w, r)
+				ledgertest.Crashpoint("after-commit") // committed; the response is still buffered
+			})
+		},
+		Request: func() *http.Request { tg, _ := requestOnly(); return tg },
+		Executions: func(path string) int {
+			db, err := kv.Open(path, &kv.Options{ReadOnly: true})
+			require.NoError(t, err)
+			defer db.Close()
+			n := 0
+			require.NoError(t, db.View(context.Background(), func(tx kv.Tx) error {
+				if b := tx.Bucket([]byte("orders")); b != nil {
+					n, _ = strconv.Atoi(string(b.Get([]byte("count"))))
+				}
+				return nil
+			}))
+			return n
+		},
+	}
+	for _, point := range []string{"in-handler", "after-commit"} {
+		t.Run(point, func(t *testing.T) {
+			a := ledgertest.KillRestart(t, svc, point)
+			require.Equal(t, 201, a.Status)
+			require.Equal(t, `{"order":1}`, string(a.Body))
+		})
+	}
+}
+
+func requestOnly() (*http.Request, error) {
+	r, err := http.NewRequest("POST", "http://service/v1/orders", strings.NewReader(`{"amount_cents":2500}`))
+	r.Header.Set("Idempotency-Key", "order-1")
+	r.Header.Set("Content-Type", "application/json")
+	return r, err
 }
 
 // The kit catches an endpoint that is not idempotent.
