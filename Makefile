@@ -24,11 +24,15 @@ fuzz-long: ## run every fuzz target for 10m (release profile)
 bench: ## run the paired benchmarks (oncekv vs bare bbolt)
 	go test ./bench -run '^$$' -bench . -benchtime 20000x
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	go vet ./...
+	golangci-lint run ./...
+
+mutate: ## mutation testing with gremlins over the library packages (slow: about an hour)
+	./scripts/mutate.sh
 
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint ci
+.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate ci

@@ -98,7 +98,7 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }()
 		dir = d
 	}
 	opts := &kv.Options{NoSync: !cfg.Sync, MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize}
@@ -106,12 +106,12 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	defer bareDB.Close()
+	defer func() { _ = bareDB.Close() }()
 	onceDB, err := kv.Open(filepath.Join(dir, "oncekv.db"), opts)
 	if err != nil {
 		return Report{}, err
 	}
-	defer onceDB.Close()
+	defer func() { _ = onceDB.Close() }()
 	if cfg.BoltBatch {
 		for _, db := range []*kv.DB{bareDB, onceDB} {
 			if cfg.BatchDelay > 0 {

@@ -55,7 +55,6 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 	for {
 		if lead {
 			b.lead()
-			lead = false
 		}
 		r := <-c.done
 		switch {
@@ -150,7 +149,7 @@ func (b *batcher) run(calls []*batchCall) {
 		err := b.db.bolt.Update(func(t *bolt.Tx) error {
 			tx := (*boltTx)(t)
 			for i, c := range calls {
-				err, p := safeCall(c.fn, tx)
+				p, err := safeCall(c.fn, tx)
 				rejected[i] = nil
 				if r, ok := err.(*rejection); ok {
 					rejected[i] = r.err // wrote nothing: the batch goes on
@@ -217,11 +216,11 @@ func unreject(err error) error {
 	return err
 }
 
-func safeCall(fn func(Tx) error, tx Tx) (err error, p *PanicError) {
+func safeCall(fn func(Tx) error, tx Tx) (p *PanicError, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			p = &PanicError{Value: r}
 		}
 	}()
-	return fn(tx), nil
+	return nil, fn(tx)
 }

@@ -111,7 +111,7 @@ func walkTx(bt *bolt.Tx) error {
 	if err != nil {
 		return nil // not reachable as a file (bbolt's check still runs)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	ps := bt.DB().Info().PageSize
 	return walkStructure(f, ps, uint64(bt.Size())/uint64(ps), uint64(bt.Cursor().Bucket().Root()))
 }

@@ -68,7 +68,7 @@ func preflight(path string, readOnly bool) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	size := fi.Size()
 	head := make([]byte, 0x1000)
 	n, err := f.ReadAt(head, 0)

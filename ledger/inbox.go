@@ -162,7 +162,7 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 	return false, inboxExpiry.Move(tx, prevExpiry, exp, k)
 }
 
-// Outcome of Handle.
+// Delivery is the outcome of Handle.
 type Delivery struct {
 	// Ack is true when the message may be acknowledged: it was applied and
 	// committed, or it had been processed before.

@@ -175,7 +175,7 @@ func (p RetryPolicy) Do(ctx context.Context, c *http.Client, req *http.Request) 
 			r.ContentLength = int64(len(body))
 			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		}
-		resp, err := c.Do(r)
+		resp, err := c.Do(r) //nolint:gosec // a client retry policy sends the request its caller built
 		d := Classify(resp, err)
 		if !d.Retry {
 			return resp, err

@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }()
 		*dir = d
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer pdb.Close()
+	defer func() { _ = pdb.Close() }()
 	ob := sideeffect.NewOutbox(pdb)
 	pub := &natsPublisher{js: js}
 	relay, err := sideeffect.NewRelay(ob, sideeffect.RelayConfig{Publisher: pub, PollInterval: time.Second})
@@ -103,7 +103,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		stopRelay()
 		return err
 	}
-	defer cdb.Close()
+	defer func() { _ = cdb.Close() }()
 	c, err := newConsumer(cdb)
 	if err != nil {
 		stopRelay()

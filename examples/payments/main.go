@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer a.Close()
+	defer func() { _ = a.Close() }()
 	wg.Go(func() {
 		if err := a.Run(ctx); err != nil {
 			logger.Error("reconciler stopped", "error", err)
@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		asrv := newServer(inspect.Handler(a.DB, inspect.HandlerOptions{Token: *adminToken, Executor: a.Executor}))
 		wg.Go(func() { _ = asrv.Serve(aln) })
-		defer asrv.Close()
+		defer func() { _ = asrv.Close() }()
 		mode := "read-only, loopback only, sensitive fields redacted"
 		if *adminToken != "" {
 			mode = "the admin token unlocks bodies, /check and intent actions"

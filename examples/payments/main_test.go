@@ -155,7 +155,7 @@ func (p *dropProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req.Header = r.Header.Clone()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		http.Error(w, err.Error(), 502)
+		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
 	defer resp.Body.Close()

@@ -27,7 +27,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		*dbPath = filepath.Join(dir, "quickstart.db")
 	}
 	if err := run(context.Background(), *dbPath); err != nil {
@@ -41,7 +41,7 @@ func run(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	l, err := ledger.New(db, &ledger.Config{Lease: 10 * time.Second})
 	if err != nil {
 		return err

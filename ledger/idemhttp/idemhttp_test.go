@@ -288,7 +288,7 @@ func TestInProgressConflictAndWait(t *testing.T) {
 	fp, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}})
 	sum, err := fp.Sum("POST", "/v1/orders", "application/json", []byte(order))
 	require.NoError(t, err)
-	out, err := b.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
+	_, err = b.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
 	require.NoError(t, err)
 	r := b.post(t, "sk_acme", "busy", order)
 	require.Equal(t, 409, r.status)
@@ -298,7 +298,7 @@ func TestInProgressConflictAndWait(t *testing.T) {
 
 	// With Wait configured, the duplicate waits for the first attempt.
 	w := setup(t, func(c *idemhttp.Config) { c.Wait = time.Minute })
-	out, err = w.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
+	out, err := w.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
 	require.NoError(t, err)
 	got := make(chan reply)
 	go func() { got <- w.post(t, "sk_acme", "busy", order) }()

@@ -125,7 +125,7 @@ func testPattern(name string) string {
 
 func startChild(t *testing.T, path, point string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", testPattern(t.Name()), "-test.count=1", "-test.v=false")
+	cmd := exec.Command(os.Args[0], "-test.run", testPattern(t.Name()), "-test.count=1", "-test.v=false") //nolint:gosec // re-executes this very test binary
 	cmd.Env = append(os.Environ(), envChild+"="+path, envPoint+"="+point)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -83,7 +83,7 @@ var _ sideeffect.Provider = (*Fake)(nil)
 
 // New returns a Fake with the given fault rates, seeded for reproducible runs.
 func New(rates Rates, seed uint64) *Fake {
-	return &Fake{charges: map[string]Charge{}, declined: map[string]string{}, rates: rates, rng: rand.New(rand.NewPCG(seed, seed+1))}
+	return &Fake{charges: map[string]Charge{}, declined: map[string]string{}, rates: rates, rng: rand.New(rand.NewPCG(seed, seed+1))} //nolint:gosec // fault dice, seeded
 }
 
 func (f *Fake) pick(op string, c sideeffect.Call) Fault {

@@ -27,7 +27,7 @@ import (
 )
 
 // DefaultAPIKeys is the -api-keys default.
-const DefaultAPIKeys = "sk_test_acme=acme,sk_test_globex=globex"
+const DefaultAPIKeys = "sk_test_acme=acme,sk_test_globex=globex" //nolint:gosec // the example's public test keys
 
 // Config configures the service.
 type Config struct {

@@ -48,7 +48,7 @@ var chargesBucket = []byte("charges")
 
 // New returns a Server storing charges in db.
 func New(db *kv.DB, faults Faults, seed uint64) *Server {
-	return &Server{db: db, faults: faults, rng: rand.New(rand.NewPCG(seed, seed^0xfa17))}
+	return &Server{db: db, faults: faults, rng: rand.New(rand.NewPCG(seed, seed^0xfa17))} //nolint:gosec // fault dice, seeded
 }
 
 // Handler returns the API:

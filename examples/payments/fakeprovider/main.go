@@ -33,7 +33,7 @@ func Main(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

@@ -32,7 +32,7 @@ the files while the service is stopped.`,
 			if err != nil {
 				return err
 			}
-			defer src.Close()
+			defer func() { _ = src.Close() }()
 			before, _ := os.Stat(o.db)
 			// O_EXCL: never overwrite a file, and never follow a symlink
 			// planted at the target (O_EXCL|O_CREAT fails on any existing

@@ -208,7 +208,7 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 	if err != nil {
 		return fmt.Errorf("provider database: %w", err)
 	}
-	defer pdb.Close()
+	defer func() { _ = pdb.Close() }()
 	psrv, err := serve(fakeprovider.New(pdb, fakeprovider.Faults{FailRate: cfg.providerFail, LoseRate: cfg.providerLose}, cfg.seed).Handler())
 	if err != nil {
 		return err
@@ -225,22 +225,27 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 	runCtx, stopApp := context.WithCancel(ctx)
 	appDone := make(chan error, 1)
 	go func() { appDone <- a.Run(runCtx) }()
+	waitApp := func() {
+		if err := <-appDone; err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintln(o.diag, "demo: payments background work:", err)
+		}
+	}
 	asrv, err := serve(a.Handler)
 	if err != nil {
 		stopApp()
-		<-appDone
+		waitApp()
 		_ = a.Close()
 		return err
 	}
 	shutdown := func() {
 		asrv.close()
 		stopApp()
-		<-appDone
+		waitApp()
 		_ = a.Close()
 	}
 
 	tr := &faultTransport{base: &http.Transport{MaxIdleConnsPerHost: cfg.clients * 2}, lose: cfg.lose, dup: cfg.dup, concurrent: cfg.concurrent,
-		rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0xdeadbeef))}
+		rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0xdeadbeef))} //nolint:gosec // fault dice, seeded for reproducible runs
 	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
 	policy := sideeffect.RetryPolicy{MaxAttempts: 30, Deadline: time.Minute, Backoff: sideeffect.Backoff{Base: 20 * time.Millisecond, Cap: 500 * time.Millisecond}}
 

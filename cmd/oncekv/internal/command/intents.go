@@ -73,7 +73,7 @@ func operate(o *options, act func(op inspect.Operator) (inspect.Intent, error)) 
 	if err != nil {
 		return inspect.Intent{}, err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	return act(&inspect.Actions{DB: db})
 }
 

@@ -36,7 +36,7 @@ the service run its own sweeps (retention.Run). --dry-run only counts.`,
 			if err != nil {
 				return err
 			}
-			defer db.Close()
+			defer func() { _ = db.Close() }()
 			st, err := retention.Sweep(cmd.Context(), db, &cfg)
 			if err != nil {
 				return err
