@@ -86,12 +86,19 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "oncekv",
 		Short: "Inspect, check, sweep and compact oncekv databases; run the demo",
 		Long: `oncekv works on the bbolt file of a service that uses oncekv: it lists
-idempotency keys, intents, the outbox and the inbox, checks consistency,
-sweeps expired records and compacts the file. Output is an aligned table, or
-JSON with --json (stable field names).
+idempotency keys, intents, the outbox and the inbox, shows each tenant's usage
+(what quotas bound), checks consistency, sweeps expired records, compacts the
+file, and lets an operator requeue or resolve intents that need attention.
+Output is an aligned table, or JSON with --json (stable field names); text
+stored on behalf of others (provider errors) is printed escaped.
 
-A running service holds its file's lock. Read commands then take --addr to
-query the service's admin endpoint (inspect.Handler) instead of the file.
+Commands other than demo open only an existing oncekv file: an empty or
+foreign file is refused untouched, a damaged one is reported (exit 1).
+
+A running service holds its file's lock. Commands then take --addr to query
+the service's admin endpoint (inspect.Handler) instead of the file, and
+--token (or $ONCEKV_ADMIN_TOKEN) for what the endpoint keeps behind its admin
+token: bodies, provider error text, check, and the intent actions.
 
 Exit status: 0 success, 1 failure, 2 bad usage.`,
 		SilenceUsage:  true,
