@@ -13,7 +13,7 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/idemhttp"
 )
 
 // orderHandler is the business handler: store the order, answer 201. With

@@ -10,7 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/conditional"
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -26,7 +26,7 @@ type Order struct {
 
 func setup(t *testing.T) (*conditional.Table[Order], *kv.DB) {
 	t.Helper()
-	db := dbtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	tbl, err := conditional.NewTable(db, "orders", &conditional.Options[Order]{
 		Indexes: []conditional.Index[Order]{
 			{Name: "by_ref", Key: func(o Order) ([]byte, bool) { return conditional.Key(o.Tenant, o.ExternalRef), o.ExternalRef != "" }},
@@ -60,7 +60,7 @@ func count(t *testing.T, db *kv.DB, tbl *conditional.Table[Order]) int {
 
 func TestNewTableValidation(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, nil)
+	db := kvtest.Open(t, nil)
 	key := func(Order) ([]byte, bool) { return nil, false }
 	for name, opts := range map[string]*conditional.Options[Order]{
 		"":           nil,

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -22,7 +22,7 @@ var ctx = context.Background()
 func TestOpenCreatesFileWith0600(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a.db")
-	db := dbtest.OpenPath(t, path, nil)
+	db := kvtest.OpenPath(t, path, nil)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
@@ -135,7 +135,7 @@ func TestCorruptFormatRecord(t *testing.T) {
 
 func TestReservedNamespace(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, nil)
+	db := kvtest.Open(t, nil)
 	name := []byte(kv.ReservedPrefix + "meta")
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
 		require.Nil(t, tx.Bucket(name), "reserved buckets are hidden")
@@ -158,7 +158,7 @@ func TestReservedNamespace(t *testing.T) {
 
 func TestUpdateRollsBackOnErrorAndPanic(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, nil)
+	db := kvtest.Open(t, nil)
 	boom := errors.New("boom")
 	err := db.Update(ctx, func(tx kv.Tx) error {
 		b, err := tx.CreateBucketIfNotExists([]byte("b"))
@@ -182,7 +182,7 @@ func TestUpdateRollsBackOnErrorAndPanic(t *testing.T) {
 
 func TestCanceledContextRunsNothing(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, nil)
+	db := kvtest.Open(t, nil)
 	c, cancel := context.WithCancel(ctx)
 	cancel()
 	ran := false
@@ -250,7 +250,7 @@ func TestWrapAndWrapTx(t *testing.T) {
 
 func TestBucketCursorAndNested(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, nil)
+	db := kvtest.Open(t, nil)
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
 		b, err := tx.CreateBucketIfNotExists([]byte("top"))
 		require.NoError(t, err)
@@ -317,7 +317,7 @@ func TestManualClock(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := kv.NewManualClock(t0)
-	db := dbtest.Open(t, &kv.Options{Clock: c})
+	db := kvtest.Open(t, &kv.Options{Clock: c})
 	require.Equal(t, t0, db.Now())
 	c.Advance(time.Hour)
 	require.Equal(t, t0.Add(time.Hour), db.Now())

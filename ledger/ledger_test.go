@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -34,7 +34,7 @@ func setup(t *testing.T, cfg *ledger.Config) (*ledger.Ledger, *bundle) {
 	t.Helper()
 	clock := kv.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := dbtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
 	l, err := ledger.New(db, cfg)
 	require.NoError(t, err)
 	return l, &bundle{db: db, clock: clock, path: path}
@@ -271,7 +271,7 @@ func TestTwoPhaseCrashBetweenClaimAndCompletion(t *testing.T) {
 	require.False(t, stale.Takeover)
 	require.NoError(t, db1.Close()) // the process "dies": nothing but the file survives
 
-	db2 := dbtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock})
 	l2, err := ledger.New(db2, cfg)
 	require.NoError(t, err)
 	rec, err := l2.Get(ctx, "acme|POST /v1/orders", "pay-1")
@@ -341,7 +341,7 @@ func TestRecoverOrphansTakesOverAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrInProgress)
 	require.NoError(t, db1.Close())
 
-	db2 := dbtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock})
 	l2, _ := ledger.New(db2, cfg)
 	out, err := l2.Claim(ctx, req("k", "b"))
 	require.NoError(t, err)

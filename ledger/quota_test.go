@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
@@ -131,7 +131,7 @@ func TestUsageIsCountedForOlderFiles(t *testing.T) {
 	require.NoError(t, bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(kv.ReservedPrefix + "ledger.usage")) }))
 	require.NoError(t, bdb.Close())
 
-	db = dbtest.OpenPath(t, path, &kv.Options{NoSync: true})
+	db = kvtest.OpenPath(t, path, &kv.Options{NoSync: true})
 	l, err = ledger.New(db, nil)
 	require.NoError(t, err)
 	u, err := l.Usage(ctx, "acme")

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
@@ -86,7 +86,7 @@ type world struct {
 func build(t *testing.T) *world {
 	t.Helper()
 	w := &world{clock: kv.NewManualClock(t0)}
-	w.db = dbtest.Open(t, &kv.Options{NoSync: true, Clock: w.clock})
+	w.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: w.clock})
 	var err error
 	w.l, err = ledger.New(w.db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)
@@ -255,7 +255,7 @@ func fill(t *testing.T, l *ledger.Ledger, prefix string, n int) {
 func TestBatchesDryRunAndCancel(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
-	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	fill(t, l, "old", 3000)
 	clock.Advance(30 * time.Minute)
@@ -306,7 +306,7 @@ func TestBatchesDryRunAndCancel(t *testing.T) {
 func TestRequestsServedDuringSweep(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
-	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	fill(t, l, "old", 40000)
 	clock.Advance(2 * time.Hour)
@@ -350,7 +350,7 @@ func TestFileIsReusedAcrossSweeps(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "reuse.db")
-	db := dbtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	var sizes []int64
 	for cycle := range 6 {
@@ -368,7 +368,7 @@ func TestFileIsReusedAcrossSweeps(t *testing.T) {
 
 func TestRunStopsWithContext(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	rctx, cancel := context.WithCancel(ctx)
 	sweeps := make(chan retention.Stats, 4)
 	done := make(chan error)
@@ -389,7 +389,7 @@ func TestRunStopsWithContext(t *testing.T) {
 func TestPolicyWiredIntoTheLedger(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
-	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
 	pol := retention.Policy{Idempotency: time.Hour, Overrides: []retention.Override{{Kind: retention.Idempotency, ScopePrefix: "vip|", Retention: 48 * time.Hour}}}
 	require.NoError(t, pol.Validate(retention.Constraints{Lease: time.Minute}))
 	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute, RetentionFor: pol.Func(retention.Idempotency)})

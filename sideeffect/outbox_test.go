@@ -20,7 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -28,7 +28,7 @@ import (
 func outbox(t *testing.T) (*sideeffect.Outbox, *kv.DB, *kv.ManualClock) {
 	t.Helper()
 	clock := kv.NewManualClock(t0)
-	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
 	return sideeffect.NewOutbox(db), db, clock
 }
 
@@ -322,7 +322,7 @@ func TestProducerKilledBeforePublish(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
 
-	db := dbtest.OpenPath(t, path, nil)
+	db := kvtest.OpenPath(t, path, nil)
 	o := sideeffect.NewOutbox(db)
 	pub := &recorder{}
 	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub})

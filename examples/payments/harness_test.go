@@ -19,7 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
 // TestMain doubles as the service and the provider: with CHILD=payments or
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		var err error
 		if child == "provider" {
-			err = fakeprovider.Main(ctx, args, os.Stdout)
+			err = httpprovider.Main(ctx, args, os.Stdout)
 		} else {
 			err = run(ctx, args, os.Stdout)
 		}
@@ -160,10 +160,10 @@ func try(method, url, apiKey, key, body string) (reply, error) {
 	return reply{resp.StatusCode, resp.Header, string(b)}, err
 }
 
-func charges(t *testing.T, providerURL string) []fakeprovider.Charge {
+func charges(t *testing.T, providerURL string) []httpprovider.Charge {
 	r := do(t, "GET", providerURL+"/v1/charges", "", "", "")
 	require.Equal(t, 200, r.Status)
-	var cs []fakeprovider.Charge
+	var cs []httpprovider.Charge
 	require.NoError(t, json.Unmarshal([]byte(r.Body), &cs))
 	return cs
 }

@@ -26,9 +26,9 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/examples/payments/app"
-	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger/inspect"
+	"github.com/oncekv/oncekv/inspect"
 )
 
 func main() {
@@ -144,7 +144,7 @@ func startProvider(ctx context.Context, path string) (string, func(), error) {
 		_ = db.Close()
 		return "", nil, err
 	}
-	srv := newServer(fakeprovider.New(db, fakeprovider.Faults{}, 1).Handler())
+	srv := newServer(httpprovider.New(db, httpprovider.Faults{}, 1).Handler())
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ln); close(done) }()
 	return "http://" + ln.Addr().String(), func() {

@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/conditional"
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
@@ -28,7 +28,7 @@ import (
 func TestLibraryBadInputs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	l, _ := ledger.New(db, nil)
 	in, _ := ledger.NewInbox(db, nil)
 	ob := sideeffect.NewOutbox(db)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -62,7 +62,7 @@ type harness struct {
 	dir      string
 	db       string
 	acklog   string
-	provider *fakeprovider.Server
+	provider *httpprovider.Server
 	pdb      *kv.DB
 	purl     string
 	sink     *sink
@@ -83,7 +83,7 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(func() { _ = h.pdb.Close() })
 	// The provider fails before charging 10% of the time and loses the
 	// answer after charging 20% of the time: the failure that matters most.
-	h.provider = fakeprovider.New(h.pdb, fakeprovider.Faults{FailRate: 0.1, LoseRate: 0.2}, 7)
+	h.provider = httpprovider.New(h.pdb, httpprovider.Faults{FailRate: 0.1, LoseRate: 0.2}, 7)
 	h.purl = serveHTTP(t, h.provider.Handler())
 	h.surl = serveHTTP(t, h.sink)
 	return h

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
@@ -68,7 +68,7 @@ func openWorkload(path, providerURL, sinkURL, acklog string) (*workload, error) 
 		return nil, err
 	}
 	w.ob = sideeffect.NewOutbox(db)
-	provider := &fakeprovider.Client{BaseURL: providerURL, HTTP: &http.Client{Timeout: 3 * time.Second}}
+	provider := &httpprovider.Client{BaseURL: providerURL, HTTP: &http.Client{Timeout: 3 * time.Second}}
 	w.x, err = sideeffect.New(db, sideeffect.Config{
 		Handlers: map[string]sideeffect.Handler{
 			"charge": {Provider: provider, OnSucceeded: w.paid},

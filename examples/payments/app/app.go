@@ -18,10 +18,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekv/oncekv/conditional"
-	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -155,7 +155,7 @@ func (a *App) build() error {
 	a.Outbox = sideeffect.NewOutbox(a.DB)
 	provider := a.cfg.Provider
 	if provider == nil {
-		provider = &fakeprovider.Client{BaseURL: a.cfg.ProviderURL, HTTP: &http.Client{Timeout: 10 * time.Second}}
+		provider = &httpprovider.Client{BaseURL: a.cfg.ProviderURL, HTTP: &http.Client{Timeout: 10 * time.Second}}
 	}
 	a.Executor, err = sideeffect.New(a.DB, sideeffect.Config{
 		Handlers: map[string]sideeffect.Handler{"charge": {

@@ -14,13 +14,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := fakeprovider.Main(ctx, os.Args[1:], os.Stdout); err != nil {
+	if err := httpprovider.Main(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "provider:", err)
 		os.Exit(1)
 	}

@@ -23,7 +23,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/oncekv/oncekv/examples/payments/app"
-	"github.com/oncekv/oncekv/examples/payments/fakeprovider"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -209,7 +209,7 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 		return fmt.Errorf("provider database: %w", err)
 	}
 	defer func() { _ = pdb.Close() }()
-	psrv, err := serve(fakeprovider.New(pdb, fakeprovider.Faults{FailRate: cfg.providerFail, LoseRate: cfg.providerLose}, cfg.seed).Handler())
+	psrv, err := serve(httpprovider.New(pdb, httpprovider.Faults{FailRate: cfg.providerFail, LoseRate: cfg.providerLose}, cfg.seed).Handler())
 	if err != nil {
 		return err
 	}
@@ -376,13 +376,13 @@ func payOne(ctx context.Context, c *http.Client, p sideeffect.RetryPolicy, base 
 	return id, nil
 }
 
-func providerCharges(base string) ([]fakeprovider.Charge, error) {
+func providerCharges(base string) ([]httpprovider.Charge, error) {
 	resp, err := httpClient.Get(base + "/v1/charges")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var cs []fakeprovider.Charge
+	var cs []httpprovider.Charge
 	return cs, json.NewDecoder(resp.Body).Decode(&cs)
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/oncekv/oncekv/ledger/inspect"
+	"github.com/oncekv/oncekv/inspect"
 )
 
 func newGet(o *options) *cobra.Command {

@@ -17,7 +17,7 @@ import (
 	"github.com/oncekv/oncekv/conditional"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/ledger/inspect"
+	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )

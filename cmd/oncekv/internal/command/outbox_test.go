@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/ledger/inspect"
+	"github.com/oncekv/oncekv/inspect"
 )
 
 func TestOutbox(t *testing.T) {

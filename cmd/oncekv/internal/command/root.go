@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger/inspect"
+	"github.com/oncekv/oncekv/inspect"
 )
 
 // Exit codes.

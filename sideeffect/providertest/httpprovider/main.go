@@ -1,4 +1,4 @@
-package fakeprovider
+package httpprovider
 
 import (
 	"context"

@@ -16,10 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/idemhttp"
 )
 
 var ctx = context.Background()
@@ -40,7 +40,7 @@ type bundle struct {
 func setup(t *testing.T, mutate func(*idemhttp.Config)) *bundle {
 	t.Helper()
 	b := &bundle{}
-	b.db = dbtest.Open(t, &kv.Options{NoSync: true})
+	b.db = kvtest.Open(t, &kv.Options{NoSync: true})
 	var err error
 	b.l, err = ledger.New(b.db, nil)
 	require.NoError(t, err)
@@ -352,7 +352,7 @@ func TestKeyOptionalAndConfig(t *testing.T) {
 func TestTakeoverIsCounted(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	db := dbtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
 	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)
 	var events []idemhttp.EventKind

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
-	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/idemhttp"
 )
 
 // raw sends a request as bytes over TCP, for inputs Go's client refuses to
@@ -123,7 +123,7 @@ func TestBadInputs(t *testing.T) {
 	require.GreaterOrEqual(t, len(cases), 40)
 	// Only the accepted requests wrote orders; the database is consistent.
 	require.Equal(t, int(b.runs.Load()), b.orderCount(t))
-	dbtest.MustCheck(t, b.db)
+	kvtest.MustCheck(t, b.db)
 }
 
 func manyHeaders(n, size int) []string {

@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
@@ -31,7 +31,7 @@ type external struct {
 func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	t.Helper()
 	e := &external{clock: kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)), fake: providertest.New(providertest.Rates{}, 1)}
-	e.db = dbtest.Open(t, &kv.Options{NoSync: true, Clock: e.clock})
+	e.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: e.clock})
 	var err error
 	e.l, err = ledger.New(e.db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)

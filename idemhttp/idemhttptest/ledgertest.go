@@ -1,4 +1,4 @@
-// Package ledgertest lets a team prove its own idempotent endpoints under
+// Package idemhttptest lets a team prove its own idempotent endpoints under
 // the failures that matter: a storm of concurrent duplicates, responses lost
 // on the way back, and a crash and restart in the middle. Each helper drives
 // a real http.Handler (the service's, middleware included) on a loopback
@@ -10,17 +10,17 @@
 // and retries with the same key:
 //
 //	func TestPayCrash(t *testing.T) {
-//		ledgertest.KillRestart(t, ledgertest.Service{Open: openService, Request: payRequest, Executions: countCharges}, "after-charge")
+//		idemhttptest.KillRestart(t, idemhttptest.Service{Open: openService, Request: payRequest, Executions: countCharges}, "after-charge")
 //	}
 //	// in the service, where a crash matters:
-//	ledgertest.Crashpoint("after-charge") // does nothing outside such a test
+//	idemhttptest.Crashpoint("after-charge") // does nothing outside such a test
 //
-//	ledgertest.Storm(t, ledgertest.Target{
+//	idemhttptest.Storm(t, idemhttptest.Target{
 //		Handler:    svc.Handler,
 //		Request:    func() *http.Request { return newCreateOrder("key-1") },
 //		Executions: func() int { return countOrders(svc.DB) },
 //	}, 50)
-package ledgertest
+package idemhttptest
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package ledgertest_test
+package idemhttptest_test
 
 import (
 	"context"
@@ -14,15 +14,15 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/ledger/idemhttp"
-	"github.com/oncekv/oncekv/ledger/ledgertest"
+	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/idemhttp/idemhttptest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // service is a small endpoint built the recommended way: the middleware
 // and a handler that writes through the request's transaction.
-func service(t *testing.T, path string) (ledgertest.Target, func() error) {
+func service(t *testing.T, path string) (idemhttptest.Target, func() error) {
 	db, err := kv.Open(path, &kv.Options{NoSync: true})
 	require.NoError(t, err)
 	l, err := ledger.New(db, &ledger.Config{RecoverOrphans: true})
@@ -42,11 +42,11 @@ func service(t *testing.T, path string) (ledgertest.Target, func() error) {
 			http.Error(w, err.Error(), 500)
 			return
 		}
-		ledgertest.Crashpoint("in-handler") // written, not committed
+		idemhttptest.Crashpoint("in-handler") // written, not committed
 		w.WriteHeader(201)
 		fmt.Fprintf(w, `{"order":%d}`, n+1)
 	})))
-	tg := ledgertest.Target{
+	tg := idemhttptest.Target{
 		Handler: mux,
 		Request: func() *http.Request {
 			r, _ := http.NewRequest("POST", "http://service/v1/orders", strings.NewReader(`{"amount_cents":2500}`))
@@ -72,7 +72,7 @@ func TestStorm(t *testing.T) {
 	t.Parallel()
 	tg, closeDB := service(t, filepath.Join(t.TempDir(), "s.db"))
 	defer closeDB()
-	answers := ledgertest.Storm(t, tg, 50)
+	answers := idemhttptest.Storm(t, tg, 50)
 	require.Len(t, answers, 50)
 }
 
@@ -80,7 +80,7 @@ func TestLostResponses(t *testing.T) {
 	t.Parallel()
 	tg, closeDB := service(t, filepath.Join(t.TempDir(), "l.db"))
 	defer closeDB()
-	a := ledgertest.LostResponses(t, tg, 3)
+	a := idemhttptest.LostResponses(t, tg, 3)
 	require.Equal(t, 201, a.Status)
 	require.Equal(t, `{"order":1}`, string(a.Body))
 }
@@ -88,7 +88,7 @@ func TestLostResponses(t *testing.T) {
 func TestCloseRestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "c.db")
-	a := ledgertest.CloseRestart(t, path, func(p string) (ledgertest.Target, func() error) { return service(t, p) })
+	a := idemhttptest.CloseRestart(t, path, func(p string) (idemhttptest.Target, func() error) { return service(t, p) })
 	require.Equal(t, 201, a.Status)
 }
 
@@ -97,12 +97,12 @@ func TestCloseRestart(t *testing.T) {
 // after the commit with the response not yet sent; the restarted service
 // answers the retry, and the work ran once.
 func TestKillRestart(t *testing.T) {
-	svc := ledgertest.Service{
+	svc := idemhttptest.Service{
 		Open: func(path string) http.Handler {
 			tg, _ := service(t, path)
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				tg.Handler.ServeHTTP(w, r)
-				ledgertest.Crashpoint("after-commit") // committed; the response is still buffered
+				idemhttptest.Crashpoint("after-commit") // committed; the response is still buffered
 			})
 		},
 		Request: func() *http.Request { tg, _ := requestOnly(); return tg },
@@ -122,7 +122,7 @@ func TestKillRestart(t *testing.T) {
 	}
 	for _, point := range []string{"in-handler", "after-commit"} {
 		t.Run(point, func(t *testing.T) {
-			a := ledgertest.KillRestart(t, svc, point)
+			a := idemhttptest.KillRestart(t, svc, point)
 			require.Equal(t, 201, a.Status)
 			require.Equal(t, `{"order":1}`, string(a.Body))
 		})
@@ -140,7 +140,7 @@ func requestOnly() (*http.Request, error) {
 func TestKitCatchesDoubleExecution(t *testing.T) {
 	t.Parallel()
 	count := 0
-	bad := ledgertest.Target{
+	bad := idemhttptest.Target{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { count++; w.WriteHeader(201) }),
 		Request: func() *http.Request {
 			r, _ := http.NewRequest("POST", "http://service/x", nil)
@@ -151,7 +151,7 @@ func TestKitCatchesDoubleExecution(t *testing.T) {
 	ft := &fakeT{}
 	func() {
 		defer func() { _ = recover() }()
-		ledgertest.LostResponses(ft, bad, 1)
+		idemhttptest.LostResponses(ft, bad, 1)
 	}()
 	require.True(t, ft.failed, "a handler without the middleware runs twice and the kit says so")
 }

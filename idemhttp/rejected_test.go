@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/internal/dbtest"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/ledger/idemhttp"
+	"github.com/oncekv/oncekv/idemhttp"
 )
 
 func recordCount(t *testing.T, l *ledger.Ledger) int {
@@ -34,7 +34,7 @@ func recordCount(t *testing.T, l *ledger.Ledger) int {
 // a problem detail never echoes unbounded input.
 func TestRejectedRequestsStoreNothing(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
 	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})

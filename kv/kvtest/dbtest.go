@@ -1,7 +1,7 @@
-// Package dbtest opens databases for tests: a fresh file under t.TempDir,
+// Package kvtest opens databases for tests: a fresh file under t.TempDir,
 // checked for consistency (bbolt's check plus every registered oncekv
 // invariant) and closed when the test ends.
-package dbtest
+package kvtest
 
 import (
 	"context"
