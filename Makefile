@@ -3,11 +3,13 @@
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-test: ## run the tests (the README's command)
-	go test ./...
+MODULES := ./... ./cmd/oncekv/... ./examples/...
+
+test: ## run the tests of every module (the README's command)
+	go test $(MODULES)
 
 race: ## run the tests under the race detector
-	go test -race -count=1 ./...
+	go test -race -count=1 $(MODULES)
 
 fuzz-smoke: ## run every fuzz target for 20s (CI profile)
 	./scripts/fuzz.sh 20s
@@ -26,8 +28,8 @@ bench: ## run the paired benchmarks (oncekv vs bare bbolt)
 
 lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
-	go vet ./...
-	golangci-lint run ./...
+	go vet $(MODULES)
+	golangci-lint run $(MODULES)
 
 mutate: ## mutation testing with gremlins over the library packages (slow: about an hour)
 	./scripts/mutate.sh

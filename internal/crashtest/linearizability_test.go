@@ -220,6 +220,27 @@ func TestLedgerIsLinearizable(t *testing.T) {
 		cur.Store(open2(t, path, cur.Load()))
 	}
 	<-done
+	// Whatever the scheduling did above, one stale completion for certain:
+	// client 0 claims, its lease runs out, client 1 takes the key over, and
+	// client 0's completion must be rejected.
+	{
+		l := cur.Load()
+		req := ledger.Request{Scope: "s|POST /2p", Key: "stale-for-certain", Fingerprint: ledger.Fingerprint{2}}
+		call := time.Now().UnixNano()
+		o, err := l.Claim(ctx, req)
+		require.NoError(t, err)
+		record(0, lInput{op: "claim", key: req.Key}, call, lOutput{kind: "claimed", ver: o.Claim.Version})
+		time.Sleep(5 * time.Millisecond) // past the 2ms lease
+		call = time.Now().UnixNano()
+		o2, err := l.Claim(ctx, req)
+		require.NoError(t, err)
+		require.True(t, o2.Claim.Takeover)
+		record(1, lInput{op: "claim", key: req.Key}, call, lOutput{kind: "claimed", ver: o2.Claim.Version})
+		call = time.Now().UnixNano()
+		_, err = l.Complete(ctx, o.Claim, ledger.Response{Status: 200, Body: []byte("stale")}, nil)
+		require.ErrorIs(t, err, ledger.ErrLeaseLost)
+		record(0, lInput{op: "complete", key: req.Key, ver: o.Claim.Version, body: "stale"}, call, lOutput{kind: "lost"})
+	}
 	require.NoError(t, cur.Load().DB().Close())
 
 	kinds := map[string]int{}

@@ -15,8 +15,10 @@ func TestDemo(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "demo.db")
 	out, stderr, code := run("demo", "--ops", "40", "--clients", "4", "--db", db, "--seed", "3", "--json")
 	require.Equal(t, 0, code, stderr)
+	// stdout is one JSON document; progress went to stderr (issue 13, item 13).
 	var res demoResult
-	require.NoError(t, json.Unmarshal([]byte(out[len(out)-len(lastJSON(out)):]), &res))
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Contains(t, stderr, "payments done")
 	require.Equal(t, 40, res.Operations)
 	require.Zero(t, res.Duplicates)
 	require.Zero(t, res.Lost)
@@ -32,12 +34,3 @@ func TestDemo(t *testing.T) {
 	require.Equal(t, 0, code)
 }
 
-// lastJSON returns the trailing JSON object of out (progress lines come first).
-func lastJSON(out string) string {
-	for i := len(out) - 1; i >= 0; i-- {
-		if out[i] == '{' && (i == 0 || out[i-1] == '\n') {
-			return out[i:]
-		}
-	}
-	return out
-}
