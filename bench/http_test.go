@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/idemhttp"
 )
 
 // orderHandler is the business handler: store the order, answer 201. With

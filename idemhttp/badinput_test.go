@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // raw sends a request as bytes over TCP, for inputs Go's client refuses to

@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/kv/kvtest"
-	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )

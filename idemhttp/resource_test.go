@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/kv/kvtest"
-	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
 )
 
 // payRoute serves POST /v1/orders/{id}/pay in the request's transaction: it

@@ -26,9 +26,9 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/examples/payments/app"
-	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
-	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
 func main() {

@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/idemhttp/idemhttptest"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

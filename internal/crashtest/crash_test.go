@@ -20,9 +20,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
 func TestMain(m *testing.M) {

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 
 	"net/http"
 )

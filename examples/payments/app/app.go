@@ -18,12 +18,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekv/oncekv/conditional"
-	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
+	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
 // DefaultAPIKeys is the -api-keys default.

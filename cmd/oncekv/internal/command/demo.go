@@ -23,9 +23,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/oncekv/oncekv/examples/payments/app"
-	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
 // demoConfig are the demo's knobs.

@@ -33,4 +33,3 @@ func TestDemo(t *testing.T) {
 	_, _, code = run("check", "--db", db)
 	require.Equal(t, 0, code)
 }
-

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 

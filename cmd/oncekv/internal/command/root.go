@@ -17,8 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/kv"
 )
 
 // Exit codes.
