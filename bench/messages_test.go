@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
 // BenchmarkInboxMark compares applying a message with its inbox mark in one
-// transaction (ledger.Inbox.Handle) with the bare business write (NoSync).
+// transaction (inbox.Inbox.Handle) with the bare business write (NoSync).
 func BenchmarkInboxMark(b *testing.B) {
 	opts := &kv.Options{NoSync: true}
 	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
-	in, err := ledger.NewInbox(db, nil)
+	in, err := inbox.New(db, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -257,7 +258,7 @@ func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]In
 	out := []InboxEntry{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		now := i.db.Now()
-		for e, err := range ledger.InboxEntries(tx, consumer) {
+		for e, err := range inbox.Entries(tx, consumer) {
 			if err != nil {
 				return err
 			}
@@ -313,7 +314,7 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 				st.Counts["outbox."+s.String()]++
 			}
 		}
-		for _, err := range ledger.InboxEntries(tx, "") {
+		for _, err := range inbox.Entries(tx, "") {
 			if err == nil {
 				st.Counts["inbox.ids"]++
 			}

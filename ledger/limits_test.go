@@ -23,8 +23,6 @@ func TestRetentionPastTheTimeEncoding(t *testing.T) {
 		require.ErrorIs(t, err, ledger.ErrInvalidConfig, d)
 		_, err = ledger.New(nil, &ledger.Config{Lease: d, Retention: d})
 		require.ErrorIs(t, err, ledger.ErrInvalidConfig, d)
-		_, err = ledger.NewInbox(nil, &ledger.InboxConfig{Retention: d})
-		require.ErrorIs(t, err, ledger.ErrInvalidConfig, d)
 	}
 
 	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour, kv.MaxRetention} {
@@ -40,16 +38,6 @@ func TestRetentionPastTheTimeEncoding(t *testing.T) {
 		r, err := l.Get(ctx, "acme|POST /v1/orders", "k")
 		require.NoError(t, err)
 		require.False(t, r.ExpiresAt.Before(t0.Add(99*365*24*time.Hour)), "expires %s", r.ExpiresAt)
-
-		in, err := ledger.NewInbox(b.db, &ledger.InboxConfig{RetentionFor: func(string) time.Duration { return d }})
-		require.NoError(t, err)
-		applied := 0
-		for range 3 {
-			_, err := in.Handle(ctx, "billing", "msg-1", func(kv.Tx) error { applied++; return nil })
-			require.NoError(t, err)
-			b.clock.Advance(24 * time.Hour)
-		}
-		require.Equal(t, 1, applied, "retention %s: the message was applied once", d)
 	}
 }
 

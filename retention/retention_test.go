@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -72,7 +73,7 @@ type world struct {
 	db      *kv.DB
 	clock   *kv.ManualClock
 	l       *ledger.Ledger
-	inbox   *ledger.Inbox
+	inbox   *inbox.Inbox
 	outbox  *sideeffect.Outbox
 	relay   *sideeffect.Relay
 	x       *sideeffect.Executor
@@ -90,7 +91,7 @@ func build(t *testing.T) *world {
 	var err error
 	w.l, err = ledger.New(w.db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)
-	w.inbox, err = ledger.NewInbox(w.db, nil)
+	w.inbox, err = inbox.New(w.db, nil)
 	require.NoError(t, err)
 	w.outbox = sideeffect.NewOutbox(w.db)
 	w.relay, err = sideeffect.NewRelay(w.outbox, sideeffect.RelayConfig{Publisher: sideeffect.PublishFunc(func(context.Context, sideeffect.Event) error { return nil })})

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -115,7 +115,7 @@ type consumerStats struct {
 // acknowledges only after the commit.
 type consumer struct {
 	db    *kv.DB
-	inbox *ledger.Inbox
+	inbox *inbox.Inbox
 	stats consumerStats
 	// dropAck, if set, decides to "crash" before acknowledging: the broker
 	// redelivers after AckWait.
@@ -126,7 +126,7 @@ type consumer struct {
 }
 
 func newConsumer(db *kv.DB) (*consumer, error) {
-	in, err := ledger.NewInbox(db, nil)
+	in, err := inbox.New(db, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/conditional"
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -30,7 +31,7 @@ func TestLibraryBadInputs(t *testing.T) {
 	ctx := context.Background()
 	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	l, _ := ledger.New(db, nil)
-	in, _ := ledger.NewInbox(db, nil)
+	in, _ := inbox.New(db, nil)
 	ob := sideeffect.NewOutbox(db)
 	x, _ := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
 	type row struct{ Ref string }
@@ -74,8 +75,8 @@ func TestLibraryBadInputs(t *testing.T) {
 			return err
 		}, ledger.ErrJSONTooDeep},
 		{"nil claim", func() error { _, err := l.Complete(ctx, nil, ledger.Response{}, nil); return err }, nil},
-		{"inbox: empty consumer", func() error { _, err := in.Handle(ctx, "", "m", nil); return err }, ledger.ErrInvalidMessage},
-		{"inbox: oversized message ID", func() error { _, err := in.Handle(ctx, "c", strings.Repeat("m", 2000), nil); return err }, ledger.ErrInvalidMessage},
+		{"inbox: empty consumer", func() error { _, err := in.Handle(ctx, "", "m", nil); return err }, inbox.ErrInvalidMessage},
+		{"inbox: oversized message ID", func() error { _, err := in.Handle(ctx, "c", strings.Repeat("m", 2000), nil); return err }, inbox.ErrInvalidMessage},
 		{"outbox: no ID", func() error { _, _, err := ob.Add(ctx, sideeffect.Event{Topic: "t"}); return err }, nil},
 		{"intent: no key", func() error { _, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge"}); return err }, sideeffect.ErrInvalidSpec},
 		{"intent: unknown kind", func() error {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
@@ -32,7 +33,7 @@ import (
 type workload struct {
 	db     *kv.DB
 	l      *ledger.Ledger
-	in     *ledger.Inbox
+	in     *inbox.Inbox
 	ob     *sideeffect.Outbox
 	x      *sideeffect.Executor
 	relay  *sideeffect.Relay
@@ -64,7 +65,7 @@ func openWorkload(path, providerURL, sinkURL, acklog string) (*workload, error) 
 	if w.l, err = ledger.New(db, &ledger.Config{Lease: 300 * time.Millisecond, RecoverOrphans: true}); err != nil {
 		return nil, err
 	}
-	if w.in, err = ledger.NewInbox(db, nil); err != nil {
+	if w.in, err = inbox.New(db, nil); err != nil {
 		return nil, err
 	}
 	w.ob = sideeffect.NewOutbox(db)

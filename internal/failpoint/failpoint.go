@@ -19,8 +19,8 @@ const (
 	LedgerClaimAfterCommit     = "ledger.claim.after-commit"
 	LedgerCompleteBeforeCommit = "ledger.complete.before-commit"
 	LedgerCompleteAfterCommit  = "ledger.complete.after-commit"
-	LedgerInboxBeforeCommit    = "ledger.inbox.before-commit"
-	LedgerInboxAfterCommit     = "ledger.inbox.after-commit"
+	InboxBeforeCommit          = "inbox.before-commit"
+	InboxAfterCommit           = "inbox.after-commit"
 
 	PerformClaimAfterCommit      = "sideeffect.perform.claim.after-commit"
 	TakeoverAfterCommit          = "sideeffect.takeover.after-commit"
@@ -42,7 +42,7 @@ const (
 var All = []string{
 	KVUpdateBeforeCommit, KVUpdateAfterCommit, KVBatchBeforeCommit, KVBatchAfterCommit,
 	LedgerDoBeforeCommit, LedgerDoAfterCommit, LedgerClaimAfterCommit, LedgerCompleteBeforeCommit,
-	LedgerCompleteAfterCommit, LedgerInboxBeforeCommit, LedgerInboxAfterCommit,
+	LedgerCompleteAfterCommit, InboxBeforeCommit, InboxAfterCommit,
 	TakeoverAfterCommit, ReconcileTakeoverAfterCommit, ProviderBeforeCall,
 	ProviderAfterCall, RecordBeforeCommit, RecordAfterCommit, OutboxAddAfterCommit,
 	RelayBeforePublish, RelayAfterPublish, RelayAfterMark, SweepBeforeCommit, SweepAfterCommit,

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/conditional"
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
@@ -79,7 +80,7 @@ func fixture(t *testing.T) string {
 	_, err = l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders/{id}/pay", Key: "pay-1", Fingerprint: ledger.Fingerprint{2}})
 	require.NoError(t, err)
 
-	in, _ := ledger.NewInbox(db, nil)
+	in, _ := inbox.New(db, nil)
 	for _, c := range []string{"billing", "analytics"} {
 		_, err := in.Handle(ctx, c, "msg-1", func(kv.Tx) error { return nil })
 		require.NoError(t, err)

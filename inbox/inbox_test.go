@@ -1,8 +1,10 @@
-package ledger_test
+package inbox_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -13,8 +15,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
+
+var ctx = context.Background()
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	db    *kv.DB
+	clock *kv.ManualClock
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	clock := kv.NewManualClock(t0)
+	return &bundle{db: kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}), clock: clock}
+}
 
 // apply adds amount to the consumer's balance: the state change a message causes.
 func apply(amount int) func(tx kv.Tx) error {
@@ -41,8 +59,8 @@ func balance(t *testing.T, db *kv.DB) int {
 
 func TestInboxDeduplicatesRedeliveries(t *testing.T) {
 	t.Parallel()
-	_, bb := setup(t, nil)
-	in, err := ledger.NewInbox(bb.db, nil)
+	bb := setup(t)
+	in, err := inbox.New(bb.db, nil)
 	require.NoError(t, err)
 
 	// The same message delivered five times: applied once, acked every time.
@@ -78,8 +96,8 @@ func TestInboxDeduplicatesRedeliveries(t *testing.T) {
 
 func TestInboxHandlerErrorRollsBackTheMark(t *testing.T) {
 	t.Parallel()
-	_, bb := setup(t, nil)
-	in, _ := ledger.NewInbox(bb.db, nil)
+	bb := setup(t)
+	in, _ := inbox.New(bb.db, nil)
 	boom := errors.New("downstream table locked")
 	d, err := in.Handle(ctx, "billing", "m", func(tx kv.Tx) error {
 		_ = apply(5)(tx)
@@ -100,8 +118,8 @@ func TestInboxHandlerErrorRollsBackTheMark(t *testing.T) {
 
 func TestInboxWindowAndValidation(t *testing.T) {
 	t.Parallel()
-	_, bb := setup(t, nil)
-	in, err := ledger.NewInbox(bb.db, &ledger.InboxConfig{Retention: time.Hour})
+	bb := setup(t)
+	in, err := inbox.New(bb.db, &inbox.Config{Retention: time.Hour})
 	require.NoError(t, err)
 	_, err = in.Handle(ctx, "c", "m", apply(1))
 	require.NoError(t, err)
@@ -117,9 +135,9 @@ func TestInboxWindowAndValidation(t *testing.T) {
 
 	for _, c := range [][2]string{{"", "m"}, {"c", ""}, {"c\x00", "m"}, {"c", strings.Repeat("m", 1025)}, {strings.Repeat("c", 256), "m"}} {
 		_, err := in.Handle(ctx, c[0], c[1], apply(1))
-		require.ErrorIs(t, err, ledger.ErrInvalidMessage)
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage)
 	}
-	_, err = ledger.NewInbox(bb.db, &ledger.InboxConfig{Retention: -1})
+	_, err = inbox.New(bb.db, &inbox.Config{Retention: -1})
 	require.Error(t, err)
 }
 
@@ -127,8 +145,8 @@ func TestInboxWindowAndValidation(t *testing.T) {
 // applied exactly once.
 func TestInboxConcurrentRedeliveries(t *testing.T) {
 	t.Parallel()
-	_, bb := setup(t, nil)
-	in, _ := ledger.NewInbox(bb.db, nil)
+	bb := setup(t)
+	in, _ := inbox.New(bb.db, nil)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -143,11 +161,34 @@ func TestInboxConcurrentRedeliveries(t *testing.T) {
 	require.Equal(t, 50, balance(t, bb.db))
 	n := 0
 	require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
-		for _, err := range ledger.InboxEntries(tx, "billing") {
+		for _, err := range inbox.Entries(tx, "billing") {
 			require.NoError(t, err)
 			n++
 		}
 		return nil
 	}))
 	require.Equal(t, 50, n)
+}
+
+// Retentions past the time encoding once wrapped round: the inbox applied a
+// message three times (issue 13, item 2). Config rejects them; a per-consumer
+// function returning one is clamped to kv.Never.
+func TestInboxRetentionPastTheTimeEncoding(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
+		_, err := inbox.New(nil, &inbox.Config{Retention: d})
+		require.ErrorIs(t, err, inbox.ErrInvalidConfig, d)
+	}
+	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour, kv.MaxRetention} {
+		bb := setup(t)
+		in, err := inbox.New(bb.db, &inbox.Config{RetentionFor: func(string) time.Duration { return d }})
+		require.NoError(t, err)
+		applied := 0
+		for range 3 {
+			_, err := in.Handle(ctx, "billing", "msg-1", func(kv.Tx) error { applied++; return nil })
+			require.NoError(t, err)
+			bb.clock.Advance(24 * time.Hour)
+		}
+		require.Equal(t, 1, applied, "retention %s: the message was applied once", d)
+	}
 }

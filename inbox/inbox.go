@@ -1,4 +1,4 @@
-package ledger
+package inbox
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
-// DefaultInboxRetention is how long a processed message ID is remembered.
+// DefaultRetention is how long a processed message ID is remembered.
 // It must exceed the broker's redelivery horizon (how long after a first
 // delivery the broker may deliver the same message again), or a late
 // redelivery is applied twice.
-const DefaultInboxRetention = 7 * 24 * time.Hour
+const DefaultRetention = 7 * 24 * time.Hour
 
 // Limits on inbox names.
 const (
@@ -25,14 +25,20 @@ const (
 	MaxMessageIDLen = 1024
 )
 
-// ErrInvalidMessage is returned for an empty or oversized consumer name or
-// message ID, or one containing a NUL byte.
-var ErrInvalidMessage = errors.New("ledger: invalid consumer or message ID")
+// Errors returned by the inbox.
+var (
+	// ErrInvalidMessage is returned for an empty or oversized consumer name
+	// or message ID, or one containing a NUL byte.
+	ErrInvalidMessage = errors.New("inbox: invalid consumer or message ID")
 
-// InboxConfig configures an Inbox. A nil *InboxConfig means defaults.
-type InboxConfig struct {
+	// ErrInvalidConfig is returned by New for a Config that fails validation.
+	ErrInvalidConfig = errors.New("inbox: invalid config")
+)
+
+// Config configures an Inbox. A nil *Config means defaults.
+type Config struct {
 	// Retention is how long a processed message ID is remembered. 0 means
-	// DefaultInboxRetention. It must exceed the broker's redelivery horizon.
+	// DefaultRetention. It must exceed the broker's redelivery horizon.
 	Retention time.Duration
 	// RetentionFor, if set, overrides Retention per consumer (for example
 	// retention.Policy.Func): 0 falls back, negative keeps IDs forever.
@@ -53,9 +59,9 @@ var (
 	inboxExpiry = kv.NewTimeIndex("inbox.expiry")
 )
 
-// NewInbox returns the inbox of db.
-func NewInbox(db *kv.DB, cfg *InboxConfig) (*Inbox, error) {
-	in := &Inbox{db: db, retention: DefaultInboxRetention}
+// New returns the inbox of db.
+func New(db *kv.DB, cfg *Config) (*Inbox, error) {
+	in := &Inbox{db: db, retention: DefaultRetention}
 	if cfg != nil {
 		in.retentionFor = cfg.RetentionFor
 	}
@@ -85,8 +91,8 @@ func validName(kind, s string, limit int) error {
 
 func inboxKey(consumer, id string) []byte { return []byte(consumer + "\x00" + id) }
 
-// InboxEntry is a processed message ID.
-type InboxEntry struct {
+// Entry is a processed message ID.
+type Entry struct {
 	Consumer    string
 	MessageID   string
 	ProcessedAt time.Time
@@ -103,20 +109,20 @@ func encodeInbox(processed, expires time.Time) []byte {
 	return e.Finish()
 }
 
-func decodeInbox(k, v []byte) (InboxEntry, error) {
+func decodeInbox(k, v []byte) (Entry, error) {
 	var d kv.Decoder
 	layout, err := d.Reset(kv.KindInbox, v)
 	if err != nil {
-		return InboxEntry{}, err
+		return Entry{}, err
 	}
 	if layout != inboxLayout {
-		return InboxEntry{}, d.Fail(fmt.Sprintf("unknown inbox layout %d", layout))
+		return Entry{}, d.Fail(fmt.Sprintf("unknown inbox layout %d", layout))
 	}
 	c, id, ok := strings.Cut(string(k), "\x00")
 	if !ok {
-		return InboxEntry{}, d.Fail("inbox key without a consumer separator")
+		return Entry{}, d.Fail("inbox key without a consumer separator")
 	}
-	e := InboxEntry{Consumer: c, MessageID: id, ProcessedAt: d.Time(), ExpiresAt: d.Time()}
+	e := Entry{Consumer: c, MessageID: id, ProcessedAt: d.Time(), ExpiresAt: d.Time()}
 	return e, d.Done()
 }
 
@@ -142,7 +148,7 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 	if v := b.Get(k); v != nil {
 		e, err := decodeInbox(k, v)
 		if err != nil {
-			return false, fmt.Errorf("ledger: inbox %q: %w", k, err)
+			return false, fmt.Errorf("inbox: %q: %w", k, err)
 		}
 		if now.Before(e.ExpiresAt) {
 			return true, nil
@@ -194,14 +200,14 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 			return err
 		}
 		d.Ack = true
-		failpoint.Inject(failpoint.LedgerInboxBeforeCommit)
+		failpoint.Inject(failpoint.InboxBeforeCommit)
 		return nil
 	})
 	if err != nil {
 		return Delivery{}, err
 	}
 	if !d.Duplicate {
-		failpoint.Inject(failpoint.LedgerInboxAfterCommit) // committed, not yet acknowledged
+		failpoint.Inject(failpoint.InboxAfterCommit) // committed, not yet acknowledged
 	}
 	return d, nil
 }
@@ -228,8 +234,8 @@ func (in *Inbox) Seen(ctx context.Context, consumer, id string) (bool, error) {
 
 // InboxEntries iterates the recorded message IDs of consumer ("" for all
 // consumers) in key order inside tx, expired ones included.
-func InboxEntries(tx kv.Tx, consumer string) iter.Seq2[InboxEntry, error] {
-	return func(yield func(InboxEntry, error) bool) {
+func Entries(tx kv.Tx, consumer string) iter.Seq2[Entry, error] {
+	return func(yield func(Entry, error) bool) {
 		b := inboxNS.Bucket(tx)
 		if b == nil {
 			return
@@ -247,11 +253,11 @@ func InboxEntries(tx kv.Tx, consumer string) iter.Seq2[InboxEntry, error] {
 	}
 }
 
-func init() { kv.RegisterChecker("ledger.inbox", checkInbox) }
+func init() { kv.RegisterChecker("inbox", checkInbox) }
 
 func checkInbox(tx kv.Tx, report func(string)) {
 	expiries := map[string]time.Time{}
-	for e, err := range InboxEntries(tx, "") {
+	for e, err := range Entries(tx, "") {
 		if err != nil {
 			report(err.Error())
 			continue
