@@ -8,7 +8,7 @@ import (
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/outbox"
 )
 
 // BenchmarkInboxMark compares applying a message with its inbox mark in one
@@ -39,7 +39,7 @@ func BenchmarkInboxMark(b *testing.B) {
 func BenchmarkOutboxAdd(b *testing.B) {
 	opts := &kv.Options{NoSync: true}
 	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
-	ob := sideeffect.NewOutbox(db)
+	ob := outbox.New(db)
 	var p pair
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -50,7 +50,7 @@ func BenchmarkOutboxAdd(b *testing.B) {
 				if err := putOrder(tx, k); err != nil {
 					return err
 				}
-				_, _, err := ob.AddTx(tx, sideeffect.Event{ID: string(k), Topic: "order.created", Key: string(k), Payload: orderValue})
+				_, _, err := ob.AddTx(tx, outbox.Event{ID: string(k), Topic: "order.created", Key: string(k), Payload: orderValue})
 				return err
 			})
 			if err != nil {
@@ -67,10 +67,10 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	for _, batch := range []int{1, 100} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			db := openDB(b, "relay", nil)
-			ob := sideeffect.NewOutbox(db)
+			ob := outbox.New(db)
 			err := db.Update(ctx, func(tx kv.Tx) error {
 				for i := range b.N {
-					if _, _, err := ob.AddTx(tx, sideeffect.Event{ID: fmt.Sprint("e-", i), Topic: "t", Payload: orderValue}); err != nil {
+					if _, _, err := ob.AddTx(tx, outbox.Event{ID: fmt.Sprint("e-", i), Topic: "t", Payload: orderValue}); err != nil {
 						return err
 					}
 				}
@@ -79,8 +79,8 @@ func BenchmarkRelayThroughput(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			sink := sideeffect.PublishFunc(func(context.Context, sideeffect.Event) error { return nil })
-			r, _ := sideeffect.NewRelay(ob, sideeffect.RelayConfig{Publisher: sink, BatchSize: batch})
+			sink := outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })
+			r, _ := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: sink, BatchSize: batch})
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()

@@ -13,6 +13,7 @@ import (
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
 
 	// Registered checkers and sweepers of the kinds inspect does not read
@@ -209,7 +210,7 @@ func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error)
 	return out, err
 }
 
-func (i *Inspector) eventView(e *sideeffect.Event) Event {
+func (i *Inspector) eventView(e *outbox.Event) Event {
 	v := Event{Seq: e.Seq, ID: e.ID, Topic: e.Topic, Key: e.Key, State: e.State.String(), Attempts: e.Attempts,
 		LastError: e.LastError, CreatedAt: e.CreatedAt, PublishedAt: optTime(e.PublishedAt)}
 	if !i.ShowBodies {
@@ -223,7 +224,7 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 	o := Outbox{QuarantinedEvents: []Event{}, OldestPending: []Event{}}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		now := i.db.Now()
-		for e, err := range sideeffect.Events(tx, sideeffect.EventPending) {
+		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			if err != nil {
 				return err
 			}
@@ -235,13 +236,13 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 				o.OldestPending = append(o.OldestPending, i.eventView(e))
 			}
 		}
-		for _, err := range sideeffect.Events(tx, sideeffect.EventPublished) {
+		for _, err := range outbox.Events(tx, outbox.EventPublished) {
 			if err != nil {
 				return err
 			}
 			o.Published++
 		}
-		for e, err := range sideeffect.Events(tx, sideeffect.EventQuarantined) {
+		for e, err := range outbox.Events(tx, outbox.EventQuarantined) {
 			if err != nil {
 				return err
 			}
@@ -305,8 +306,8 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 			}
 			st.Counts["intent."+in.State.String()]++
 		}
-		for _, s := range []sideeffect.EventState{sideeffect.EventPending, sideeffect.EventPublished, sideeffect.EventQuarantined} {
-			for _, err := range sideeffect.Events(tx, s) {
+		for _, s := range []outbox.EventState{outbox.EventPending, outbox.EventPublished, outbox.EventQuarantined} {
+			for _, err := range outbox.Events(tx, s) {
 				if err != nil {
 					st.Counts["outbox.corrupt"]++
 					continue

@@ -92,7 +92,7 @@ func (p Policy) For(k Kind, scope string) time.Duration {
 
 // Func returns For(k, ·), in the shape the writers take: pass it as
 // ledger.Config.RetentionFor (Idempotency), inbox.Config.RetentionFor
-// (Inbox), sideeffect.RelayConfig.RetentionFor (PublishedEvents) or
+// (Inbox), outbox.RelayConfig.RetentionFor (PublishedEvents) or
 // sideeffect.Config.FinishedRetentionFor (FinishedIntents).
 func (p Policy) Func(k Kind) func(scope string) time.Duration {
 	return func(scope string) time.Duration { return p.For(k, scope) }

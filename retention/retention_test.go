@@ -17,6 +17,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
@@ -74,8 +75,8 @@ type world struct {
 	clock   *kv.ManualClock
 	l       *ledger.Ledger
 	inbox   *inbox.Inbox
-	outbox  *sideeffect.Outbox
-	relay   *sideeffect.Relay
+	outbox  *outbox.Outbox
+	relay   *outbox.Relay
 	x       *sideeffect.Executor
 	fake    *providertest.Fake
 	claim   *ledger.Claim
@@ -93,8 +94,8 @@ func build(t *testing.T) *world {
 	require.NoError(t, err)
 	w.inbox, err = inbox.New(w.db, nil)
 	require.NoError(t, err)
-	w.outbox = sideeffect.NewOutbox(w.db)
-	w.relay, err = sideeffect.NewRelay(w.outbox, sideeffect.RelayConfig{Publisher: sideeffect.PublishFunc(func(context.Context, sideeffect.Event) error { return nil })})
+	w.outbox = outbox.New(w.db)
+	w.relay, err = outbox.NewRelay(w.outbox, outbox.RelayConfig{Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })})
 	require.NoError(t, err)
 	w.fake = providertest.New(providertest.Rates{}, 1)
 	w.x, err = sideeffect.New(w.db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: w.fake}}, MaxAttempts: 1})
@@ -108,7 +109,7 @@ func build(t *testing.T) *world {
 	w.claim = out.Claim
 	_, err = w.inbox.Handle(ctx, "billing", "msg-1", func(kv.Tx) error { return nil })
 	require.NoError(t, err)
-	_, _, err = w.outbox.Add(ctx, sideeffect.Event{ID: "published", Topic: "order.paid"})
+	_, _, err = w.outbox.Add(ctx, outbox.Event{ID: "published", Topic: "order.paid"})
 	require.NoError(t, err)
 	_, err = w.relay.RunOnce(ctx)
 	require.NoError(t, err)
@@ -132,7 +133,7 @@ func build(t *testing.T) *world {
 	require.NoError(t, err)
 	require.Equal(t, sideeffect.StateNeedsAttention, parked.State)
 	// An event that is never published (its relay is not run again).
-	_, _, err = w.outbox.Add(ctx, sideeffect.Event{ID: "unpublished", Topic: "order.paid"})
+	_, _, err = w.outbox.Add(ctx, outbox.Event{ID: "unpublished", Topic: "order.paid"})
 	require.NoError(t, err)
 	return w
 }
@@ -170,12 +171,12 @@ func TestEveryKindExpiresExactlyAtItsRetention(t *testing.T) {
 		alive func() bool
 	}{
 		{retention.PublishedEvents, retention.DefaultPublishedEvents, func() bool {
-			_, added, err := w.outbox.Add(ctx, sideeffect.Event{ID: "probe-" + fmt.Sprint(w.clock.Now().UnixNano()), Topic: "t"})
+			_, added, err := w.outbox.Add(ctx, outbox.Event{ID: "probe-" + fmt.Sprint(w.clock.Now().UnixNano()), Topic: "t"})
 			require.NoError(t, err)
 			_ = added
 			var n int
 			require.NoError(t, w.db.View(ctx, func(tx kv.Tx) error {
-				for e, err := range sideeffect.Events(tx, sideeffect.EventPublished) {
+				for e, err := range outbox.Events(tx, outbox.EventPublished) {
 					require.NoError(t, err)
 					if e.ID == "published" {
 						n++

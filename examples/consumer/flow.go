@@ -16,7 +16,7 @@ import (
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/outbox"
 )
 
 const (
@@ -63,7 +63,7 @@ type natsPublisher struct {
 	deduped   atomic.Int64 // refused by the stream as a duplicate
 }
 
-func (p *natsPublisher) Publish(ctx context.Context, events []sideeffect.Event) (int, error) {
+func (p *natsPublisher) Publish(ctx context.Context, events []outbox.Event) (int, error) {
 	for i, ev := range events {
 		msg := &nats.Msg{Subject: "orders." + ev.Topic, Data: ev.Payload, Header: nats.Header{}}
 		for k, v := range ev.Headers {
@@ -84,7 +84,7 @@ func (p *natsPublisher) Publish(ctx context.Context, events []sideeffect.Event) 
 
 // produce writes n orders, each with its order.created event in the same
 // transaction.
-func produce(ctx context.Context, o *sideeffect.Outbox, n int) error {
+func produce(ctx context.Context, o *outbox.Outbox, n int) error {
 	for i := range n {
 		id := fmt.Sprintf("ord_%04d", i)
 		payload, _ := json.Marshal(map[string]any{"id": id, "amount_cents": 100 + i})
@@ -96,7 +96,7 @@ func produce(ctx context.Context, o *sideeffect.Outbox, n int) error {
 			if err := b.Put([]byte(id), payload); err != nil {
 				return err
 			}
-			_, _, err = o.AddTx(tx, sideeffect.Event{ID: "order.created/" + id, Topic: "created", Key: id, Payload: payload})
+			_, _, err = o.AddTx(tx, outbox.Event{ID: "order.created/" + id, Topic: "created", Key: id, Payload: payload})
 			return err
 		})
 		if err != nil {

@@ -26,7 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/outbox"
 )
 
 func main() {
@@ -83,9 +83,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer func() { _ = pdb.Close() }()
-	ob := sideeffect.NewOutbox(pdb)
+	ob := outbox.New(pdb)
 	pub := &natsPublisher{js: js}
-	relay, err := sideeffect.NewRelay(ob, sideeffect.RelayConfig{Publisher: pub, PollInterval: time.Second})
+	relay, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: pub, PollInterval: time.Second})
 	if err != nil {
 		return err
 	}

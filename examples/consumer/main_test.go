@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/outbox"
 )
 
 // TestMain doubles as a consumer process for the crash test: with NATS_URL
@@ -87,16 +87,16 @@ func TestConsumerKilledBeforeAck(t *testing.T) {
 	pdb, err := kv.Open(filepath.Join(dir, "producer.db"), nil)
 	require.NoError(t, err)
 	defer pdb.Close()
-	ob := sideeffect.NewOutbox(pdb)
+	ob := outbox.New(pdb)
 	require.NoError(t, produce(ctx, ob, 10))
 	pub := &natsPublisher{js: js}
-	relay, err := sideeffect.NewRelay(ob, sideeffect.RelayConfig{Publisher: pub})
+	relay, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: pub})
 	require.NoError(t, err)
 	st, err := relay.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 10, st.Published)
 	// A relay that republishes (a lost broker ack) is deduped by the broker.
-	_, err = pub.Publish(ctx, []sideeffect.Event{{ID: "order.created/ord_0000", Topic: "created", Payload: []byte(`{"id":"ord_0000","amount_cents":100}`)}})
+	_, err = pub.Publish(ctx, []outbox.Event{{ID: "order.created/ord_0000", Topic: "created", Payload: []byte(`{"id":"ord_0000","amount_cents":100}`)}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, pub.deduped.Load())
 

@@ -16,6 +16,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
@@ -32,7 +33,7 @@ func TestLibraryBadInputs(t *testing.T) {
 	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	l, _ := ledger.New(db, nil)
 	in, _ := inbox.New(db, nil)
-	ob := sideeffect.NewOutbox(db)
+	ob := outbox.New(db)
 	x, _ := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
 	type row struct{ Ref string }
 	tbl, _ := conditional.NewTable(db, "rows", &conditional.Options[row]{Indexes: []conditional.Index[row]{{Name: "by_ref", Key: func(r row) ([]byte, bool) { return []byte(r.Ref), r.Ref != "" }}}})
@@ -45,7 +46,7 @@ func TestLibraryBadInputs(t *testing.T) {
 	require.NoError(t, err)
 	victimIntent, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Key: "victim", Purpose: "charge"})
 	require.NoError(t, err)
-	_, _, err = ob.Add(ctx, sideeffect.Event{ID: "victim-event", Topic: "t"})
+	_, _, err = ob.Add(ctx, outbox.Event{ID: "victim-event", Topic: "t"})
 	require.NoError(t, err)
 	_, err = tbl.Insert(ctx, "victim-row", row{Ref: "r1"})
 	require.NoError(t, err)
@@ -77,7 +78,7 @@ func TestLibraryBadInputs(t *testing.T) {
 		{"nil claim", func() error { _, err := l.Complete(ctx, nil, ledger.Response{}, nil); return err }, nil},
 		{"inbox: empty consumer", func() error { _, err := in.Handle(ctx, "", "m", nil); return err }, inbox.ErrInvalidMessage},
 		{"inbox: oversized message ID", func() error { _, err := in.Handle(ctx, "c", strings.Repeat("m", 2000), nil); return err }, inbox.ErrInvalidMessage},
-		{"outbox: no ID", func() error { _, _, err := ob.Add(ctx, sideeffect.Event{Topic: "t"}); return err }, nil},
+		{"outbox: no ID", func() error { _, _, err := ob.Add(ctx, outbox.Event{Topic: "t"}); return err }, nil},
 		{"intent: no key", func() error { _, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge"}); return err }, sideeffect.ErrInvalidSpec},
 		{"intent: unknown kind", func() error {
 			_, _, err := x.Create(ctx, sideeffect.Spec{Kind: "teleport", Key: "k", Purpose: "p"})
@@ -136,7 +137,7 @@ func TestLibraryBadInputs(t *testing.T) {
 		{"corrupt outbox event", "outbox", []byte{0, 0, 0, 0, 0, 0, 0, 1}, []func() error{
 			func() error { _, err := ob.Lag(ctx); return err },
 			func() error {
-				r, _ := sideeffect.NewRelay(ob, sideeffect.RelayConfig{Publisher: sideeffect.PublishFunc(func(context.Context, sideeffect.Event) error { return nil })})
+				r, _ := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })})
 				_, err := r.RunOnce(ctx)
 				return err
 			},

@@ -14,6 +14,7 @@ import (
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
@@ -34,9 +35,9 @@ type workload struct {
 	db     *kv.DB
 	l      *ledger.Ledger
 	in     *inbox.Inbox
-	ob     *sideeffect.Outbox
+	ob     *outbox.Outbox
 	x      *sideeffect.Executor
-	relay  *sideeffect.Relay
+	relay  *outbox.Relay
 	acklog *os.File
 }
 
@@ -68,7 +69,7 @@ func openWorkload(path, providerURL, sinkURL, acklog string) (*workload, error) 
 	if w.in, err = inbox.New(db, nil); err != nil {
 		return nil, err
 	}
-	w.ob = sideeffect.NewOutbox(db)
+	w.ob = outbox.New(db)
 	provider := &httpprovider.Client{BaseURL: providerURL, HTTP: &http.Client{Timeout: 3 * time.Second}}
 	w.x, err = sideeffect.New(db, sideeffect.Config{
 		Handlers: map[string]sideeffect.Handler{
@@ -81,7 +82,7 @@ func openWorkload(path, providerURL, sinkURL, acklog string) (*workload, error) 
 	if err != nil {
 		return nil, err
 	}
-	w.relay, err = sideeffect.NewRelay(w.ob, sideeffect.RelayConfig{Publisher: &sideeffect.WebhookPublisher{URL: sinkURL},
+	w.relay, err = outbox.NewRelay(w.ob, outbox.RelayConfig{Publisher: &outbox.WebhookPublisher{URL: sinkURL},
 		Retention: time.Millisecond, MaxAttempts: 1000, Backoff: sideeffect.Backoff{Base: time.Millisecond, Cap: 10 * time.Millisecond}})
 	if err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ func (w *workload) paid(tx kv.Tx, in *sideeffect.Intent) error {
 	if err := b.Put([]byte(in.Subject), []byte("paid:"+ch.ID)); err != nil {
 		return err
 	}
-	_, _, err = w.ob.AddTx(tx, sideeffect.Event{ID: "paid/" + in.Subject, Topic: "order.paid", Payload: []byte(`{}`)})
+	_, _, err = w.ob.AddTx(tx, outbox.Event{ID: "paid/" + in.Subject, Topic: "order.paid", Payload: []byte(`{}`)})
 	return err
 }
 
@@ -177,7 +178,7 @@ func (w *workload) op(ctx context.Context, i int) error {
 	}
 	// An event of its own (the managed outbox Add).
 	err = retry(ctx, "audit", func() error {
-		_, _, err := w.ob.Add(ctx, sideeffect.Event{ID: fmt.Sprintf("consumed/msg-%d", i), Topic: "audit", Payload: []byte(`{}`)})
+		_, _, err := w.ob.Add(ctx, outbox.Event{ID: fmt.Sprintf("consumed/msg-%d", i), Topic: "audit", Payload: []byte(`{}`)})
 		return err
 	})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
@@ -104,7 +105,7 @@ type App struct {
 	Ledger     *ledger.Ledger
 	Orders     *conditional.Table[Order]
 	Executor   *sideeffect.Executor
-	Outbox     *sideeffect.Outbox
+	Outbox     *outbox.Outbox
 	Middleware *idemhttp.Middleware
 	Handler    http.Handler
 	cfg        Config
@@ -152,7 +153,7 @@ func (a *App) build() error {
 	if err != nil {
 		return err
 	}
-	a.Outbox = sideeffect.NewOutbox(a.DB)
+	a.Outbox = outbox.New(a.DB)
 	provider := a.cfg.Provider
 	if provider == nil {
 		provider = &httpprovider.Client{BaseURL: a.cfg.ProviderURL, HTTP: &http.Client{Timeout: 10 * time.Second}}
@@ -189,14 +190,14 @@ func (a *App) build() error {
 // interrupted payments by asking the provider), the outbox relay (publishes
 // order.paid) and the retention sweeps.
 func (a *App) Run(ctx context.Context) error {
-	var pub sideeffect.Publisher = sideeffect.PublishFunc(func(_ context.Context, ev sideeffect.Event) error {
+	var pub outbox.Publisher = outbox.PublishFunc(func(_ context.Context, ev outbox.Event) error {
 		a.log.Info("event published", "id", ev.ID, "topic", ev.Topic, "seq", ev.Seq)
 		return nil
 	})
 	if a.cfg.Webhook != "" {
-		pub = &sideeffect.WebhookPublisher{URL: a.cfg.Webhook}
+		pub = &outbox.WebhookPublisher{URL: a.cfg.Webhook}
 	}
-	relay, err := sideeffect.NewRelay(a.Outbox, sideeffect.RelayConfig{Publisher: pub, Logger: a.log})
+	relay, err := outbox.NewRelay(a.Outbox, outbox.RelayConfig{Publisher: pub, Logger: a.log})
 	if err != nil {
 		return err
 	}
@@ -376,7 +377,7 @@ func (a *App) paid(tx kv.Tx, in *sideeffect.Intent) error {
 		return err
 	}
 	payload, _ := json.Marshal(view(res.Row))
-	_, _, err = a.Outbox.AddTx(tx, sideeffect.Event{ID: "order.paid/" + id, Topic: "order.paid", Key: id, Payload: payload})
+	_, _, err = a.Outbox.AddTx(tx, outbox.Event{ID: "order.paid/" + id, Topic: "order.paid", Key: id, Payload: payload})
 	return err
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
 
@@ -41,9 +41,9 @@ func TestPaidOrderHasItsEvent(t *testing.T) {
 	id := o["id"].(string)
 	require.Equal(t, "paid", post("/v1/orders/"+id+"/pay", "p1", "")["status"])
 
-	var events []sideeffect.Event
+	var events []outbox.Event
 	require.NoError(t, a.DB.View(context.Background(), func(tx kv.Tx) error {
-		for e, err := range sideeffect.Events(tx, sideeffect.EventPending) {
+		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			require.NoError(t, err)
 			events = append(events, *e)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
@@ -86,13 +87,13 @@ func fixture(t *testing.T) string {
 		require.NoError(t, err)
 	}
 
-	ob := sideeffect.NewOutbox(db)
+	ob := outbox.New(db)
 	for _, id := range []string{"ev-1", "ev-poison", "ev-3"} {
-		_, _, err := ob.Add(ctx, sideeffect.Event{ID: id, Topic: "order.paid"})
+		_, _, err := ob.Add(ctx, outbox.Event{ID: id, Topic: "order.paid"})
 		require.NoError(t, err)
 	}
-	relay, _ := sideeffect.NewRelay(ob, sideeffect.RelayConfig{MaxAttempts: 1,
-		Publisher: sideeffect.PublishFunc(func(_ context.Context, e sideeffect.Event) error {
+	relay, _ := outbox.NewRelay(ob, outbox.RelayConfig{MaxAttempts: 1,
+		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error {
 			if e.ID == "ev-poison" {
 				return fmt.Errorf("broker rejects %s", e.ID)
 			}
@@ -100,7 +101,7 @@ func fixture(t *testing.T) string {
 		})})
 	_, err = relay.RunOnce(ctx) // ev-1 published, ev-poison quarantined, ev-3 published
 	require.NoError(t, err)
-	_, _, err = ob.Add(ctx, sideeffect.Event{ID: "ev-pending", Topic: "order.created"})
+	_, _, err = ob.Add(ctx, outbox.Event{ID: "ev-pending", Topic: "order.created"})
 	require.NoError(t, err)
 
 	fake := providertest.New(providertest.Rates{}, 1)

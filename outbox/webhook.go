@@ -1,4 +1,4 @@
-package sideeffect
+package outbox
 
 import (
 	"bytes"

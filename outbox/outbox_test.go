@@ -1,4 +1,4 @@
-package sideeffect_test
+package outbox_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,24 +23,24 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
-	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/outbox"
 )
 
-func outbox(t *testing.T) (*sideeffect.Outbox, *kv.DB, *kv.ManualClock) {
+func setupOutbox(t *testing.T) (*outbox.Outbox, *kv.DB, *kv.ManualClock) {
 	t.Helper()
 	clock := kv.NewManualClock(t0)
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
-	return sideeffect.NewOutbox(db), db, clock
+	return outbox.New(db), db, clock
 }
 
-func ev(id string) sideeffect.Event {
-	return sideeffect.Event{ID: id, Topic: "order.paid", Key: "k", Headers: map[string]string{"source": "test"}, Payload: []byte(`{"id":"` + id + `"}`)}
+func ev(id string) outbox.Event {
+	return outbox.Event{ID: id, Topic: "order.paid", Key: "k", Headers: map[string]string{"source": "test"}, Payload: []byte(`{"id":"` + id + `"}`)}
 }
 
 func pending(t *testing.T, db *kv.DB) []string {
 	var ids []string
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-		for e, err := range sideeffect.Events(tx, sideeffect.EventPending) {
+		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			require.NoError(t, err)
 			ids = append(ids, e.ID)
 		}
@@ -50,7 +51,7 @@ func pending(t *testing.T, db *kv.DB) []string {
 
 func TestOutboxAddInTransaction(t *testing.T) {
 	t.Parallel()
-	o, db, _ := outbox(t)
+	o, db, _ := setupOutbox(t)
 	// Rolled back with the business change: never visible.
 	_ = db.Update(ctx, func(tx kv.Tx) error {
 		_, _, err := o.AddTx(tx, ev("lost"))
@@ -70,7 +71,7 @@ func TestOutboxAddInTransaction(t *testing.T) {
 	require.Less(t, seqs[0], seqs[1])
 	require.Less(t, seqs[1], seqs[3])
 	require.Equal(t, []string{"a", "b", "c"}, pending(t, db))
-	for _, bad := range []sideeffect.Event{{Topic: "t"}, {ID: "x"}, {ID: strings.Repeat("x", 513), Topic: "t"}} {
+	for _, bad := range []outbox.Event{{Topic: "t"}, {ID: "x"}, {ID: strings.Repeat("x", 513), Topic: "t"}} {
 		_, _, err := o.Add(ctx, bad)
 		require.Error(t, err)
 	}
@@ -81,12 +82,12 @@ func TestOutboxAddInTransaction(t *testing.T) {
 // every delivery the destination saw.
 type recorder struct {
 	mu        sync.Mutex
-	delivered []sideeffect.Event
+	delivered []outbox.Event
 	calls     int
-	fail      func(call int, ev sideeffect.Event) (deliver, fail bool)
+	fail      func(call int, ev outbox.Event) (deliver, fail bool)
 }
 
-func (r *recorder) Publish(ctx context.Context, events []sideeffect.Event) (int, error) {
+func (r *recorder) Publish(ctx context.Context, events []outbox.Event) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, e := range events {
@@ -105,10 +106,10 @@ func (r *recorder) Publish(ctx context.Context, events []sideeffect.Event) (int,
 	return len(events), nil
 }
 
-func (r *recorder) log() []sideeffect.Event {
+func (r *recorder) log() []outbox.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]sideeffect.Event(nil), r.delivered...)
+	return append([]outbox.Event(nil), r.delivered...)
 }
 
 // A publisher failing 30% of calls, some after delivering (the ack is lost):
@@ -116,13 +117,13 @@ func (r *recorder) log() []sideeffect.Event {
 // the event ID applies each exactly once.
 func TestRelayUnderPublisherFaults(t *testing.T) {
 	t.Parallel()
-	o, db, clock := outbox(t)
+	o, db, clock := setupOutbox(t)
 	const n = 200
 	for i := range n {
 		_, _, err := o.Add(ctx, ev(fmt.Sprintf("e-%03d", i)))
 		require.NoError(t, err)
 	}
-	pub := &recorder{fail: func(call int, _ sideeffect.Event) (bool, bool) {
+	pub := &recorder{fail: func(call int, _ outbox.Event) (bool, bool) {
 		switch call % 10 {
 		case 3, 7:
 			return false, true // refused
@@ -131,8 +132,8 @@ func TestRelayUnderPublisherFaults(t *testing.T) {
 		}
 		return true, false
 	}}
-	r, err := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub, BatchSize: 16, MaxAttempts: 50,
-		Backoff: sideeffect.Backoff{Base: time.Second, Cap: time.Second}})
+	r, err := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub, BatchSize: 16, MaxAttempts: 50,
+		Backoff: outbox.Backoff{Base: time.Second, Cap: time.Second}})
 	require.NoError(t, err)
 	for pass := 0; pass < 1000 && len(pending(t, db)) > 0; pass++ {
 		st, err := r.RunOnce(ctx)
@@ -153,24 +154,24 @@ func TestRelayUnderPublisherFaults(t *testing.T) {
 	require.Greater(t, len(log), n, "some were published twice (lost acknowledgements)")
 	lag, err := o.Lag(ctx)
 	require.NoError(t, err)
-	require.Equal(t, sideeffect.Lag{}, lag)
+	require.Equal(t, outbox.Lag{}, lag)
 }
 
 func TestRelayQuarantinesPoisonEventsAndRequeues(t *testing.T) {
 	t.Parallel()
-	o, db, clock := outbox(t)
+	o, db, clock := setupOutbox(t)
 	for _, id := range []string{"ok-1", "poison", "ok-2"} {
 		_, _, err := o.Add(ctx, ev(id))
 		require.NoError(t, err)
 	}
 	poisoned := true
-	pub := &recorder{fail: func(_ int, e sideeffect.Event) (bool, bool) {
+	pub := &recorder{fail: func(_ int, e outbox.Event) (bool, bool) {
 		if e.ID == "poison" && poisoned {
 			return false, true
 		}
 		return true, false
 	}}
-	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub, MaxAttempts: 3, Backoff: sideeffect.Backoff{Base: time.Second, Cap: time.Second}})
+	r, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub, MaxAttempts: 3, Backoff: outbox.Backoff{Base: time.Second, Cap: time.Second}})
 	for range 10 {
 		st, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -185,7 +186,7 @@ func TestRelayQuarantinesPoisonEventsAndRequeues(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, lag.Quarantined)
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-		for e, err := range sideeffect.Events(tx, sideeffect.EventQuarantined) {
+		for e, err := range outbox.Events(tx, outbox.EventQuarantined) {
 			require.NoError(t, err)
 			require.Equal(t, "poison", e.ID)
 			require.Equal(t, 3, e.Attempts)
@@ -208,16 +209,16 @@ func TestRelayQuarantinesPoisonEventsAndRequeues(t *testing.T) {
 // after the restart.
 func TestRelayShutdownDuringPublish(t *testing.T) {
 	t.Parallel()
-	o, db, _ := outbox(t)
+	o, db, _ := setupOutbox(t)
 	_, _, err := o.Add(ctx, ev("e-1"))
 	require.NoError(t, err)
 	entered := make(chan struct{})
-	blocking := sideeffect.PublishFunc(func(ctx context.Context, e sideeffect.Event) error {
+	blocking := outbox.PublishFunc(func(ctx context.Context, e outbox.Event) error {
 		close(entered)
 		<-ctx.Done() // the broker never answers before shutdown
 		return ctx.Err()
 	})
-	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: blocking})
+	r, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: blocking})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- r.Run(runCtx, nil) }()
@@ -227,7 +228,7 @@ func TestRelayShutdownDuringPublish(t *testing.T) {
 	require.Equal(t, []string{"e-1"}, pending(t, db), "still pending")
 
 	pub := &recorder{}
-	r2, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub})
+	r2, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub})
 	_, err = r2.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Len(t, pub.log(), 1)
@@ -237,14 +238,14 @@ func TestRelayShutdownDuringPublish(t *testing.T) {
 // The relay is woken by the commit of new events, not by polling.
 func TestRelayWokenByCommit(t *testing.T) {
 	t.Parallel()
-	o, _, _ := outbox(t)
-	got := make(chan sideeffect.Event, 10)
-	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{PollInterval: time.Hour,
-		Publisher: sideeffect.PublishFunc(func(_ context.Context, e sideeffect.Event) error { got <- e; return nil })})
+	o, _, _ := setupOutbox(t)
+	got := make(chan outbox.Event, 10)
+	r, _ := outbox.NewRelay(o, outbox.RelayConfig{PollInterval: time.Hour,
+		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error { got <- e; return nil })})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	passes := make(chan struct{}, 10)
-	go func() { done <- r.Run(runCtx, func(sideeffect.PassStats, error) { passes <- struct{}{} }) }()
+	go func() { done <- r.Run(runCtx, func(outbox.PassStats, error) { passes <- struct{}{} }) }()
 	<-passes
 	_, _, err := o.Add(ctx, ev("woken"))
 	require.NoError(t, err)
@@ -275,8 +276,8 @@ func TestWebhookPublisher(t *testing.T) {
 		w.WriteHeader(204)
 	}))
 	defer srv.Close()
-	p := &sideeffect.WebhookPublisher{URL: srv.URL}
-	evs := []sideeffect.Event{ev("e-1"), ev("e-2"), {ID: "e-3", Topic: "t", Payload: []byte("not json")}}
+	p := &outbox.WebhookPublisher{URL: srv.URL}
+	evs := []outbox.Event{ev("e-1"), ev("e-2"), {ID: "e-3", Topic: "t", Payload: []byte("not json")}}
 	n, err := p.Publish(ctx, evs)
 	require.Equal(t, 1, n)
 	require.ErrorContains(t, err, "503")
@@ -296,7 +297,7 @@ func producerChild(path string) {
 	if err != nil {
 		os.Exit(2)
 	}
-	o := sideeffect.NewOutbox(db)
+	o := outbox.New(db)
 	for i := range 20 {
 		if _, _, err := o.Add(context.Background(), ev(fmt.Sprintf("committed-%02d", i))); err != nil {
 			os.Exit(3)
@@ -323,9 +324,9 @@ func TestProducerKilledBeforePublish(t *testing.T) {
 	require.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
 
 	db := kvtest.OpenPath(t, path, nil)
-	o := sideeffect.NewOutbox(db)
+	o := outbox.New(db)
 	pub := &recorder{}
-	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: pub})
+	r, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub})
 	st, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 20, st.Published)
@@ -354,19 +355,19 @@ func TestWebhookNeverFollowsRedirects(t *testing.T) {
 			http.Redirect(w, r, sink.URL+"/elsewhere", code)
 		}))
 		for _, client := range []*http.Client{nil, {Timeout: 5 * time.Second}} {
-			o, db, _ := outbox(t)
+			o, db, _ := setupOutbox(t)
 			_, _, err := o.Add(ctx, ev("e-1"))
 			require.NoError(t, err)
-			relay, err := sideeffect.NewRelay(o, sideeffect.RelayConfig{Publisher: &sideeffect.WebhookPublisher{URL: redirect.URL, Client: client}})
+			relay, err := outbox.NewRelay(o, outbox.RelayConfig{Publisher: &outbox.WebhookPublisher{URL: redirect.URL, Client: client}})
 			require.NoError(t, err)
 			st, err := relay.RunOnce(ctx)
 			require.NoError(t, err)
 			require.Zero(t, st.Published, "%d", code)
 			require.Equal(t, 1, st.Failed)
 			require.Equal(t, []string{"e-1"}, pending(t, db), "still pending after a %d", code)
-			var last *sideeffect.Event
+			var last *outbox.Event
 			require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-				for e := range sideeffect.Events(tx, sideeffect.EventPending) {
+				for e := range outbox.Events(tx, outbox.EventPending) {
 					last = e
 				}
 				return nil
@@ -385,15 +386,15 @@ func TestWebhookNeverFollowsRedirects(t *testing.T) {
 // 13, item 17).
 func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
 	t.Parallel()
-	o, db, _ := outbox(t)
-	got := make(chan sideeffect.Event, 10)
-	r, _ := sideeffect.NewRelay(o, sideeffect.RelayConfig{PollInterval: 20 * time.Millisecond,
-		Publisher: sideeffect.PublishFunc(func(_ context.Context, e sideeffect.Event) error { got <- e; return nil })})
+	o, db, _ := setupOutbox(t)
+	got := make(chan outbox.Event, 10)
+	r, _ := outbox.NewRelay(o, outbox.RelayConfig{PollInterval: 20 * time.Millisecond,
+		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error { got <- e; return nil })})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	passes := make(chan struct{}, 100)
 	go func() {
-		done <- r.Run(runCtx, func(sideeffect.PassStats, error) {
+		done <- r.Run(runCtx, func(outbox.PassStats, error) {
 			select {
 			case passes <- struct{}{}:
 			default:
@@ -401,7 +402,7 @@ func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
 		})
 	}()
 	<-passes
-	other := sideeffect.NewOutbox(db) // its commits wake nobody's relay
+	other := outbox.New(db) // its commits wake nobody's relay
 	_, _, err := other.Add(ctx, ev("silent"))
 	require.NoError(t, err)
 	select {
@@ -412,4 +413,14 @@ func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
 	}
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// A published-event retention past the time encoding would wrap round
+// (issue 13, item 2): refused.
+func TestRelayRetentionPastTheTimeEncoding(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
+		_, err := outbox.NewRelay(nil, outbox.RelayConfig{Publisher: outbox.PublishFunc(nil), Retention: d})
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	}
 }

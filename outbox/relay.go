@@ -1,4 +1,4 @@
-package sideeffect
+package outbox
 
 import (
 	"context"
@@ -322,7 +322,7 @@ func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
 		}
 		q := quarantineNS.Bucket(tx)
 		if s == nil || q == nil || q.Get(s) == nil {
-			return fmt.Errorf("sideeffect: event %q is not quarantined", eventID)
+			return fmt.Errorf("outbox: event %q is not quarantined", eventID)
 		}
 		ev, err := decodeEvent(s, q.Get(s))
 		if err != nil {
@@ -381,7 +381,7 @@ func (publishedSweeper) Expire(tx kv.Tx, at time.Time, key []byte, now time.Time
 	return true, "", deletePublished(tx, pub, outboxIDsNS.Bucket(tx), ev)
 }
 
-func init() { kv.RegisterChecker("sideeffect.outbox", checkOutbox) }
+func init() { kv.RegisterChecker("outbox", checkOutbox) }
 
 // checkOutbox: every event decodes and sits in the bucket of its state, every
 // event's ID maps to its sequence and every ID maps to an event.

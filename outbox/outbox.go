@@ -1,8 +1,10 @@
-package sideeffect
+package outbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 
+	"github.com/oncekv/oncekv/internal/backoff"
 	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
@@ -152,8 +155,8 @@ type Outbox struct {
 	wake chan struct{}
 }
 
-// NewOutbox returns the outbox of db.
-func NewOutbox(db *kv.DB) *Outbox { return &Outbox{db: db, wake: make(chan struct{}, 1)} }
+// New returns the outbox of db.
+func New(db *kv.DB) *Outbox { return &Outbox{db: db, wake: make(chan struct{}, 1)} }
 
 // DB returns the outbox's database.
 func (o *Outbox) DB() *kv.DB { return o.db }
@@ -173,9 +176,9 @@ func (o *Outbox) notify() {
 func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	switch {
 	case ev.ID == "" || len(ev.ID) > MaxEventIDLen:
-		return 0, false, fmt.Errorf("sideeffect: event ID of %d bytes (want 1 to %d)", len(ev.ID), MaxEventIDLen)
+		return 0, false, fmt.Errorf("outbox: event ID of %d bytes (want 1 to %d)", len(ev.ID), MaxEventIDLen)
 	case ev.Topic == "":
-		return 0, false, fmt.Errorf("sideeffect: event %s has no topic", ev.ID)
+		return 0, false, fmt.Errorf("outbox: event %s has no topic", ev.ID)
 	}
 	ids, err := outboxIDsNS.Create(tx)
 	if err != nil {
@@ -312,4 +315,19 @@ func (o *Outbox) Lag(ctx context.Context) (Lag, error) {
 		return err
 	})
 	return l, err
+}
+
+// ErrInvalidConfig is returned by NewRelay for a RelayConfig that fails
+// validation.
+var ErrInvalidConfig = errors.New("outbox: invalid config")
+
+// Backoff spaces the retries of a failing event: exponential growth from
+// Base, capped at Cap, with full jitter.
+type Backoff = backoff.Backoff
+
+func cloneOrNil(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Clone(b)
 }
