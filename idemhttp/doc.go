@@ -5,7 +5,7 @@
 //	mw, err := idemhttp.New(idemhttp.Config{
 //		Ledger: l,
 //		Tenant: func(r *http.Request) (string, error) { return tenantFromAPIKey(r) },
-//		Fingerprint: ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}},
+//		Fingerprint: fingerprint.Options{Exclude: []string{"client_ts", "request_id"}},
 //	})
 //	mux.Handle("POST /v1/orders", mw.Wrap(createOrder))           // work inside the database
 //	mux.Handle("POST /v1/orders/{id}/pay", mw.WrapExternal(pay))  // work calls a provider

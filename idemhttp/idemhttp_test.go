@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
@@ -55,7 +56,7 @@ func setup(t *testing.T, mutate func(*idemhttp.Config)) *bundle {
 			}
 			return "", errors.New("unknown API key")
 		},
-		Fingerprint: ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}},
+		Fingerprint: fingerprint.Options{Exclude: []string{"client_ts", "request_id"}},
 		KeepHeaders: []string{"X-Order-Id", "Set-Cookie"},
 	}
 	if mutate != nil {
@@ -285,7 +286,7 @@ func TestTenantsNeverShareKeys(t *testing.T) {
 func TestInProgressConflictAndWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	fp, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}})
+	fp, _ := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts", "request_id"}})
 	sum, err := fp.Sum("POST", "/v1/orders", "application/json", []byte(order))
 	require.NoError(t, err)
 	_, err = b.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
@@ -367,7 +368,7 @@ func TestTakeoverIsCounted(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	fp, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{})
+	fp, _ := fingerprint.New(fingerprint.Options{})
 	sum, _ := fp.Sum("POST", "/v1/orders", "application/json", []byte(`{"a":1}`))
 	_, err = l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "abandoned", Fingerprint: sum})
 	require.NoError(t, err)

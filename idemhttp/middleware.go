@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -60,7 +61,7 @@ type Config struct {
 
 	// Fingerprint configures request fingerprints: list fields that differ
 	// between retries of the same request (client timestamps, request IDs).
-	Fingerprint ledger.FingerprintOptions
+	Fingerprint fingerprint.Options
 
 	// KeepHeaders are response headers stored and replayed besides
 	// Content-Type and Location. Set-Cookie is never stored.
@@ -127,7 +128,7 @@ type Stats struct {
 // Middleware is the idempotency-key middleware. It is safe for concurrent use.
 type Middleware struct {
 	cfg      Config
-	fp       *ledger.Fingerprinter
+	fp       *fingerprint.Fingerprinter
 	methods  []string
 	keep     []string
 	maxBody  int64
@@ -147,7 +148,7 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Ledger == nil || cfg.Tenant == nil {
 		return nil, errors.New("idemhttp: Config.Ledger and Config.Tenant are required")
 	}
-	fp, err := ledger.NewFingerprinter(cfg.Fingerprint)
+	fp, err := fingerprint.New(cfg.Fingerprint)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +285,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 		m.reject(w, start, http.StatusBadRequest, ProblemKeyInvalid, "Invalid Idempotency-Key", "send exactly one Idempotency-Key header")
 		return
 	}
-	key, err := ledger.ParseKey(raw[0])
+	key, err := ParseKey(raw[0])
 	if err != nil {
 		m.reject(w, start, http.StatusBadRequest, ProblemKeyInvalid, "Invalid Idempotency-Key", err.Error())
 		return

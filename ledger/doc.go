@@ -9,14 +9,15 @@
 // A record is identified by a scope and a key. The scope is the tenant (from
 // the server's own authentication, never a client header) plus the endpoint
 // (method and route pattern), built by Scope; the key is the client's
-// Idempotency-Key (1 to 255 bytes of visible ASCII, see ParseKey). A record
+// Idempotency-Key (1 to 255 bytes of visible ASCII, see ValidateKey;
+// idemhttp.ParseKey reads the header). A record
 // holds a status (in_progress or completed), the request's Fingerprint, the
 // stored Response, a version, a lease and its times. A record past its
 // retention is treated as absent whether or not a sweep has removed it.
 //
-// Fingerprints are SHA-256 over the method, the concrete target (escaped path
-// and raw query, not the route pattern: a key reused on another resource is a
-// mismatch) and the body. JSON
+// Fingerprints (computed by package fingerprint) are SHA-256 over the
+// method, the concrete target (escaped path and raw query, not the route
+// pattern: a key reused on another resource is a mismatch) and the body. JSON
 // bodies are canonicalised first (sorted keys, no insignificant whitespace,
 // numbers as written, configured fields such as client timestamps removed),
 // so a client that re-serialises its request still matches. Fingerprints are

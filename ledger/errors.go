@@ -16,19 +16,6 @@ var (
 	// a NUL byte.
 	ErrInvalidScope = errors.New("ledger: invalid scope")
 
-	// ErrInvalidJSON is returned by a Fingerprinter for a body declared as
-	// JSON that does not parse.
-	ErrInvalidJSON = errors.New("ledger: invalid JSON body")
-
-	// ErrDuplicateMember is returned by a Fingerprinter (together with
-	// ErrInvalidJSON) for a JSON object with two members of the same name,
-	// case-insensitively: Go's encoding/json would read them as one field.
-	ErrDuplicateMember = errors.New("ledger: JSON object repeats a member name")
-
-	// ErrJSONTooDeep is returned by a Fingerprinter for a JSON body nested
-	// deeper than its MaxDepth.
-	ErrJSONTooDeep = errors.New("ledger: JSON body nested too deeply")
-
 	// ErrInvalidRequest is returned for a call the ledger cannot carry out as
 	// asked: Do with nil work, Complete with a nil claim.
 	ErrInvalidRequest = errors.New("ledger: invalid request")

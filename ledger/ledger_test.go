@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -41,7 +42,7 @@ func setup(t *testing.T, cfg *ledger.Config) (*ledger.Ledger, *bundle) {
 }
 
 func fp(s string) ledger.Fingerprint {
-	f, err := (&ledger.Fingerprinter{}).Sum("POST", "/v1/orders", "text/plain", []byte(s))
+	f, err := (&fingerprint.Fingerprinter{}).Sum("POST", "/v1/orders", "text/plain", []byte(s))
 	if err != nil {
 		panic(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -46,7 +47,7 @@ func run(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	fpr, err := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts"}})
+	fpr, err := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts"}})
 	if err != nil {
 		return err
 	}

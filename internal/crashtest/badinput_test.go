@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/conditional"
+	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
@@ -37,7 +38,7 @@ func TestLibraryBadInputs(t *testing.T) {
 	x, _ := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
 	type row struct{ Ref string }
 	tbl, _ := conditional.NewTable(db, "rows", &conditional.Options[row]{Indexes: []conditional.Index[row]{{Name: "by_ref", Key: func(r row) ([]byte, bool) { return []byte(r.Ref), r.Ref != "" }}}})
-	fpr, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{MaxDepth: 16})
+	fpr, _ := fingerprint.New(fingerprint.Options{MaxDepth: 16})
 	ok := func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200}, nil }
 	req := func(scope, key string) ledger.Request { return ledger.Request{Scope: scope, Key: key} }
 
@@ -70,11 +71,11 @@ func TestLibraryBadInputs(t *testing.T) {
 			})
 			return err
 		}, ledger.ErrResponseTooLarge},
-		{"invalid JSON", func() error { _, err := fpr.Sum("POST", "/x", "application/json", []byte(`{"a":`)); return err }, ledger.ErrInvalidJSON},
+		{"invalid JSON", func() error { _, err := fpr.Sum("POST", "/x", "application/json", []byte(`{"a":`)); return err }, fingerprint.ErrInvalidJSON},
 		{"JSON too deep", func() error {
 			_, err := fpr.Sum("POST", "/x", "application/json", []byte(strings.Repeat("[", 17)+strings.Repeat("]", 17)))
 			return err
-		}, ledger.ErrJSONTooDeep},
+		}, fingerprint.ErrJSONTooDeep},
 		{"nil claim", func() error { _, err := l.Complete(ctx, nil, ledger.Response{}, nil); return err }, nil},
 		{"inbox: empty consumer", func() error { _, err := in.Handle(ctx, "", "m", nil); return err }, inbox.ErrInvalidMessage},
 		{"inbox: oversized message ID", func() error { _, err := in.Handle(ctx, "c", strings.Repeat("m", 2000), nil); return err }, inbox.ErrInvalidMessage},

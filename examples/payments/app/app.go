@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekv/oncekv/conditional"
+	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
@@ -171,7 +172,7 @@ func (a *App) build() error {
 	a.Middleware, err = idemhttp.New(idemhttp.Config{
 		Ledger:      a.Ledger,
 		Tenant:      func(r *http.Request) (string, error) { return tenantOf(r.Context()) },
-		Fingerprint: ledger.FingerprintOptions{Exclude: []string{"client_ts", "request_id"}},
+		Fingerprint: fingerprint.Options{Exclude: []string{"client_ts", "request_id"}},
 		Executor:    a.Executor,
 		Logger:      a.log,
 	})

@@ -1,4 +1,4 @@
-package ledger
+package fingerprint
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package ledger_test
+package fingerprint_test
 
 import (
 	"encoding/json"
@@ -9,10 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/ledger"
 )
 
-func mustFP(t *testing.T, f *ledger.Fingerprinter, method, route, ct, body string) ledger.Fingerprint {
+func mustFP(t *testing.T, f *fingerprint.Fingerprinter, method, route, ct, body string) ledger.Fingerprint {
 	t.Helper()
 	s, err := f.Sum(method, route, ct, []byte(body))
 	require.NoError(t, err)
@@ -21,7 +22,7 @@ func mustFP(t *testing.T, f *ledger.Fingerprinter, method, route, ct, body strin
 
 func TestFingerprintCanonicalisation(t *testing.T) {
 	t.Parallel()
-	f, err := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts", "meta.request_id", "items.note"}})
+	f, err := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id", "items.note"}})
 	require.NoError(t, err)
 	const ct = "application/json; charset=utf-8"
 	base := `{"external_ref":"ord-1","amount_cents":2500,"currency":"eur","client_ts":"2026-01-01T00:00:00Z","meta":{"request_id":"r1","source":"app"},"items":[{"sku":"a","note":"x"}]}`
@@ -64,7 +65,7 @@ func TestFingerprintCanonicalisation(t *testing.T) {
 
 func TestFingerprintNonJSONIsBytes(t *testing.T) {
 	t.Parallel()
-	f := &ledger.Fingerprinter{}
+	f := &fingerprint.Fingerprinter{}
 	a := mustFP(t, f, "POST", "/x", "text/plain", `{"b":1,"a":2}`)
 	b := mustFP(t, f, "POST", "/x", "text/plain", `{"a":2,"b":1}`)
 	require.NotEqual(t, a, b, "non-JSON bodies are hashed as bytes")
@@ -79,7 +80,7 @@ func TestFingerprintNonJSONIsBytes(t *testing.T) {
 
 func TestFingerprintRejectsBadJSON(t *testing.T) {
 	t.Parallel()
-	f, err := ledger.NewFingerprinter(ledger.FingerprintOptions{MaxDepth: 8})
+	f, err := fingerprint.New(fingerprint.Options{MaxDepth: 8})
 	require.NoError(t, err)
 	bad := []string{
 		`{`, `{"a":}`, `{"a" 1}`, `[1,]`, `{"a":1,}`, `01`, `1.`, `-`, `1e`, `tru`, `nul`, `"abc`,
@@ -87,24 +88,24 @@ func TestFingerprintRejectsBadJSON(t *testing.T) {
 	}
 	for _, b := range bad {
 		_, err := f.Sum("POST", "/x", "application/json", []byte(b))
-		require.ErrorIs(t, err, ledger.ErrInvalidJSON, "%q", b)
+		require.ErrorIs(t, err, fingerprint.ErrInvalidJSON, "%q", b)
 	}
 	deep := strings.Repeat("[", 9) + strings.Repeat("]", 9)
 	_, err = f.Sum("POST", "/x", "application/json", []byte(deep))
-	require.ErrorIs(t, err, ledger.ErrJSONTooDeep)
+	require.ErrorIs(t, err, fingerprint.ErrJSONTooDeep)
 	_, err = f.Sum("POST", "/x", "application/json", []byte(strings.Repeat(`{"a":`, 100000)))
-	require.ErrorIs(t, err, ledger.ErrJSONTooDeep)
+	require.ErrorIs(t, err, fingerprint.ErrJSONTooDeep)
 	ok := strings.Repeat("[", 8) + strings.Repeat("]", 8)
 	_, err = f.Sum("POST", "/x", "application/json", []byte(ok))
 	require.NoError(t, err)
 
-	_, err = ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"a..b"}})
-	require.ErrorIs(t, err, ledger.ErrInvalidConfig)
+	_, err = fingerprint.New(fingerprint.Options{Exclude: []string{"a..b"}})
+	require.ErrorIs(t, err, fingerprint.ErrInvalidOptions)
 }
 
 func TestCanonicalForm(t *testing.T) {
 	t.Parallel()
-	f, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"x"}})
+	f, _ := fingerprint.New(fingerprint.Options{Exclude: []string{"x"}})
 	cases := map[string]string{
 		` { "b" : [ 1 , 2.50 , -0 , 1E+2 ] , "a" : { "d":true,"c":null } , "x": 9 } `: `{"a":{"c":null,"d":true},"b":[1,2.50,-0,1E+2]}`,
 		`"\u00e9\n\t\u0001\"\\\/"`: "\"\u00e9\\n\\t\\u0001\\\"\\\\/\"",
@@ -120,46 +121,6 @@ func TestCanonicalForm(t *testing.T) {
 	}
 }
 
-func TestParseKey(t *testing.T) {
-	t.Parallel()
-	ok := map[string]string{
-		"abc":                                  "abc",
-		"  abc  ":                              "abc",
-		`"abc"`:                                "abc",
-		`"a\"b\\c"`:                            `a"b\c`,
-		"550e8400-e29b-41d4-a716-446655440000": "550e8400-e29b-41d4-a716-446655440000",
-		strings.Repeat("k", 255):               strings.Repeat("k", 255),
-		`"` + strings.Repeat("k", 255) + `"`:   strings.Repeat("k", 255),
-		"x":                                    "x",
-	}
-	for in, want := range ok {
-		got, err := ledger.ParseKey(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got)
-	}
-	bad := []string{
-		"", " ", `""`, strings.Repeat("k", 256), `"` + strings.Repeat("k", 256) + `"`, "a b", `"a b"`,
-		"a\x00b", "ключ", "a\tb", `"abc`, `"abc"x`, `"a\nb"`, `"a\x"`, strings.Repeat("k", 40000), "\x7f",
-	}
-	for _, in := range bad {
-		_, err := ledger.ParseKey(in)
-		require.ErrorIs(t, err, ledger.ErrInvalidKey, "%q", in)
-	}
-}
-
-func TestScope(t *testing.T) {
-	t.Parallel()
-	s, err := ledger.Scope("acme", "POST", "/v1/orders")
-	require.NoError(t, err)
-	require.Equal(t, "acme|POST /v1/orders", s)
-	for _, tenant := range []string{"", "a|b", "a\x00", "a\nb"} {
-		_, err := ledger.Scope(tenant, "POST", "/v1/orders")
-		require.ErrorIs(t, err, ledger.ErrInvalidScope, "%q", tenant)
-	}
-}
-
-// FuzzCanonicalise: never panics; accepts only what encoding/json accepts;
-// accepts all valid UTF-8 JSON within the depth bound and without repeated
 // member names; is idempotent; and produces valid JSON.
 func FuzzCanonicalise(f *testing.F) {
 	for _, s := range []string{
@@ -168,11 +129,11 @@ func FuzzCanonicalise(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	fp, _ := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts", "meta.request_id"}, MaxDepth: 32})
+	fp, _ := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id"}, MaxDepth: 32})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, err := fp.Canonical(in)
 		if err != nil {
-			if json.Valid(in) && utf8.Valid(in) && !errors.Is(err, ledger.ErrJSONTooDeep) && !errors.Is(err, ledger.ErrDuplicateMember) {
+			if json.Valid(in) && utf8.Valid(in) && !errors.Is(err, fingerprint.ErrJSONTooDeep) && !errors.Is(err, fingerprint.ErrDuplicateMember) {
 				t.Fatalf("rejected valid JSON %q: %v", in, err)
 			}
 			return
@@ -196,7 +157,7 @@ func FuzzCanonicalise(f *testing.F) {
 // case folding are rejected.
 func TestFingerprintRejectsCaseFoldedDuplicates(t *testing.T) {
 	t.Parallel()
-	f, err := ledger.NewFingerprinter(ledger.FingerprintOptions{Exclude: []string{"client_ts"}})
+	f, err := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts"}})
 	require.NoError(t, err)
 	type order struct {
 		AmountCents int `json:"amount_cents"`
@@ -212,8 +173,8 @@ func TestFingerprintRejectsCaseFoldedDuplicates(t *testing.T) {
 		`{"a0":0,"a1":1,"a2":2,"a3":3,"a4":4,"a5":5,"a6":6,"a7":7,"a8":8,"a9":9,"b0":0,"b1":1,"b2":2,"b3":3,"b4":4,"b5":5,"b6":6,"B6":7}`,
 	} {
 		_, err := f.Sum("POST", "/v1/orders", "application/json", []byte(body))
-		require.ErrorIs(t, err, ledger.ErrInvalidJSON, body)
-		require.ErrorIs(t, err, ledger.ErrDuplicateMember, body)
+		require.ErrorIs(t, err, fingerprint.ErrInvalidJSON, body)
+		require.ErrorIs(t, err, fingerprint.ErrDuplicateMember, body)
 		require.ErrorContains(t, err, "case-insensitive")
 	}
 	// What Go would decode them to differs, which is why they cannot pass.
@@ -227,6 +188,6 @@ func TestFingerprintRejectsCaseFoldedDuplicates(t *testing.T) {
 	mustFP(t, f, "POST", "/v1/orders", "application/json", `{"amount":1,"amount_cents":2,"Amount_x":3}`)
 	long := strings.Repeat("n", 5000)
 	_, err = f.Sum("POST", "/x", "application/json", []byte(`{"`+long+`":1,"`+strings.ToUpper(long)+`":2}`))
-	require.ErrorIs(t, err, ledger.ErrDuplicateMember)
+	require.ErrorIs(t, err, fingerprint.ErrDuplicateMember)
 	require.Less(t, len(err.Error()), 400, "the detail never echoes unbounded input")
 }
