@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
@@ -52,7 +53,7 @@ func BenchmarkSweep10k(b *testing.B) {
 				fillLedger(b, l, fmt.Sprintf("exp%d-", i), 10_000)
 				clock.Advance(2 * time.Hour)
 				b.StartTimer()
-				st, err := retention.Sweep(ctx, db, &retention.Config{Pause: -1})
+				st, err := retention.Sweep(ctx, db, &retention.Config{Pause: -1}, inspect.RecordKinds()...)
 				if err != nil || st.Deleted() != 10_000 {
 					b.Fatalf("deleted %d: %v", st.Deleted(), err)
 				}
@@ -80,7 +81,7 @@ func BenchmarkSweepMillion(b *testing.B) {
 	fillLedger(b, long, "live", 1_000_000)
 	clock.Advance(2 * time.Hour)
 	b.ResetTimer()
-	st, err := retention.Sweep(ctx, db, nil)
+	st, err := retention.Sweep(ctx, db, nil, inspect.RecordKinds()...)
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)

@@ -5,17 +5,22 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 )
 
-func init() { kv.RegisterChecker("conditional", checkAllTables) }
+// Checker verifies every table in the database without knowing their value
+// types, from what rows store: every row decodes, every index key a row
+// stores has an entry pointing back to the row, and every index entry
+// points to a row that stores that key. Pass it to kv.DB.Check.
+var Checker kv.Checker = tablesChecker{}
 
-// checkAllTables verifies every table in the database without knowing its
-// value type, from what rows store: every row decodes, every index key a
-// row stores has an entry pointing back to the row, and every index entry
-// points to a row that stores that key.
-func checkAllTables(tx kv.Tx, report func(string)) {
-	for _, ns := range kv.Namespaces(tx, tablePrefix) {
+type tablesChecker struct{}
+
+func (tablesChecker) Name() string { return "conditional" }
+
+func (tablesChecker) Check(tx kv.Tx, report func(string)) {
+	for _, ns := range keyspace.List(tx, tablePrefix) {
 		table := tableOf(ns.Bytes())
 		if table == "" {
 			continue
@@ -27,7 +32,7 @@ func checkAllTables(tx kv.Tx, report func(string)) {
 func checkStructure(tx kv.Tx, table string, report func(string)) {
 	rows := rowsNamespace(table).Bucket(tx)
 	indexes := map[string]kv.Bucket{}
-	for _, ns := range kv.Namespaces(tx, tablePrefix+table+"/idx/") {
+	for _, ns := range keyspace.List(tx, tablePrefix+table+"/idx/") {
 		indexes[strings.TrimPrefix(ns.Name(), tablePrefix+table+"/idx/")] = ns.Bucket(tx)
 	}
 	stored := map[string]storedRow{}
@@ -68,7 +73,7 @@ func checkStructure(tx kv.Tx, table string, report func(string)) {
 }
 
 // Check verifies this table in tx, including what only the typed table
-// knows: on top of the structural checks run by kv.DB.Check, every row's
+// knows: on top of the structural checks of Checker, every row's
 // index keys recomputed from its decoded value match the stored keys (an
 // index entry's field matches its row) and every indexed row has its entry.
 // It returns one message per problem.

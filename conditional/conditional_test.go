@@ -26,7 +26,7 @@ type Order struct {
 
 func setup(t *testing.T) (*conditional.Table[Order], *kv.DB) {
 	t.Helper()
-	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, conditional.Checker)
 	tbl, err := conditional.NewTable(db, "orders", &conditional.Options[Order]{
 		Indexes: []conditional.Index[Order]{
 			{Name: "by_ref", Key: func(o Order) ([]byte, bool) { return conditional.Key(o.Tenant, o.ExternalRef), o.ExternalRef != "" }},
@@ -60,7 +60,7 @@ func count(t *testing.T, db *kv.DB, tbl *conditional.Table[Order]) int {
 
 func TestNewTableValidation(t *testing.T) {
 	t.Parallel()
-	db := kvtest.Open(t, nil)
+	db := kvtest.Open(t, nil, conditional.Checker)
 	key := func(Order) ([]byte, bool) { return nil, false }
 	for name, opts := range map[string]*conditional.Options[Order]{
 		"":           nil,
@@ -368,7 +368,7 @@ func TestCheckFindsBrokenIndex(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tbl.Insert(ctx, "o1", Order{Tenant: "acme", ExternalRef: "ext-1"})
 	require.NoError(t, err)
-	problems, err := db.Check(ctx)
+	problems, err := db.Check(ctx, conditional.Checker)
 	require.NoError(t, err)
 	require.Empty(t, problems)
 
@@ -377,7 +377,7 @@ func TestCheckFindsBrokenIndex(t *testing.T) {
 		require.NoError(t, ib.Put(conditional.Key("acme", "ext-1"), []byte("o-ghost")))
 		return ib.Put([]byte("dangling"), []byte("o-missing"))
 	}))
-	problems, err = db.Check(ctx)
+	problems, err = db.Check(ctx, conditional.Checker)
 	require.NoError(t, err)
 	var msgs []string
 	for _, p := range problems {

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // Row is a stored value with its primary key and version. Versions start at
@@ -45,8 +45,8 @@ type storedRow struct {
 // (index name, key)... | value bytes.
 const rowLayout = 1
 
-func encodeRow(e *kv.Encoder, r storedRow) []byte {
-	e.Reset(kv.KindVersioned, rowLayout)
+func encodeRow(e *record.Encoder, r storedRow) []byte {
+	e.Reset(record.KindVersioned, rowLayout)
 	e.Uvarint(r.version)
 	e.Uvarint(uint64(len(r.keys)))
 	for _, k := range r.keys {
@@ -59,8 +59,8 @@ func encodeRow(e *kv.Encoder, r storedRow) []byte {
 
 // decodeRow decodes a stored row; slices alias v.
 func decodeRow(v []byte) (storedRow, error) {
-	var d kv.Decoder
-	layout, err := d.Reset(kv.KindVersioned, v)
+	var d record.Decoder
+	layout, err := d.Reset(record.KindVersioned, v)
 	if err != nil {
 		return storedRow{}, err
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -38,9 +40,9 @@ type Table[T any] struct {
 	db      *kv.DB
 	name    string
 	codec   Codec[T]
-	rows    kv.Namespace
+	rows    keyspace.Namespace
 	indexes []Index[T]
-	idxNS   []kv.Namespace
+	idxNS   []keyspace.Namespace
 }
 
 const tablePrefix = "table/"
@@ -58,10 +60,10 @@ func validName(s string) bool {
 	return true
 }
 
-func rowsNamespace(table string) kv.Namespace { return kv.NewNamespace(tablePrefix + table) }
+func rowsNamespace(table string) keyspace.Namespace { return keyspace.New(tablePrefix + table) }
 
-func indexNamespace(table, index string) kv.Namespace {
-	return kv.NewNamespace(tablePrefix + table + "/idx/" + index)
+func indexNamespace(table, index string) keyspace.Namespace {
+	return keyspace.New(tablePrefix + table + "/idx/" + index)
 }
 
 // NewTable defines a table named name over db. Defining it does not write
@@ -187,7 +189,7 @@ func (t *Table[T]) write(tx kv.Tx, id string, version uint64, p prepared, old *s
 		return err
 	}
 	// A fresh buffer per row: bbolt keeps the value slice until commit.
-	var e kv.Encoder
+	var e record.Encoder
 	if err := rb.Put([]byte(id), encodeRow(&e, storedRow{version: version, keys: p.keys, value: p.value})); err != nil {
 		return err
 	}

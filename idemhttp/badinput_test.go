@@ -15,6 +15,8 @@ import (
 
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
 )
 
 // raw sends a request as bytes over TCP, for inputs Go's client refuses to
@@ -123,7 +125,7 @@ func TestBadInputs(t *testing.T) {
 	require.GreaterOrEqual(t, len(cases), 40)
 	// Only the accepted requests wrote orders; the database is consistent.
 	require.Equal(t, int(b.runs.Load()), b.orderCount(t))
-	kvtest.MustCheck(t, b.db)
+	kvtest.MustCheck(t, b.db, ledger.RecordKind, sideeffect.RecordKind)
 }
 
 func manyHeaders(n, size int) []string {

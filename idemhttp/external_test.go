@@ -31,7 +31,7 @@ type external struct {
 func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	t.Helper()
 	e := &external{clock: kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)), fake: providertest.New(providertest.Rates{}, 1)}
-	e.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: e.clock})
+	e.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: e.clock}, ledger.RecordKind, sideeffect.RecordKind)
 	var err error
 	e.l, err = ledger.New(e.db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
 )
 
 var ctx = context.Background()
@@ -41,7 +42,7 @@ type bundle struct {
 func setup(t *testing.T, mutate func(*idemhttp.Config)) *bundle {
 	t.Helper()
 	b := &bundle{}
-	b.db = kvtest.Open(t, &kv.Options{NoSync: true})
+	b.db = kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind, sideeffect.RecordKind)
 	var err error
 	b.l, err = ledger.New(b.db, nil)
 	require.NoError(t, err)
@@ -353,7 +354,7 @@ func TestKeyOptionalAndConfig(t *testing.T) {
 func TestTakeoverIsCounted(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, ledger.RecordKind, sideeffect.RecordKind)
 	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)
 	var events []idemhttp.EventKind

@@ -14,6 +14,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
 )
 
 func recordCount(t *testing.T, l *ledger.Ledger) int {
@@ -34,7 +35,7 @@ func recordCount(t *testing.T, l *ledger.Ledger) int {
 // a problem detail never echoes unbounded input.
 func TestRejectedRequestsStoreNothing(t *testing.T) {
 	t.Parallel()
-	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind, sideeffect.RecordKind)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
 	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})

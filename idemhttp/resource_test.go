@@ -14,13 +14,14 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
 )
 
 // payRoute serves POST /v1/orders/{id}/pay in the request's transaction: it
 // marks the order paid and answers with its ID. Orders A and B start pending.
 func payRoute(t *testing.T) (*kv.DB, *httptest.Server) {
 	t.Helper()
-	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind, sideeffect.RecordKind)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
 	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})

@@ -11,6 +11,8 @@ import (
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // DefaultRetention is how long a processed message ID is remembered.
@@ -55,8 +57,8 @@ type Inbox struct {
 }
 
 var (
-	inboxNS     = kv.NewNamespace("inbox")
-	inboxExpiry = kv.NewTimeIndex("inbox.expiry")
+	inboxNS     = keyspace.New("inbox")
+	inboxExpiry = keyspace.NewTimeIndex("inbox.expiry")
 )
 
 // New returns the inbox of db.
@@ -102,16 +104,16 @@ type Entry struct {
 const inboxLayout = 1
 
 func encodeInbox(processed, expires time.Time) []byte {
-	var e kv.Encoder
-	e.Reset(kv.KindInbox, inboxLayout)
+	var e record.Encoder
+	e.Reset(record.KindInbox, inboxLayout)
 	e.Time(processed)
 	e.Time(expires)
 	return e.Finish()
 }
 
 func decodeInbox(k, v []byte) (Entry, error) {
-	var d kv.Decoder
-	layout, err := d.Reset(kv.KindInbox, v)
+	var d record.Decoder
+	layout, err := d.Reset(record.KindInbox, v)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -161,7 +163,7 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 			d = r
 		}
 	}
-	exp := kv.ExpiryAt(now, d)
+	exp := keyspace.ExpiryAt(now, d)
 	if err := b.Put(k, encodeInbox(now, exp)); err != nil {
 		return false, err
 	}
@@ -232,7 +234,7 @@ func (in *Inbox) Seen(ctx context.Context, consumer, id string) (bool, error) {
 	return seen, err
 }
 
-// InboxEntries iterates the recorded message IDs of consumer ("" for all
+// Entries iterates the recorded message IDs of consumer ("" for all
 // consumers) in key order inside tx, expired ones included.
 func Entries(tx kv.Tx, consumer string) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
@@ -253,58 +255,19 @@ func Entries(tx kv.Tx, consumer string) iter.Seq2[Entry, error] {
 	}
 }
 
-func init() { kv.RegisterChecker("inbox", checkInbox) }
-
-func checkInbox(tx kv.Tx, report func(string)) {
-	expiries := map[string]time.Time{}
-	for e, err := range Entries(tx, "") {
-		if err != nil {
-			report(err.Error())
-			continue
+// RecordKind is the kind of the processed-message IDs: pass it to
+// retention.Sweep to forget IDs past their window, and to kv.DB.Check to
+// verify them.
+var RecordKind kv.RecordKind = &keyspace.Kind[Entry]{
+	KindName:  "inbox",
+	Records:   inboxNS,
+	Expiry:    inboxExpiry,
+	Decode:    func(k, v []byte, _ bool) (Entry, error) { return decodeInbox(k, v) },
+	ExpiresAt: func(e Entry) time.Time { return e.ExpiresAt },
+	Remove: func(tx kv.Tx, b kv.Bucket, k []byte, e Entry) error {
+		if err := b.Delete(k); err != nil {
+			return err
 		}
-		k := string(inboxKey(e.Consumer, e.MessageID))
-		expiries[k] = e.ExpiresAt
-		if !inboxExpiry.Has(tx, e.ExpiresAt, []byte(k)) {
-			report(fmt.Sprintf("inbox %q: no expiry-index entry", k))
-		}
-	}
-	_ = inboxExpiry.ForEach(tx, func(at time.Time, k []byte) error {
-		if exp, ok := expiries[string(k)]; !ok || !exp.Equal(at) {
-			report(fmt.Sprintf("inbox expiry-index entry %s %q matches no record", at.Format(time.RFC3339Nano), k))
-		}
-		return nil
-	})
-}
-
-func init() { kv.RegisterSweeper("inbox", inboxSweeper{}) }
-
-// inboxSweeper forgets message IDs past their window.
-type inboxSweeper struct{}
-
-func (inboxSweeper) Index() kv.TimeIndex { return inboxExpiry }
-
-func (inboxSweeper) Expire(tx kv.Tx, at time.Time, key []byte, now time.Time, dryRun bool) (bool, string, error) {
-	b := inboxNS.Bucket(tx)
-	var v []byte
-	if b != nil {
-		v = b.Get(key)
-	}
-	if v == nil {
-		return false, "index mismatch", nil
-	}
-	e, err := decodeInbox(key, v)
-	switch {
-	case err != nil:
-		return false, "corrupt", nil
-	case !e.ExpiresAt.Equal(at):
-		return false, "index mismatch", nil
-	case now.Before(e.ExpiresAt):
-		return false, "not expired", nil
-	case dryRun:
-		return true, "", nil
-	}
-	if err := b.Delete(key); err != nil {
-		return false, "", err
-	}
-	return true, "", inboxExpiry.Delete(tx, at, key)
+		return inboxExpiry.Delete(tx, e.ExpiresAt, k)
+	},
 }

@@ -31,7 +31,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	clock := kv.NewManualClock(t0)
-	return &bundle{db: kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}), clock: clock}
+	return &bundle{db: kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, inbox.RecordKind), clock: clock}
 }
 
 // apply adds amount to the consumer's balance: the state change a message causes.

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/outbox"
@@ -324,7 +325,7 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 			st.Tenants = append(st.Tenants, TenantUsage{Tenant: tenant, Records: u.Records, Bytes: u.Bytes})
 		}
 		bt := kv.BoltTx(tx)
-		for _, ns := range kv.Namespaces(tx, "") {
+		for _, ns := range keyspace.List(tx, "") {
 			bk := bt.Bucket(ns.Bytes())
 			if bk == nil {
 				continue
@@ -340,7 +341,7 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 
 // Check runs bbolt's consistency check and every oncekv invariant.
 func (i *Inspector) Check(ctx context.Context) ([]Problem, error) {
-	ps, err := i.db.Check(ctx)
+	ps, err := i.db.Check(ctx, Checkers()...)
 	out := []Problem{}
 	for _, p := range ps {
 		out = append(out, Problem{Check: p.Check, Message: p.Message})

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/internal/failpoint"
 )
 
@@ -37,6 +35,9 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
+	if !db.traits.GroupCommit {
+		return db.Update(ctx, fn)
+	}
 	b := &db.batch
 	c := &batchCall{ctx: ctx, fn: fn, done: make(chan batchResult, 1)}
 
@@ -64,7 +65,7 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		case r.solo:
 			// fn failed after other calls of its batch; its error may have been
 			// caused by their writes, so find its real outcome alone.
-			return unreject(db.bolt.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) }))
+			return closedErr(unreject(db.backend.Update(ctx, func(t Tx) error { return fn(guard(t)) })))
 		case r.panic != nil:
 			panic(r.panic.Value)
 		}
@@ -80,7 +81,7 @@ type batchCall struct {
 
 type batchResult struct {
 	err   error
-	panic *PanicError
+	panic *panicked
 	lead  bool // the receiver now leads the next batch
 	solo  bool // the receiver must run its function on its own
 }
@@ -146,8 +147,8 @@ func (b *batcher) run(calls []*batchCall) {
 		failed := -1
 		var res batchResult
 		rejected = rejected[:len(calls)]
-		err := b.db.bolt.Update(func(t *bolt.Tx) error {
-			tx := (*boltTx)(t)
+		err := b.db.backend.Update(context.Background(), func(t Tx) error {
+			tx := guard(t)
 			for i, c := range calls {
 				p, err := safeCall(c.fn, tx)
 				rejected[i] = nil
@@ -216,11 +217,15 @@ func unreject(err error) error {
 	return err
 }
 
-func safeCall(fn func(Tx) error, tx Tx) (p *PanicError, err error) {
+func safeCall(fn func(Tx) error, tx Tx) (p *panicked, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p = &PanicError{Value: r}
+			p = &panicked{Value: r}
 		}
 	}()
 	return nil, fn(tx)
 }
+
+// panicked carries the value a batched function panicked with, to re-raise
+// it in the caller's goroutine.
+type panicked struct{ Value any }

@@ -5,50 +5,59 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"sort"
-	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
 // Problem is one inconsistency found by Check.
 type Problem struct {
-	Check   string // which check found it: "bbolt", "format", or a registered checker's name
+	Check   string // which check found it: "bbolt", "format", or a Checker's name
 	Message string
 }
 
 func (p Problem) String() string { return p.Check + ": " + p.Message }
 
-// Checker inspects the database inside a read-only transaction and reports
-// every inconsistency it finds through report. oncekv's packages register
-// checkers for their invariants (every expiry-index entry points to its
-// record and back, every record decodes, unique indexes match their rows).
-type Checker func(tx Tx, report func(msg string))
-
-var (
-	checkersMu sync.Mutex
-	checkers   = map[string]Checker{}
-)
-
-// RegisterChecker adds a named invariant check run by DB.Check. Packages call
-// it from init; registering a name twice panics.
-func RegisterChecker(name string, c Checker) {
-	checkersMu.Lock()
-	defer checkersMu.Unlock()
-	if _, dup := checkers[name]; dup {
-		panic("kv: checker registered twice: " + name)
-	}
-	checkers[name] = c
+// Checker verifies one package's invariants over a whole store. Packages
+// export theirs (ledger.Kind, conditional.Tables, ...), and DB.Check runs
+// the ones it is given: nothing registers itself.
+type Checker interface {
+	// Name names the check in the problems it reports ("ledger").
+	Name() string
+	// Check reports every inconsistency it finds in tx through report.
+	Check(tx Tx, report func(msg string))
 }
 
-// Check runs bbolt's own page-level consistency check and every registered
-// invariant check in one read-only transaction, and returns the problems
-// found (nil when the database is consistent). Its cost is proportional to
-// the size of the database.
+// RecordKind is a kind of record kept with a retention (idempotency
+// records, inbox IDs, published events, finished intents). retention.Sweep
+// takes the kinds to sweep explicitly; each is also a Checker.
+type RecordKind interface {
+	Checker
+	// Due returns up to limit records due for expiry at now, in expiry
+	// order, starting after the cursor after (nil: from the start).
+	Due(tx Tx, now time.Time, after []byte, limit int) []Due
+	// Expire re-checks the record behind d and, unless dryRun, removes it
+	// when it may go; otherwise it says why it was kept ("live lease",
+	// "pending", "not expired").
+	Expire(tx Tx, d Due, now time.Time, dryRun bool) (deleted bool, kept string, err error)
+}
+
+// Due is a record due for expiry, as RecordKind.Due finds it.
+type Due struct {
+	At     time.Time // the record's expiry
+	Key    []byte    // the record's key
+	Cursor []byte    // where the next Due call resumes
+}
+
+// Check runs bbolt's own page-level consistency check (on a bbolt backend),
+// verifies the format record, and runs every checker given, in one
+// read-only transaction. It returns the problems found (nil when the
+// database is consistent). Its cost is proportional to the size of the
+// database.
 //
 // A damaged file never crashes Check: bbolt's assertion panics and memory
 // faults on pages past the end are reported as a "bbolt" problem.
-func (db *DB) Check(ctx context.Context) (problems []Problem, err error) {
+func (db *DB) Check(ctx context.Context, checkers ...Checker) (problems []Problem, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
@@ -57,14 +66,14 @@ func (db *DB) Check(ctx context.Context) (problems []Problem, err error) {
 		}
 	}()
 	err = db.View(ctx, func(tx Tx) error {
-		problems = CheckTx(tx)
+		problems = CheckTx(tx, checkers...)
 		return nil
 	})
 	return problems, err
 }
 
 // CheckTx is Check inside the caller's transaction.
-func CheckTx(tx Tx) []Problem {
+func CheckTx(tx Tx, checkers ...Checker) []Problem {
 	var problems []Problem
 	if bt := BoltTx(tx); bt != nil {
 		if err := walkTx(bt); err != nil {
@@ -74,32 +83,19 @@ func CheckTx(tx Tx) []Problem {
 		for err := range bt.Check(bolt.WithKVStringer(bolt.HexKVStringer())) {
 			problems = append(problems, Problem{Check: "bbolt", Message: err.Error()})
 		}
-		if _, err := readFormat(bt); err != nil {
-			problems = append(problems, Problem{Check: "format", Message: err.Error()})
-		}
 	}
-
-	checkersMu.Lock()
-	names := make([]string, 0, len(checkers))
-	for n := range checkers {
-		names = append(names, n)
+	if _, err := StoredFormat(tx); err != nil {
+		problems = append(problems, Problem{Check: "format", Message: err.Error()})
 	}
-	sort.Strings(names)
-	cs := make([]Checker, len(names))
-	for i, n := range names {
-		cs[i] = checkers[n]
-	}
-	checkersMu.Unlock()
-
-	for i, c := range cs {
-		name := names[i]
+	for _, c := range checkers {
+		name := c.Name()
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
 					problems = append(problems, Problem{Check: name, Message: fmt.Sprintf("checker panicked: %v", r)})
 				}
 			}()
-			c(tx, func(msg string) { problems = append(problems, Problem{Check: name, Message: msg}) })
+			c.Check(tx, func(msg string) { problems = append(problems, Problem{Check: name, Message: msg}) })
 		}()
 	}
 	return problems

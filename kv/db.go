@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -111,17 +112,19 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// DB is an open oncekv database: a bbolt file plus the clock, the group
-// committer and the identity of this process's incarnation. It is safe for
-// concurrent use.
+// DB is an open oncekv database: a backend (a bbolt file by default) plus
+// the clock, the group committer and the identity of this process's
+// incarnation. It is safe for concurrent use.
 type DB struct {
-	bolt        *bolt.DB
+	backend     Backend
+	traits      Traits
+	bolt        *bolt.DB // nil unless the backend is bbolt
 	path        string
 	opts        Options
-	owned       bool // Close closes the bbolt handle
 	incarnation uuid.UUID
 	batch       batcher
 	closed      atomic.Bool
+	attached    sync.Map
 }
 
 // Open opens (creating if needed) the bbolt file at path with oncekv's
@@ -160,7 +163,8 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", path, err)
 	}
-	db, err := newDB(b, path, o, true)
+	b.MaxBatchSize = o.MaxBatchSize
+	db, err := newDB(&boltBackend{db: b, owned: true}, b, path, o)
 	if err != nil {
 		_ = b.Close()
 		return nil, err
@@ -201,15 +205,29 @@ func Wrap(b *bolt.DB, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	o.ReadOnly = b.IsReadOnly()
-	return newDB(b, b.Path(), o, false)
+	return newDB(&boltBackend{db: b}, b, b.Path(), o)
 }
 
-func newDB(b *bolt.DB, path string, o Options, owned bool) (*DB, error) {
-	if err := checkFormat(b, path, o.RequireFormat); err != nil {
+// New returns a DB over any Backend (package etcdkv provides one). It checks
+// the stored format record and, unless Options.ReadOnly or RequireFormat is
+// set, stamps a store that has none. Options that only apply to a bbolt
+// file are ignored. Close on the DB closes the backend.
+func New(b Backend, opts *Options) (*DB, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil Backend", ErrInvalidOptions)
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	b.MaxBatchSize = o.MaxBatchSize
-	db := &DB{bolt: b, path: path, opts: o, owned: owned, incarnation: uuid.New()}
+	return newDB(b, nil, b.Traits().Name, o)
+}
+
+func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
+	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New()}
+	if err := db.checkFormat(); err != nil {
+		return nil, err
+	}
 	db.batch.db = db
 	db.batch.full = make(chan struct{}, 1)
 	return db, nil
@@ -221,19 +239,34 @@ func (db *DB) Close() error {
 	if !db.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if !db.owned {
-		return nil
-	}
 	defer unregister(db)
-	return db.bolt.Close()
+	return db.backend.Close()
 }
 
-// Path returns the database file's path.
+// Path returns the database file's path (for another backend, its name).
 func (db *DB) Path() string { return db.path }
 
 // Bolt returns the underlying bbolt handle, for code that wants to use bbolt
-// directly alongside oncekv.
+// directly alongside oncekv; nil when the backend is not bbolt.
 func (db *DB) Bolt() *bolt.DB { return db.bolt }
+
+// Backend returns the backend the DB runs on.
+func (db *DB) Backend() Backend { return db.backend }
+
+// Traits returns the backend's traits (see Traits).
+func (db *DB) Traits() Traits { return db.traits }
+
+// Attachment returns the value attached to db under key, creating it with
+// create on first use. Packages built on kv keep per-database state there
+// (the ledger's key directory and waiters), so that every handle they make
+// over one DB shares it. key should be a value of an unexported type.
+func (db *DB) Attachment(key any, create func() any) any {
+	if v, ok := db.attached.Load(key); ok {
+		return v
+	}
+	v, _ := db.attached.LoadOrStore(key, create())
+	return v
+}
 
 // Now returns the current time from the configured Clock.
 func (db *DB) Now() time.Time { return db.opts.Clock.Now() }
@@ -258,8 +291,8 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
-	err := db.bolt.Update(func(t *bolt.Tx) error {
-		if err := fn((*boltTx)(t)); err != nil {
+	err := db.backend.Update(ctx, func(t Tx) error {
+		if err := fn(guard(t)); err != nil {
 			return err
 		}
 		failpoint.Inject(failpoint.KVUpdateBeforeCommit)
@@ -277,7 +310,7 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
-	return db.bolt.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(guard(t)) }))
 }
 
 func (db *DB) usable(ctx context.Context) error {

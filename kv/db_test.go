@@ -96,10 +96,7 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 func TestNewerFormatIsRefusedAndUntouched(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "new.db")
-	b, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, kv.WriteFormatForTest(b, kv.FormatVersion+1))
-	require.NoError(t, b.Close())
+	kvtest.WriteFormat(t, path, kv.FormatVersion+1)
 	before, err := os.ReadFile(path)
 	require.NoError(t, err)
 
@@ -147,6 +144,15 @@ func TestReservedNamespace(t *testing.T) {
 		// A user bucket that merely contains the word is fine.
 		_, err = tx.CreateBucketIfNotExists([]byte("oncekv/meta"))
 		require.NoError(t, err)
+		// The top-level cursor lists the caller's buckets only.
+		var names []string
+		c := tx.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			names = append(names, string(k))
+		}
+		require.Equal(t, []string{"oncekv/meta"}, names)
+		k, _ := c.Seek([]byte{0})
+		require.Equal(t, "oncekv/meta", string(k), "Seek skips the reserved names")
 		return nil
 	}))
 	// The format record survived.
@@ -214,12 +220,11 @@ func TestWrapAndWrapTx(t *testing.T) {
 	db, err := kv.Wrap(b, nil)
 	require.NoError(t, err)
 
-	ns := kv.NewNamespace("test")
 	committed := 0
 	require.NoError(t, b.Update(func(btx *bolt.Tx) error {
 		tx := kv.WrapTx(btx)
 		require.Same(t, btx, kv.BoltTx(tx))
-		bk, err := ns.Create(tx)
+		bk, err := tx.CreateBucketIfNotExists([]byte("test"))
 		require.NoError(t, err)
 		require.NoError(t, bk.Put([]byte("k"), []byte("v")))
 		tx.OnCommit(func() { committed++ })
@@ -232,14 +237,14 @@ func TestWrapAndWrapTx(t *testing.T) {
 
 	// A rolled-back caller transaction takes oncekv's writes with it.
 	_ = b.Update(func(btx *bolt.Tx) error {
-		bk, _ := ns.Create(kv.WrapTx(btx))
+		bk, _ := kv.WrapTx(btx).CreateBucketIfNotExists([]byte("test"))
 		_ = bk.Put([]byte("k2"), []byte("v"))
 		kv.WrapTx(btx).OnCommit(func() { committed++ })
 		return errors.New("rollback")
 	})
 	require.Equal(t, 1, committed)
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-		bk := ns.Bucket(tx)
+		bk := tx.Bucket([]byte("test"))
 		require.Equal(t, []byte("v"), bk.Get([]byte("k")))
 		require.Nil(t, bk.Get([]byte("k2")))
 		return nil
@@ -287,21 +292,23 @@ func TestBucketCursorAndNested(t *testing.T) {
 	}))
 }
 
-// A registered checker's findings come back from Check, named after it.
-func init() {
-	kv.RegisterChecker("kv_test", func(tx kv.Tx, report func(string)) {
-		if tx.Bucket([]byte("kv_test.broken")) != nil {
-			report("the kv_test.broken bucket exists")
-		}
-	})
+// brokenChecker reports the bucket "kv_test.broken".
+type brokenChecker struct{}
+
+func (brokenChecker) Name() string { return "kv_test" }
+func (brokenChecker) Check(tx kv.Tx, report func(string)) {
+	if tx.Bucket([]byte("kv_test.broken")) != nil {
+		report("the kv_test.broken bucket exists")
+	}
 }
 
-func TestCheckRunsRegisteredCheckers(t *testing.T) {
+// The findings of the checkers passed to Check come back, named after them.
+func TestCheckRunsTheGivenCheckers(t *testing.T) {
 	t.Parallel()
 	db, err := kv.Open(filepath.Join(t.TempDir(), "check.db"), nil)
 	require.NoError(t, err)
 	defer db.Close()
-	problems, err := db.Check(ctx)
+	problems, err := db.Check(ctx, brokenChecker{})
 	require.NoError(t, err)
 	require.Empty(t, problems)
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
@@ -309,6 +316,9 @@ func TestCheckRunsRegisteredCheckers(t *testing.T) {
 		return err
 	}))
 	problems, err = db.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, problems, "a checker not given does not run")
+	problems, err = db.Check(ctx, brokenChecker{})
 	require.NoError(t, err)
 	require.Equal(t, []kv.Problem{{Check: "kv_test", Message: "the kv_test.broken bucket exists"}}, problems)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // Errors returned by Open.
@@ -64,9 +66,9 @@ var (
 	// ErrClosed is returned by managed transactions on a closed DB.
 	ErrClosed = errors.New("kv: database is closed")
 
-	// ErrCorrupt is returned (wrapped in a *CorruptError) when a stored record
-	// cannot be decoded.
-	ErrCorrupt = errors.New("kv: corrupt record")
+	// ErrCorrupt is returned (wrapped in a *CorruptError) when a stored
+	// record cannot be decoded.
+	ErrCorrupt = record.ErrCorrupt
 )
 
 // LockedError reports that the database file is held by another process.
@@ -106,28 +108,7 @@ func (e *FormatError) Error() string {
 // Unwrap returns ErrNewerFormat.
 func (e *FormatError) Unwrap() error { return ErrNewerFormat }
 
-// CorruptError reports a stored record that failed to decode: a bad checksum,
-// an unknown kind or version, or a field that runs past the end.
+// CorruptError reports a stored record that failed to decode: a bad
+// checksum, an unknown kind or version, or a field that runs past the end.
 // errors.Is(err, ErrCorrupt) is true for it.
-type CorruptError struct {
-	Kind   Kind   // record kind expected by the caller
-	Offset int    // byte offset where decoding failed
-	Reason string // what was wrong
-}
-
-func (e *CorruptError) Error() string {
-	return fmt.Sprintf("kv: corrupt %s record at byte %d: %s", e.Kind, e.Offset, e.Reason)
-}
-
-// Unwrap returns ErrCorrupt.
-func (e *CorruptError) Unwrap() error { return ErrCorrupt }
-
-// PanicError is returned by Batch to the other calls of a batch when one call
-// panicked; the panicking call itself re-panics in its own goroutine.
-type PanicError struct {
-	Value any
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("kv: transaction function panicked: %v", e.Value)
-}
+type CorruptError = record.CorruptError

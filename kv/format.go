@@ -1,109 +1,95 @@
 package kv
 
 import (
-	"errors"
+	"context"
 	"fmt"
+	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
-// FormatVersion is the on-disk format this build writes. A file whose format
-// record carries a larger number is refused by Open with a *FormatError and
-// left untouched; a file with a smaller number is read as is (every format
-// change so far is additive). A file without a format record is stamped with
-// FormatVersion the first time it is opened for writing.
+// FormatVersion is the on-disk format this build writes. A store whose format
+// record carries a larger number is refused with a *FormatError and left
+// untouched; a store with a smaller number is read as is (every format
+// change so far is additive). A store without a format record is stamped
+// with FormatVersion the first time it is opened for writing.
 //
 // History:
 //
 //	1: initial format (December 2026).
 const FormatVersion uint32 = 1
 
-var (
-	metaNS    = NewNamespace("meta")
-	formatKey = []byte("format")
-)
+// Never is the expiry of a record whose retention is unlimited: far in the
+// future but inside the range of the time encoding (int64 Unix
+// nanoseconds). Every expiry later than Never is stored as Never, so a
+// record is either kept for a bounded time or forever, never wrapped round
+// into the past.
+var Never = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 
-var errReadOnlyTx = errors.New("kv: write in a read-only transaction")
+// MaxRetention is the longest retention, lease or delay a configuration may
+// name (100 years). Times are stored as int64 Unix nanoseconds, which end in
+// 2262: a longer duration added to now would wrap round into the past and
+// make a record expired at once (issue 13). Configurations reject anything
+// longer; use a negative retention (retention.Forever) to keep records for
+// good.
+const MaxRetention = 100 * 365 * 24 * time.Hour
 
-// readFormat returns the stored format version, 0 if none is stored.
-func readFormat(tx *bolt.Tx) (uint32, error) {
-	b := tx.Bucket(metaNS.Bytes())
+var metaBucket = []byte(record.MetaBucket)
+
+// StoredFormat returns the format version recorded in the store (0 if
+// none), or the error that makes the format record unreadable.
+func StoredFormat(tx Tx) (uint32, error) {
+	raw := tx
+	for {
+		u, ok := raw.(interface{ Unwrap() Tx })
+		if !ok {
+			break
+		}
+		raw = u.Unwrap()
+	}
+	b := raw.Bucket(metaBucket)
 	if b == nil {
 		return 0, nil
 	}
-	v := b.Get(formatKey)
+	v := b.Get(record.FormatKey)
 	if v == nil {
 		return 0, nil
 	}
-	d, _, err := NewDecoder(KindFormat, v)
-	if err != nil {
-		return 0, err
-	}
-	n := d.Uvarint()
-	if err := d.Done(); err != nil {
-		return 0, err
-	}
-	if n == 0 || n > 1<<31 {
-		return 0, d.Fail(fmt.Sprintf("format version %d out of range", n))
-	}
-	return uint32(n), nil
+	return record.DecodeFormat(v)
 }
 
-// checkFormat refuses newer formats and stamps unformatted files when
-// writable, unless the format is required (then an unformatted file is
+// checkFormat refuses newer formats and stamps unformatted stores when
+// writable, unless the format is required (then an unformatted store is
 // another application's and is refused untouched).
-func checkFormat(db *bolt.DB, path string, required bool) error {
+func (db *DB) checkFormat() error {
+	ctx := context.Background()
 	var found uint32
-	err := db.View(func(tx *bolt.Tx) error {
+	err := db.backend.View(ctx, func(tx Tx) error {
 		var err error
-		found, err = readFormat(tx)
+		found, err = StoredFormat(tx)
 		return err
 	})
 	if err != nil {
-		return &FileError{Path: path, Err: ErrDamaged, Reason: fmt.Sprintf("has an unreadable oncekv format record: %v", err), Cause: err}
+		return &FileError{Path: db.path, Err: ErrDamaged, Reason: fmt.Sprintf("has an unreadable oncekv format record: %v", err), Cause: err}
 	}
 	if found > FormatVersion {
-		return &FormatError{Path: path, Found: found, Supported: FormatVersion}
+		return &FormatError{Path: db.path, Found: found, Supported: FormatVersion}
 	}
-	if found == 0 && required {
-		return &FileError{Path: path, Err: ErrNotDatabase, Reason: "is a bbolt file without an oncekv format record (another application's database?); it was not modified"}
+	if found == 0 && db.opts.RequireFormat {
+		what := "store"
+		if db.bolt != nil {
+			what = "bbolt file"
+		}
+		return &FileError{Path: db.path, Err: ErrNotDatabase, Reason: "is a " + what + " without an oncekv format record (another application's database?); it was not modified"}
 	}
-	if found != 0 || db.IsReadOnly() {
+	if found != 0 || db.opts.ReadOnly {
 		return nil
 	}
-	return db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(metaNS.Bytes())
+	return db.backend.Update(ctx, func(tx Tx) error {
+		b, err := tx.CreateBucketIfNotExists(metaBucket)
 		if err != nil {
 			return err
 		}
-		return b.Put(formatKey, encodeFormat(FormatVersion))
+		return b.Put(record.FormatKey, record.EncodeFormat(FormatVersion))
 	})
-}
-
-func encodeFormat(v uint32) []byte {
-	var e Encoder
-	e.Reset(KindFormat, 1)
-	e.Uvarint(uint64(v))
-	return e.Finish()
-}
-
-// WriteFormatForTest stamps the file's format record with v. It exists so that
-// tests (here and in the CLI) can produce a file from a "newer" oncekv.
-func WriteFormatForTest(db *bolt.DB, v uint32) error {
-	return db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(metaNS.Bytes())
-		if err != nil {
-			return err
-		}
-		return b.Put(formatKey, encodeFormat(v))
-	})
-}
-
-// StoredFormat returns the format version recorded in the file (0 if none).
-func StoredFormat(tx Tx) (uint32, error) {
-	bt := BoltTx(tx)
-	if bt == nil {
-		return 0, errors.New("kv: format record needs a bbolt transaction")
-	}
-	return readFormat(bt)
 }

@@ -24,7 +24,7 @@ func TestCheckFindsBrokenIndexAndCorruptRecords(t *testing.T) {
 		_, err := l.Do(ctx, req(k, "x"), order(k, nil))
 		require.NoError(t, err)
 	}
-	problems, err := db.Check(ctx)
+	problems, err := db.Check(ctx, ledger.RecordKind)
 	require.NoError(t, err)
 	require.Empty(t, problems)
 
@@ -40,11 +40,11 @@ func TestCheckFindsBrokenIndexAndCorruptRecords(t *testing.T) {
 		bad[10] ^= 0xff
 		return recs.Put([]byte("acme|POST /v1/orders\x00c"), bad)
 	}))
-	problems, err = db.Check(ctx)
+	problems, err = db.Check(ctx, ledger.RecordKind)
 	require.NoError(t, err)
 	var msgs []string
 	for _, p := range problems {
-		require.Equal(t, "ledger", p.Check)
+		require.Equal(t, "idempotency", p.Check)
 		msgs = append(msgs, p.Message)
 	}
 	require.Len(t, msgs, 3, "%v", msgs)

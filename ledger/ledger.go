@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -47,7 +49,7 @@ type Config struct {
 	RetryAfter time.Duration
 
 	// CompressThreshold is the body size above which stored responses are
-	// zstd-compressed. 0 means kv.DefaultCompressThreshold; negative disables
+	// zstd-compressed. 0 means record.DefaultCompressThreshold; negative disables
 	// compression.
 	CompressThreshold int
 
@@ -83,7 +85,7 @@ func (c *Config) withDefaults() Config {
 		r.RetryAfter = DefaultRetryAfter
 	}
 	if r.CompressThreshold == 0 {
-		r.CompressThreshold = kv.DefaultCompressThreshold
+		r.CompressThreshold = record.DefaultCompressThreshold
 	}
 	if r.MaxResponseBytes == 0 {
 		r.MaxResponseBytes = DefaultMaxResponseBytes
@@ -124,8 +126,8 @@ type Ledger struct {
 }
 
 var (
-	recordsNS = kv.NewNamespace("ledger")
-	expiryIdx = kv.NewTimeIndex("ledger.expiry")
+	recordsNS = keyspace.New("ledger")
+	expiryIdx = keyspace.NewTimeIndex("ledger.expiry")
 )
 
 // New returns a Ledger over db. cfg may be nil for defaults.
@@ -163,7 +165,7 @@ func (l *Ledger) expiry(scope string, t time.Time) time.Time {
 	if d > 0 {
 		d = max(d, l.cfg.Lease) // never shorter than a claim's lease
 	}
-	return kv.ExpiryAt(t, d)
+	return keyspace.ExpiryAt(t, d)
 }
 
 func validate(scope, key string) error {
@@ -177,7 +179,7 @@ func validate(scope, key string) error {
 func load(b kv.Bucket, rk []byte, withBody bool) (*Record, error) {
 	scope, key, ok := splitRecordKey(rk)
 	if !ok {
-		return nil, recordError(rk, &kv.CorruptError{Kind: kv.KindIdempotency, Reason: "record key has no scope separator"})
+		return nil, recordError(rk, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "record key has no scope separator"})
 	}
 	return loadAs(b, scope, key, rk, withBody)
 }
@@ -214,7 +216,7 @@ func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prev *Record
 		prevExpiry, records, prevBytes = prev.ExpiresAt, 0, int64(prev.StoredBytes)
 	}
 	// A fresh buffer per record: bbolt keeps the value slice until commit.
-	var e kv.Encoder
+	var e record.Encoder
 	if err := b.Put(rk, encodeRecord(&e, r, l.cfg.CompressThreshold)); err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func setup(t *testing.T, cfg *ledger.Config) (*ledger.Ledger, *bundle) {
 	t.Helper()
 	clock := kv.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock}, ledger.RecordKind)
 	l, err := ledger.New(db, cfg)
 	require.NoError(t, err)
 	return l, &bundle{db: db, clock: clock, path: path}
@@ -272,7 +272,7 @@ func TestTwoPhaseCrashBetweenClaimAndCompletion(t *testing.T) {
 	require.False(t, stale.Takeover)
 	require.NoError(t, db1.Close()) // the process "dies": nothing but the file survives
 
-	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, ledger.RecordKind)
 	l2, err := ledger.New(db2, cfg)
 	require.NoError(t, err)
 	rec, err := l2.Get(ctx, "acme|POST /v1/orders", "pay-1")
@@ -342,7 +342,7 @@ func TestRecoverOrphansTakesOverAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrInProgress)
 	require.NoError(t, db1.Close())
 
-	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, ledger.RecordKind)
 	l2, _ := ledger.New(db2, cfg)
 	out, err := l2.Claim(ctx, req("k", "b"))
 	require.NoError(t, err)

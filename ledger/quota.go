@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -80,23 +82,23 @@ func TenantOf(scope string) string {
 }
 
 var (
-	usageNS       = kv.NewNamespace("ledger.usage")
+	usageNS       = keyspace.New("ledger.usage")
 	usageComplete = []byte("\x00complete") // set once usage covers every record
 )
 
 const usageLayout = 1
 
 func encodeUsage(u Usage) []byte {
-	var e kv.Encoder
-	e.Reset(kv.KindUsage, usageLayout)
+	var e record.Encoder
+	e.Reset(record.KindUsage, usageLayout)
 	e.Varint(u.Records)
 	e.Varint(u.Bytes)
 	return e.Finish()
 }
 
 func decodeUsage(v []byte) (Usage, error) {
-	var d kv.Decoder
-	layout, err := d.Reset(kv.KindUsage, v)
+	var d record.Decoder
+	layout, err := d.Reset(record.KindUsage, v)
 	if err != nil {
 		return Usage{}, err
 	}

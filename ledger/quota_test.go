@@ -70,7 +70,7 @@ func TestTenantQuotas(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrQuotaExceeded, "expired, not yet swept")
 	_, err = l.Do(ctx, tenantReq("acme", "k0"), small)
 	require.NoError(t, err, "an expired key is replaced, not added")
-	st, err := retention.Sweep(ctx, b.db, nil)
+	st, err := retention.Sweep(ctx, b.db, nil, ledger.RecordKind)
 	require.NoError(t, err)
 	require.Equal(t, 3, st.Kinds[retention.Idempotency].Deleted)
 	u, _ = l.Usage(ctx, "acme")
@@ -131,7 +131,7 @@ func TestUsageIsCountedForOlderFiles(t *testing.T) {
 	require.NoError(t, bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(kv.ReservedPrefix + "ledger.usage")) }))
 	require.NoError(t, bdb.Close())
 
-	db = kvtest.OpenPath(t, path, &kv.Options{NoSync: true})
+	db = kvtest.OpenPath(t, path, &kv.Options{NoSync: true}, ledger.RecordKind)
 	l, err = ledger.New(db, nil)
 	require.NoError(t, err)
 	u, err := l.Usage(ctx, "acme")

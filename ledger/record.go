@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -119,8 +120,8 @@ func splitRecordKey(k []byte) (scope, key string, ok bool) {
 
 // encodeRecord writes r into e. Bodies longer than threshold (when
 // threshold > 0) are compressed.
-func encodeRecord(e *kv.Encoder, r *Record, threshold int) []byte {
-	e.Reset(kv.KindIdempotency, recordLayout)
+func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
+	e.Reset(record.KindIdempotency, recordLayout)
 	e.Byte(byte(r.Status))
 	e.Fixed(r.Fingerprint[:])
 	e.Uvarint(r.Version)
@@ -140,7 +141,7 @@ func encodeRecord(e *kv.Encoder, r *Record, threshold int) []byte {
 	flags := byte(flagResponse)
 	r.Compressed = false
 	if threshold > 0 && len(body) > threshold {
-		if c := kv.Compress(nil, body); len(c) < len(body) {
+		if c := record.Compress(nil, body); len(c) < len(body) {
 			body, flags, r.Compressed = c, flags|flagCompressed, true
 		}
 	}
@@ -173,7 +174,7 @@ func encodeRecord(e *kv.Encoder, r *Record, threshold int) []byte {
 func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
 	scope, key, ok := splitRecordKey(k)
 	if !ok {
-		return nil, &kv.CorruptError{Kind: kv.KindIdempotency, Reason: "record key has no scope separator"}
+		return nil, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "record key has no scope separator"}
 	}
 	return decodeRecordAs(scope, key, v, withBody)
 }
@@ -181,8 +182,8 @@ func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
 // decodeRecordAs is decodeRecord for a caller that already holds the
 // record's scope and key as strings (the hot look-up path).
 func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error) {
-	var d kv.Decoder
-	layout, err := d.Reset(kv.KindIdempotency, v)
+	var d record.Decoder
+	layout, err := d.Reset(record.KindIdempotency, v)
 	if err != nil {
 		return nil, err
 	}
@@ -269,12 +270,12 @@ func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error)
 		return nil, err
 	}
 	if r.Compressed {
-		if rawLen > kv.MaxDecompressedSize {
+		if rawLen > record.MaxDecompressedSize {
 			return nil, d.Fail(fmt.Sprintf("body of %d bytes exceeds the decompression limit", rawLen))
 		}
 		// Pre-size from the stored length, but never trust it for more than a
 		// few times the compressed size: DecodeAll grows the buffer if needed.
-		out, err := kv.Decompress(kv.KindIdempotency, make([]byte, 0, min(rawLen, uint64(8*len(body)+4096))), body)
+		out, err := record.Decompress(record.KindIdempotency, make([]byte, 0, min(rawLen, uint64(8*len(body)+4096))), body)
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -27,12 +28,12 @@ func sampleRecord(body []byte) *Record {
 func TestRecordRoundTrip(t *testing.T) {
 	for _, body := range [][]byte{{}, []byte(`{"id":1}`), bytes.Repeat([]byte("compress me "), 500)} {
 		r := sampleRecord(body)
-		var e kv.Encoder
-		enc := bytes.Clone(encodeRecord(&e, r, kv.DefaultCompressThreshold))
+		var e record.Encoder
+		enc := bytes.Clone(encodeRecord(&e, r, record.DefaultCompressThreshold))
 		got, err := decodeRecord(recordKey(nil, r.Scope, r.Key), enc, true)
 		require.NoError(t, err)
 		require.Equal(t, r.Compressed, got.Compressed)
-		require.Equal(t, len(body) > kv.DefaultCompressThreshold, got.Compressed)
+		require.Equal(t, len(body) > record.DefaultCompressThreshold, got.Compressed)
 		got.StoredBytes, r.StoredBytes = 0, 0
 		require.Equal(t, r.Response.Status, got.ResponseStatus)
 		got.ResponseStatus = 0
@@ -49,7 +50,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	inProgress := sampleRecord(nil)
 	inProgress.Status, inProgress.Response, inProgress.CompletedAt = StatusInProgress, nil, time.Time{}
 	inProgress.LeaseExpiresAt = inProgress.CreatedAt.Add(time.Minute)
-	var e kv.Encoder
+	var e record.Encoder
 	enc := encodeRecord(&e, inProgress, 0)
 	require.Equal(t, len(enc), inProgress.StoredBytes, "the encoder reports the stored size")
 	got, err := decodeRecord(recordKey(nil, "acme|POST /v1/orders", "key-1"), enc, true)
@@ -60,7 +61,7 @@ func TestRecordRoundTrip(t *testing.T) {
 // FuzzDecodeRecord: arbitrary bytes under an arbitrary key never panic the
 // decoder; whatever decodes re-encodes to a record that decodes the same.
 func FuzzDecodeRecord(f *testing.F) {
-	var e kv.Encoder
+	var e record.Encoder
 	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecord(&e, sampleRecord([]byte("hello")), 0)))
 	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecord(&e, sampleRecord(bytes.Repeat([]byte("z"), 3000)), 1024)))
 	f.Add([]byte("no-separator"), []byte{0xB7, 0x10, 1, 2, 0, 0, 0, 0})
@@ -71,7 +72,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if len(val) >= 7 {
 			sealed := bytes.Clone(val)
 			body := len(sealed) - 4
-			sealed[0], sealed[1] = 0xB7, byte(kv.KindIdempotency)
+			sealed[0], sealed[1] = 0xB7, byte(record.KindIdempotency)
 			binary.LittleEndian.PutUint32(sealed[body:], crc32.Checksum(sealed[:body], crc32.MakeTable(crc32.Castagnoli)))
 			fuzzOne(t, key, sealed)
 		}
@@ -85,7 +86,7 @@ func fuzzOne(t *testing.T, key, val []byte) {
 			require.ErrorIs(t, err, kv.ErrCorrupt)
 			return
 		}
-		var e kv.Encoder
+		var e record.Encoder
 		again, err := decodeRecord(key, encodeRecord(&e, r, 0), true)
 		require.NoError(t, err)
 		require.Equal(t, r.Response, again.Response)

@@ -48,7 +48,7 @@ func TestSweepRechecksRecordState(t *testing.T) {
 		return expiryIdx.Put(tx, t0.Add(time.Hour), recordKey(nil, "acme|POST /x", "moved"))
 	}))
 	clock.Advance(2 * time.Hour)
-	st, err := retention.Sweep(ctx, db, &retention.Config{Kinds: []retention.Kind{retention.Idempotency}})
+	st, err := retention.Sweep(ctx, db, nil, RecordKind)
 	require.NoError(t, err)
 	ks := st.Kinds[retention.Idempotency]
 	require.Equal(t, 2, ks.Deleted, "gone, and moved at its real expiry")
@@ -61,7 +61,7 @@ func TestSweepRechecksRecordState(t *testing.T) {
 		return nil
 	}))
 	clock.Advance(47 * time.Hour) // fresh expires; live-lease's lease is over
-	st, err = retention.Sweep(ctx, db, &retention.Config{Kinds: []retention.Kind{retention.Idempotency}})
+	st, err = retention.Sweep(ctx, db, nil, RecordKind)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Kinds[retention.Idempotency].Deleted)
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/oncekv/oncekv/internal/backoff"
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // EventState is where an outbox event stands.
@@ -71,10 +73,10 @@ type Event struct {
 const MaxEventIDLen = 512
 
 var (
-	outboxNS     = kv.NewNamespace("outbox")            // pending events by seq
-	outboxIDsNS  = kv.NewNamespace("outbox.ids")        // event ID -> seq
-	publishedNS  = kv.NewNamespace("outbox.published")  // published events by seq
-	quarantineNS = kv.NewNamespace("outbox.quarantine") // quarantined events by seq
+	outboxNS     = keyspace.New("outbox")            // pending events by seq
+	outboxIDsNS  = keyspace.New("outbox.ids")        // event ID -> seq
+	publishedNS  = keyspace.New("outbox.published")  // published events by seq
+	quarantineNS = keyspace.New("outbox.quarantine") // quarantined events by seq
 )
 
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
@@ -84,8 +86,8 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // next attempt (time) | last error | published (time) | expires (time).
 const eventLayout = 1
 
-func encodeEvent(e *kv.Encoder, ev *Event) []byte {
-	e.Reset(kv.KindOutbox, eventLayout)
+func encodeEvent(e *record.Encoder, ev *Event) []byte {
+	e.Reset(record.KindOutbox, eventLayout)
 	e.String(ev.ID)
 	e.String(ev.Topic)
 	e.String(ev.Key)
@@ -108,10 +110,10 @@ func encodeEvent(e *kv.Encoder, ev *Event) []byte {
 
 func decodeEvent(k, v []byte) (*Event, error) {
 	if len(k) != 8 {
-		return nil, &kv.CorruptError{Kind: kv.KindOutbox, Reason: fmt.Sprintf("event key of %d bytes", len(k))}
+		return nil, &kv.CorruptError{Kind: record.KindOutbox, Reason: fmt.Sprintf("event key of %d bytes", len(k))}
 	}
-	var d kv.Decoder
-	layout, err := d.Reset(kv.KindOutbox, v)
+	var d record.Decoder
+	layout, err := d.Reset(record.KindOutbox, v)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +202,7 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	}
 	ev.Seq, ev.State, ev.CreatedAt = seq, EventPending, o.db.Now()
 	ev.Attempts, ev.NextAttempt, ev.LastError, ev.PublishedAt = 0, time.Time{}, "", time.Time{}
-	var e kv.Encoder
+	var e record.Encoder
 	if err := b.Put(seqKey(seq), encodeEvent(&e, &ev)); err != nil {
 		return 0, false, err
 	}
@@ -260,7 +262,7 @@ func (o *Outbox) Add(ctx context.Context, ev Event) (uint64, bool, error) {
 
 // Events iterates the events in one state, in sequence order, inside tx.
 func Events(tx kv.Tx, state EventState) iter.Seq2[*Event, error] {
-	ns := map[EventState]kv.Namespace{EventPending: outboxNS, EventPublished: publishedNS, EventQuarantined: quarantineNS}[state]
+	ns := map[EventState]keyspace.Namespace{EventPending: outboxNS, EventPublished: publishedNS, EventQuarantined: quarantineNS}[state]
 	return func(yield func(*Event, error) bool) {
 		if ns.Bytes() == nil {
 			return

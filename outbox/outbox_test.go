@@ -29,7 +29,7 @@ import (
 func setupOutbox(t *testing.T) (*outbox.Outbox, *kv.DB, *kv.ManualClock) {
 	t.Helper()
 	clock := kv.NewManualClock(t0)
-	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, outbox.RecordKind)
 	return outbox.New(db), db, clock
 }
 
@@ -323,7 +323,7 @@ func TestProducerKilledBeforePublish(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
 
-	db := kvtest.OpenPath(t, path, nil)
+	db := kvtest.OpenPath(t, path, nil, outbox.RecordKind)
 	o := outbox.New(db)
 	pub := &recorder{}
 	r, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub})

@@ -11,6 +11,9 @@ import (
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/loop"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // Publisher delivers outbox events to a broker, a webhook, a queue.
@@ -224,8 +227,8 @@ func (r *Relay) markPublished(ctx context.Context, events []Event) error {
 				}
 			}
 			ev.State, ev.PublishedAt, ev.Attempts = EventPublished, now, ev.Attempts+1
-			ev.ExpiresAt = kv.ExpiryAt(now, ret)
-			var e kv.Encoder
+			ev.ExpiresAt = keyspace.ExpiryAt(now, ret)
+			var e record.Encoder
 			if err := pub.Put(k, encodeEvent(&e, &ev)); err != nil {
 				return err
 			}
@@ -256,7 +259,7 @@ func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
 		}
 		ev.Attempts++
 		ev.LastError = cause.Error()
-		var e kv.Encoder
+		var e record.Encoder
 		if ev.Attempts >= r.cfg.MaxAttempts {
 			q, err := quarantineNS.Create(tx)
 			if err != nil {
@@ -287,28 +290,14 @@ func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
 // ctx.Err() after the pass in progress has recorded what it published.
 // onPass, if set, receives each pass's stats (for metrics).
 func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
-	for {
+	return loop.Run(ctx, r.o.wake, func(ctx context.Context) (PassStats, time.Duration, error) {
 		st, err := r.RunOnce(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if onPass != nil {
-			onPass(st, err)
-		}
 		wait := r.cfg.PollInterval
 		if st.Wait > 0 {
 			wait = min(wait, st.Wait)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-r.o.wake:
-			t.Stop()
-		case <-t.C:
-		}
-	}
+		return st, wait, err
+	}, onPass)
 }
 
 // Requeue moves a quarantined event back to the pending queue, at its
@@ -333,7 +322,7 @@ func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
 		if err != nil {
 			return err
 		}
-		var e kv.Encoder
+		var e record.Encoder
 		if err := pending.Put(append([]byte(nil), s...), encodeEvent(&e, ev)); err != nil {
 			return err
 		}
@@ -345,43 +334,30 @@ func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
 	})
 }
 
-var publishedExpiry = kv.NewTimeIndex("outbox.published.expiry")
+var publishedExpiry = keyspace.NewTimeIndex("outbox.published.expiry")
 
-func init() { kv.RegisterSweeper("outbox.published", publishedSweeper{}) }
-
-// publishedSweeper removes published events past their retention. Pending
-// and quarantined events have no entry: they are never swept.
-type publishedSweeper struct{}
-
-func (publishedSweeper) Index() kv.TimeIndex { return publishedExpiry }
-
-func (publishedSweeper) Expire(tx kv.Tx, at time.Time, key []byte, now time.Time, dryRun bool) (bool, string, error) {
-	pub := publishedNS.Bucket(tx)
-	var v []byte
-	if pub != nil {
-		v = pub.Get(key)
-	}
-	if v == nil {
-		if b := outboxNS.Bucket(tx); b != nil && b.Get(key) != nil {
-			return false, "unpublished", nil
+// RecordKind is the kind of the published outbox events: pass it to
+// retention.Sweep to remove published rows past their retention (pending
+// and quarantined events have no expiry and are never swept), and to
+// kv.DB.Check to verify the whole outbox (every event decodes and sits in
+// the bucket of its state, IDs and sequences map to each other).
+var RecordKind kv.RecordKind = &keyspace.Kind[*Event]{
+	KindName:  "outbox.published",
+	Records:   publishedNS,
+	Expiry:    publishedExpiry,
+	Decode:    func(k, v []byte, _ bool) (*Event, error) { return decodeEvent(k, v) },
+	ExpiresAt: func(ev *Event) time.Time { return ev.ExpiresAt },
+	Absent: func(tx kv.Tx, k []byte) string {
+		if b := outboxNS.Bucket(tx); b != nil && b.Get(k) != nil {
+			return "unpublished"
 		}
-		return false, "index mismatch", nil
-	}
-	ev, err := decodeEvent(key, v)
-	switch {
-	case err != nil:
-		return false, "corrupt", nil
-	case !ev.ExpiresAt.Equal(at):
-		return false, "index mismatch", nil
-	case now.Before(ev.ExpiresAt):
-		return false, "not expired", nil
-	case dryRun:
-		return true, "", nil
-	}
-	return true, "", deletePublished(tx, pub, outboxIDsNS.Bucket(tx), ev)
+		return ""
+	},
+	Remove: func(tx kv.Tx, pub kv.Bucket, _ []byte, ev *Event) error {
+		return deletePublished(tx, pub, outboxIDsNS.Bucket(tx), ev)
+	},
+	CheckMore: checkOutbox,
 }
-
-func init() { kv.RegisterChecker("outbox", checkOutbox) }
 
 // checkOutbox: every event decodes and sits in the bucket of its state, every
 // event's ID maps to its sequence and every ID maps to an event.
@@ -393,9 +369,6 @@ func checkOutbox(tx kv.Tx, report func(string)) {
 				report(err.Error())
 				continue
 			}
-			if st == EventPublished && !publishedExpiry.Has(tx, ev.ExpiresAt, seqKey(ev.Seq)) {
-				report(fmt.Sprintf("published outbox event %d (%s) has no expiry-index entry", ev.Seq, ev.ID))
-			}
 			if ev.State != st {
 				report(fmt.Sprintf("outbox event %d (%s) is %s in the %s bucket", ev.Seq, ev.ID, ev.State, st))
 			}
@@ -405,19 +378,6 @@ func checkOutbox(tx kv.Tx, report func(string)) {
 			seqs[ev.Seq] = ev.ID
 		}
 	}
-	_ = publishedExpiry.ForEach(tx, func(at time.Time, k []byte) error {
-		pub := publishedNS.Bucket(tx)
-		var v []byte
-		if pub != nil {
-			v = pub.Get(k)
-		}
-		if v == nil {
-			report(fmt.Sprintf("outbox expiry-index entry %s %x: no published event", at.Format(time.RFC3339Nano), k))
-		} else if ev, err := decodeEvent(k, v); err == nil && !ev.ExpiresAt.Equal(at) {
-			report(fmt.Sprintf("outbox expiry-index entry %s: event %s expires at %s", at.Format(time.RFC3339Nano), ev.ID, ev.ExpiresAt.Format(time.RFC3339Nano)))
-		}
-		return nil
-	})
 	if ids := outboxIDsNS.Bucket(tx); ids != nil {
 		c := ids.Cursor()
 		n := 0

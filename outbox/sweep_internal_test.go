@@ -27,7 +27,7 @@ func TestSweepNeverRemovesUnpublishedEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return publishedExpiry.Put(tx, t0, seqKey(seq)) }))
 	clock.Advance(time.Hour)
-	st, err := retention.Sweep(ctx, db, &retention.Config{Kinds: []retention.Kind{retention.PublishedEvents}})
+	st, err := retention.Sweep(ctx, db, nil, RecordKind)
 	require.NoError(t, err)
 	require.Zero(t, st.Deleted())
 	require.Equal(t, map[string]int{"unpublished": 1}, st.Kinds[retention.PublishedEvents].Skipped)

@@ -23,6 +23,12 @@ import (
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
 
+// allKinds are the record kinds these tests write, swept and checked.
+var (
+	allKinds  = []kv.RecordKind{ledger.RecordKind, inbox.RecordKind, outbox.RecordKind, sideeffect.RecordKind}
+	allChecks = []kv.Checker{ledger.RecordKind, inbox.RecordKind, outbox.RecordKind, sideeffect.RecordKind}
+)
+
 var ctx = context.Background()
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -88,7 +94,7 @@ type world struct {
 func build(t *testing.T) *world {
 	t.Helper()
 	w := &world{clock: kv.NewManualClock(t0)}
-	w.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: w.clock})
+	w.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: w.clock}, allChecks...)
 	var err error
 	w.l, err = ledger.New(w.db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)
@@ -154,7 +160,7 @@ func (w *world) to(t *testing.T, target time.Time) {
 
 func sweep(t *testing.T, db *kv.DB) retention.Stats {
 	t.Helper()
-	st, err := retention.Sweep(ctx, db, nil)
+	st, err := retention.Sweep(ctx, db, nil, allKinds...)
 	require.NoError(t, err)
 	return st
 }
@@ -257,14 +263,14 @@ func fill(t *testing.T, l *ledger.Ledger, prefix string, n int) {
 func TestBatchesDryRunAndCancel(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
-	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	fill(t, l, "old", 3000)
 	clock.Advance(30 * time.Minute)
 	fill(t, l, "new", 500)
 	clock.Advance(30 * time.Minute) // "old" expired, "new" has 30 minutes left
 
-	dry, err := retention.Sweep(ctx, db, &retention.Config{DryRun: true, BatchSize: 250})
+	dry, err := retention.Sweep(ctx, db, &retention.Config{DryRun: true, BatchSize: 250}, allKinds...)
 	require.NoError(t, err)
 	require.True(t, dry.DryRun)
 	require.Equal(t, 3000, dry.Kinds[retention.Idempotency].Deleted)
@@ -280,10 +286,10 @@ func TestBatchesDryRunAndCancel(t *testing.T) {
 	// A canceled sweep stops between batches with a consistent database.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = retention.Sweep(cctx, db, &retention.Config{BatchSize: 100})
+	_, err = retention.Sweep(cctx, db, &retention.Config{BatchSize: 100}, allKinds...)
 	require.ErrorIs(t, err, context.Canceled)
 
-	st, err := retention.Sweep(ctx, db, &retention.Config{BatchSize: 250, Kinds: []retention.Kind{retention.Idempotency}})
+	st, err := retention.Sweep(ctx, db, &retention.Config{BatchSize: 250}, ledger.RecordKind)
 	require.NoError(t, err)
 	ks := st.Kinds[retention.Idempotency]
 	require.Equal(t, 3000, ks.Deleted)
@@ -308,7 +314,7 @@ func TestBatchesDryRunAndCancel(t *testing.T) {
 func TestRequestsServedDuringSweep(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
-	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	fill(t, l, "old", 40000)
 	clock.Advance(2 * time.Hour)
@@ -335,7 +341,7 @@ func TestRequestsServedDuringSweep(t *testing.T) {
 			}
 		})
 	}
-	st, err := retention.Sweep(ctx, db, &retention.Config{BatchSize: 500})
+	st, err := retention.Sweep(ctx, db, &retention.Config{BatchSize: 500}, allKinds...)
 	sweeping.Store(false)
 	close(stop)
 	wg.Wait()
@@ -352,7 +358,7 @@ func TestFileIsReusedAcrossSweeps(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "reuse.db")
-	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	var sizes []int64
 	for cycle := range 6 {
@@ -370,7 +376,7 @@ func TestFileIsReusedAcrossSweeps(t *testing.T) {
 
 func TestRunStopsWithContext(t *testing.T) {
 	t.Parallel()
-	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, allChecks...)
 	rctx, cancel := context.WithCancel(ctx)
 	sweeps := make(chan retention.Stats, 4)
 	done := make(chan error)
@@ -378,12 +384,12 @@ func TestRunStopsWithContext(t *testing.T) {
 		done <- retention.Run(rctx, db, nil, time.Hour, func(s retention.Stats, err error) {
 			require.NoError(t, err)
 			sweeps <- s
-		})
+		}, allKinds...)
 	}()
 	<-sweeps
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
-	require.Error(t, retention.Run(ctx, db, nil, 0, nil))
+	require.Error(t, retention.Run(ctx, db, nil, 0, nil, allKinds...))
 }
 
 // A policy's per-scope override, handed to the ledger, decides when a
@@ -391,7 +397,7 @@ func TestRunStopsWithContext(t *testing.T) {
 func TestPolicyWiredIntoTheLedger(t *testing.T) {
 	t.Parallel()
 	clock := kv.NewManualClock(t0)
-	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	pol := retention.Policy{Idempotency: time.Hour, Overrides: []retention.Override{{Kind: retention.Idempotency, ScopePrefix: "vip|", Retention: 48 * time.Hour}}}
 	require.NoError(t, pol.Validate(retention.Constraints{Lease: time.Minute}))
 	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute, RetentionFor: pol.Func(retention.Idempotency)})

@@ -2,13 +2,14 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/loop"
 )
 
 // Defaults of Config.
@@ -29,8 +30,6 @@ type Config struct {
 	Pause time.Duration
 	// DryRun re-checks and counts what would be removed, removing nothing.
 	DryRun bool
-	// Kinds limits the sweep (nil: every registered kind).
-	Kinds []Kind
 }
 
 func (c *Config) withDefaults() Config {
@@ -93,18 +92,21 @@ func (s Stats) LongestTx() time.Duration {
 // each record's state first (an in-progress record with a live lease, a
 // pending intent or an unpublished event is never removed), and yields
 // between batches. It stops cleanly when ctx ends, returning what it did.
-func Sweep(ctx context.Context, db *kv.DB, cfg *Config) (Stats, error) {
+//
+// The kinds to sweep are passed explicitly: ledger.RecordKind,
+// inbox.RecordKind, outbox.RecordKind, sideeffect.RecordKind (or
+// inspect.RecordKinds for all of them).
+func Sweep(ctx context.Context, db *kv.DB, cfg *Config, kinds ...kv.RecordKind) (Stats, error) {
 	c := cfg.withDefaults()
 	start := time.Now()
 	st := Stats{Kinds: map[Kind]*KindStats{}, DryRun: c.DryRun}
-	names, sweepers := kv.Sweepers()
-	for _, name := range names {
-		if c.Kinds != nil && !slices.Contains(c.Kinds, Kind(name)) {
-			continue
-		}
+	if len(kinds) == 0 {
+		return st, errNoKinds
+	}
+	for _, k := range kinds {
 		ks := &KindStats{Skipped: map[string]int{}}
-		st.Kinds[Kind(name)] = ks
-		if err := sweepKind(ctx, db, sweepers[name], c, ks); err != nil {
+		st.Kinds[Kind(k.Name())] = ks
+		if err := sweepKind(ctx, db, k, c, ks); err != nil {
 			st.Duration = time.Since(start)
 			return st, err
 		}
@@ -113,19 +115,18 @@ func Sweep(ctx context.Context, db *kv.DB, cfg *Config) (Stats, error) {
 	return st, nil
 }
 
-func sweepKind(ctx context.Context, db *kv.DB, s kv.Sweeper, c Config, ks *KindStats) error {
-	idx := s.Index()
+func sweepKind(ctx context.Context, db *kv.DB, k kv.RecordKind, c Config, ks *KindStats) error {
 	var after []byte
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		now := db.Now()
-		var entries []kv.Entry
+		var entries []kv.Due
 		// Collect the keys first, then delete in a separate transaction:
 		// never delete under a live cursor.
 		if err := db.View(ctx, func(tx kv.Tx) error {
-			entries = idx.Due(tx, now, after, c.BatchSize)
+			entries = k.Due(tx, now, after, c.BatchSize)
 			return nil
 		}); err != nil {
 			return err
@@ -147,7 +148,7 @@ func sweepKind(ctx context.Context, db *kv.DB, s kv.Sweeper, c Config, ks *KindS
 				if processed > 0 && time.Since(begin) > c.MaxTxTime {
 					break
 				}
-				ok, kept, err := s.Expire(tx, e.At, e.Key, now, c.DryRun)
+				ok, kept, err := k.Expire(tx, e, now, c.DryRun)
 				if err != nil {
 					return fmt.Errorf("retention: expire %q: %w", e.Key, err)
 				}
@@ -177,7 +178,7 @@ func sweepKind(ctx context.Context, db *kv.DB, s kv.Sweeper, c Config, ks *KindS
 		for r, n := range skipped {
 			ks.Skipped[r] += n
 		}
-		after = entries[processed-1].IndexKey()
+		after = entries[processed-1].Cursor
 		if c.Pause > 0 {
 			t := time.NewTimer(c.Pause)
 			select {
@@ -190,26 +191,20 @@ func sweepKind(ctx context.Context, db *kv.DB, s kv.Sweeper, c Config, ks *KindS
 	}
 }
 
-// Run sweeps every interval until ctx ends, passing each sweep's stats to
-// onSweep (for metrics; may be nil). It returns ctx.Err().
-func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, onSweep func(Stats, error)) error {
+// errNoKinds: a sweep of nothing is a mistake, not a quiet success.
+var errNoKinds = errors.New("retention: no record kinds to sweep (pass ledger.RecordKind, inbox.RecordKind, outbox.RecordKind, sideeffect.RecordKind)")
+
+// Run sweeps the given kinds every interval until ctx ends, passing each
+// sweep's stats to onSweep (for metrics; may be nil). It returns ctx.Err().
+func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, onSweep func(Stats, error), kinds ...kv.RecordKind) error {
 	if interval <= 0 {
 		return fmt.Errorf("retention: interval %s must be positive", interval)
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		st, err := Sweep(ctx, db, cfg)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if onSweep != nil {
-			onSweep(st, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	if len(kinds) == 0 {
+		return errNoKinds
 	}
+	return loop.Run(ctx, nil, func(ctx context.Context) (Stats, time.Duration, error) {
+		st, err := Sweep(ctx, db, cfg, kinds...)
+		return st, interval, err
+	}, onSweep)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/keyspace"
 )
 
 // Defaults used when the corresponding Config field is zero.
@@ -83,7 +84,7 @@ func (x *Executor) finishedExpiry(kind string, t time.Time) time.Time {
 			d = r
 		}
 	}
-	return kv.ExpiryAt(t, d)
+	return keyspace.ExpiryAt(t, d)
 }
 
 func (c *Config) withDefaults() Config {

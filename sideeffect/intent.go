@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -135,10 +137,10 @@ func (s Spec) validate() error {
 }
 
 var (
-	intentsNS  = kv.NewNamespace("intent")
-	dueIdx     = kv.NewTimeIndex("intent.due")
-	intentExp  = kv.NewTimeIndex("intent.expiry")
-	inflightNS = kv.NewNamespace("intent.inflight")
+	intentsNS  = keyspace.New("intent")
+	dueIdx     = keyspace.NewTimeIndex("intent.due")
+	intentExp  = keyspace.NewTimeIndex("intent.expiry")
+	inflightNS = keyspace.New("intent.inflight")
 )
 
 // Intent layout, version 2: kind, subject, downstream key, payload (bytes) |
@@ -148,8 +150,8 @@ var (
 // Version 1 ends after the expiry and is still read.
 const intentLayout = 2
 
-func encodeIntent(e *kv.Encoder, in *Intent) []byte {
-	e.Reset(kv.KindIntent, intentLayout)
+func encodeIntent(e *record.Encoder, in *Intent) []byte {
+	e.Reset(record.KindIntent, intentLayout)
 	e.String(in.Kind)
 	e.String(in.Subject)
 	e.String(in.DownstreamKey)
@@ -177,8 +179,8 @@ func encodeIntent(e *kv.Encoder, in *Intent) []byte {
 }
 
 func decodeIntent(id, v []byte) (*Intent, error) {
-	var d kv.Decoder
-	layout, err := d.Reset(kv.KindIntent, v)
+	var d record.Decoder
+	layout, err := d.Reset(record.KindIntent, v)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +258,7 @@ func storeIntent(tx kv.Tx, in *Intent, prev *Intent) error {
 	if err != nil {
 		return err
 	}
-	var e kv.Encoder
+	var e record.Encoder
 	if err := b.Put([]byte(in.ID), encodeIntent(&e, in)); err != nil {
 		return err
 	}

@@ -7,10 +7,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
-var keysNS = kv.NewNamespace("client.keys")
+var keysNS = keyspace.New("client.keys")
 
 // KeyStore gives a client one idempotency key per logical operation ("pay
 // order 1042"), created once and persisted before the first attempt, so a
@@ -49,8 +51,8 @@ func (s *KeyStore) Key(ctx context.Context, operation string) (string, error) {
 		if err != nil {
 			return err
 		}
-		var e kv.Encoder
-		e.Reset(kv.KindKeyStore, 1)
+		var e record.Encoder
+		e.Reset(record.KindKeyStore, 1)
 		e.String(key)
 		e.Time(s.db.Now())
 		return b.Put([]byte(operation), e.Finish())
@@ -78,7 +80,7 @@ func getKey(tx kv.Tx, operation string) (string, time.Time, error) {
 	if v == nil {
 		return "", time.Time{}, nil
 	}
-	d, _, err := kv.NewDecoder(kv.KindKeyStore, v)
+	d, _, err := record.NewDecoder(record.KindKeyStore, v)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("sideeffect: key of %q: %w", operation, err)
 	}

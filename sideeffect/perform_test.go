@@ -107,7 +107,7 @@ func TestPerformCrashThenClientRetryAfterLease(t *testing.T) {
 	require.Error(t, err)
 	require.Len(t, fake.Charges(), 1)
 
-	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	x2, err := sideeffect.New(db2, config(fake, &completions{}))
 	require.NoError(t, err)
 	l2, _ := ledger.New(db2, &ledger.Config{Lease: 30 * time.Second})
@@ -144,7 +144,7 @@ func TestPerformRecoverOrphansAtOnce(t *testing.T) {
 	_, err = x1.Perform(ctx, l1, payReq("1"), spec("1"), respond)
 	require.Error(t, err)
 
-	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	x2, _ := sideeffect.New(db2, config(fake, &completions{}))
 	l2, _ := ledger.New(db2, &ledger.Config{RecoverOrphans: true})
 	res, err := x2.Perform(ctx, l2, payReq("1"), spec("1"), respond)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncekv/oncekv/internal/loop"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -100,33 +101,20 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 // after the pass in progress finishes; it starts no goroutine that outlives
 // it. onPass, if not nil, receives each pass's stats (for metrics).
 func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error {
-	for {
+	return loop.Run(ctx, x.wake, func(ctx context.Context) (RunStats, time.Duration, error) {
 		stats, err := x.RunOnce(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if onPass != nil {
-			onPass(stats, err)
+		if stats.Examined >= maxPerPass {
+			return stats, 0, err // more to do
 		}
 		wait := x.cfg.PollInterval
-		if err == nil && stats.Examined < maxPerPass {
+		if err == nil {
 			_ = x.db.View(ctx, func(tx kv.Tx) error {
 				if next, ok := dueIdx.First(tx); ok {
 					wait = min(wait, max(next.Sub(x.db.Now()), 0))
 				}
 				return nil
 			})
-		} else if stats.Examined >= maxPerPass {
-			wait = 0 // more to do
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-x.wake:
-			t.Stop()
-		case <-t.C:
-		}
-	}
+		return stats, wait, err
+	}, onPass)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
@@ -72,7 +73,7 @@ func setup(t *testing.T, p sideeffect.Provider) (*sideeffect.Executor, *bundle) 
 	t.Helper()
 	clock := kv.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "se.db")
-	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	c := &completions{}
 	x, err := sideeffect.New(db, config(p, c))
 	require.NoError(t, err)
@@ -193,7 +194,7 @@ func TestLostResponseThenRestartReconcilerAsksStatus(t *testing.T) {
 
 	// A new process opens the file. The intent was in flight for a process
 	// that no longer exists: the reconciler picks it up at once.
-	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock})
+	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	c2 := &completions{}
 	x2, err := sideeffect.New(db2, config(fake, c2))
 	require.NoError(t, err)
@@ -459,7 +460,7 @@ func TestRunLoopWakesAndStops(t *testing.T) {
 	t.Parallel()
 	fake := providertest.New(providertest.Rates{}, 1)
 	clock := kv.NewManualClock(t0)
-	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	c := &completions{}
 	cfg := config(fake, c)
 	cfg.Grace = time.Nanosecond
@@ -488,7 +489,7 @@ func TestRunLoopWakesAndStops(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	db := kvtest.Open(t, nil)
+	db := kvtest.Open(t, nil, sideeffect.RecordKind, ledger.RecordKind)
 	p := providertest.New(providertest.Rates{}, 1)
 	for _, c := range []sideeffect.Config{
 		{},

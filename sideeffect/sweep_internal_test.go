@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/retention"
 )
@@ -43,7 +44,7 @@ func TestSweepNeverRemovesLiveIntents(t *testing.T) {
 		return nil
 	}))
 	clock.Advance(time.Hour)
-	st, err := retention.Sweep(ctx, db, &retention.Config{Kinds: []retention.Kind{retention.FinishedIntents}})
+	st, err := retention.Sweep(ctx, db, nil, RecordKind)
 	require.NoError(t, err)
 	require.Zero(t, st.Deleted())
 	require.Equal(t, map[string]int{"index mismatch": 2}, st.Kinds[retention.FinishedIntents].Skipped, "their expiry is zero, not the entry's time")
@@ -54,12 +55,12 @@ func TestSweepNeverRemovesLiveIntents(t *testing.T) {
 			in, err := loadIntent(tx, id)
 			require.NoError(t, err)
 			in.ExpiresAt = t0
-			var e kv.Encoder
+			var e record.Encoder
 			require.NoError(t, intentsNS.Bucket(tx).Put([]byte(id), encodeIntent(&e, in)))
 		}
 		return nil
 	}))
-	st, err = retention.Sweep(ctx, db, &retention.Config{Kinds: []retention.Kind{retention.FinishedIntents}})
+	st, err = retention.Sweep(ctx, db, nil, RecordKind)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"pending": 1, "needs_attention": 1}, st.Kinds[retention.FinishedIntents].Skipped)
 	for _, id := range []string{pending.ID, parked.ID} {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/outbox"
 )
@@ -126,7 +127,7 @@ func TestConsumerKilledBeforeAck(t *testing.T) {
 	for id, n := range counts {
 		require.Equal(t, 1, n, "order %s applied %d times", id, n)
 	}
-	problems, err := cdb.Check(ctx)
+	problems, err := cdb.Check(ctx, inbox.RecordKind, outbox.RecordKind)
 	require.NoError(t, err)
 	require.Empty(t, problems)
 }

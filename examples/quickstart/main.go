@@ -116,7 +116,7 @@ func run(ctx context.Context, path string) error {
 	}
 	fmt.Printf("a late retry is replayed: %d %s\n", again.Replay.Response.Status, again.Replay.Response.Body)
 
-	problems, err := db.Check(ctx)
+	problems, err := db.Check(ctx, ledger.RecordKind)
 	if err != nil {
 		return err
 	}

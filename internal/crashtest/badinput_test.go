@@ -14,6 +14,7 @@ import (
 	"github.com/oncekv/oncekv/conditional"
 	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -31,7 +32,7 @@ import (
 func TestLibraryBadInputs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, inspect.Checkers()...)
 	l, _ := ledger.New(db, nil)
 	in, _ := inbox.New(db, nil)
 	ob := outbox.New(db)
@@ -173,7 +174,7 @@ func TestLibraryBadInputs(t *testing.T) {
 			require.Contains(t, err.Error(), "checksum mismatch", "%s read %d", c.name, i)
 			n++
 		}
-		problems, err := db.Check(ctx)
+		problems, err := db.Check(ctx, inspect.Checkers()...)
 		require.NoError(t, err)
 		require.NotEmpty(t, problems, "%s: the check reports it", c.name)
 		restore()

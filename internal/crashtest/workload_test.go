@@ -206,7 +206,7 @@ func (w *workload) background(ctx context.Context) error {
 	if _, err := w.relay.RunOnce(ctx); err != nil {
 		return err
 	}
-	_, err := retention.Sweep(ctx, w.db, &retention.Config{Pause: -1, Kinds: []retention.Kind{retention.PublishedEvents}})
+	_, err := retention.Sweep(ctx, w.db, &retention.Config{Pause: -1}, outbox.RecordKind)
 	return err
 }
 

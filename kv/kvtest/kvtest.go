@@ -1,58 +1,92 @@
-// Package kvtest opens databases for tests: a fresh file under t.TempDir,
-// checked for consistency (bbolt's check plus every registered oncekv
-// invariant) and closed when the test ends.
+// Package kvtest is the test kit of package kv: it opens databases for
+// tests (a fresh file under t.TempDir, checked for consistency and closed
+// when the test ends) and holds the conformance suite every kv backend must
+// pass (RunConformance).
 package kvtest
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
 // Open opens a new database in a temporary directory. opts may be nil. When
-// the test ends, the database is checked with kv.DB.Check and closed; any
-// problem fails the test.
-func Open(t testing.TB, opts *kv.Options) *kv.DB {
+// the test ends, the database is checked with kv.DB.Check (bbolt's page
+// check, the format record and every checker given) and closed; any problem
+// fails the test.
+func Open(t testing.TB, opts *kv.Options, checks ...kv.Checker) *kv.DB {
 	t.Helper()
-	return OpenPath(t, filepath.Join(t.TempDir(), "test.db"), opts)
+	return OpenPath(t, filepath.Join(t.TempDir(), "test.db"), opts, checks...)
 }
 
 // OpenPath is Open at a caller-chosen path.
-func OpenPath(t testing.TB, path string, opts *kv.Options) *kv.DB {
+func OpenPath(t testing.TB, path string, opts *kv.Options, checks ...kv.Checker) *kv.DB {
 	t.Helper()
 	db, err := kv.Open(path, opts)
 	if err != nil {
-		t.Fatalf("dbtest: open %s: %v", path, err)
+		t.Fatalf("kvtest: open %s: %v", path, err)
 	}
+	Cleanup(t, db, checks...)
+	return db
+}
+
+// Cleanup checks db with the given checkers and closes it when the test
+// ends, for a DB the test opened itself (on any backend).
+func Cleanup(t testing.TB, db *kv.DB, checks ...kv.Checker) {
+	t.Helper()
 	t.Cleanup(func() {
-		MustCheck(t, db)
+		MustCheck(t, db, checks...)
 		if err := db.Close(); err != nil {
-			t.Errorf("dbtest: close: %v", err)
+			t.Errorf("kvtest: close: %v", err)
 		}
 	})
-	return db
 }
 
 // MustCheck fails the test if db has any consistency problem. A closed db is
 // skipped (tests that close and reopen check the reopened handle).
-func MustCheck(t testing.TB, db *kv.DB) {
+func MustCheck(t testing.TB, db *kv.DB, checks ...kv.Checker) {
 	t.Helper()
-	problems, err := db.Check(context.Background())
-	if err == kv.ErrClosed {
+	problems, err := db.Check(context.Background(), checks...)
+	if errors.Is(err, kv.ErrClosed) {
 		return
 	}
 	if err != nil {
-		t.Errorf("dbtest: check: %v", err)
+		t.Errorf("kvtest: check: %v", err)
 		return
 	}
 	for _, p := range problems {
-		t.Errorf("dbtest: consistency problem: %s", p)
+		t.Errorf("kvtest: consistency problem: %s", p)
 	}
 }
 
 // NoSync returns options for fast tests that do not need durability.
 func NoSync(clock kv.Clock) *kv.Options {
 	return &kv.Options{NoSync: true, Clock: clock}
+}
+
+// WriteFormat stamps the bbolt file at path (creating it if needed) with
+// format version v, so tests can produce a file from a "newer" oncekv.
+func WriteFormat(t testing.TB, path string, v uint32) {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatalf("kvtest: open %s: %v", path, err)
+	}
+	defer func() { _ = b.Close() }()
+	err = b.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists([]byte(record.MetaBucket))
+		if err != nil {
+			return err
+		}
+		return bk.Put(record.FormatKey, record.EncodeFormat(v))
+	})
+	if err != nil {
+		t.Fatalf("kvtest: write format: %v", err)
+	}
 }

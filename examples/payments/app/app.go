@@ -216,7 +216,7 @@ func (a *App) Run(ctx context.Context) error {
 			} else if n := st.Deleted(); n > 0 {
 				a.log.Info("retention sweep", "deleted", n, "longest_tx", st.LongestTx())
 			}
-		})
+		}, ledger.RecordKind, sideeffect.RecordKind, outbox.RecordKind)
 	}()
 	var first error
 	for range 3 {

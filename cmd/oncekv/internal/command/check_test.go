@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 func TestCheck(t *testing.T) {
@@ -47,10 +48,7 @@ func TestCorruptAndNewerFiles(t *testing.T) {
 	require.Contains(t, stderr, "is not a bbolt database")
 
 	newer := filepath.Join(dir, "newer.db")
-	b, err := bolt.Open(newer, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, kv.WriteFormatForTest(b, kv.FormatVersion+1))
-	require.NoError(t, b.Close())
+	kvtest.WriteFormat(t, newer, kv.FormatVersion+1)
 	_, stderr, code = run("stats", "--db", newer)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "has oncekv format version 2, this build reads up to 1")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/retention"
 
 	// The sweepers of every record kind.
@@ -37,7 +38,7 @@ the service run its own sweeps (retention.Run). --dry-run only counts.`,
 				return err
 			}
 			defer func() { _ = db.Close() }()
-			st, err := retention.Sweep(cmd.Context(), db, &cfg)
+			st, err := retention.Sweep(cmd.Context(), db, &cfg, inspect.RecordKinds()...)
 			if err != nil {
 				return err
 			}

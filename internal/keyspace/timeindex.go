@@ -1,9 +1,12 @@
-package kv
+package keyspace
 
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/oncekv/oncekv/kv"
 )
 
 // TimeIndex is a reserved bucket of (time, record key) entries: an expiry
@@ -19,7 +22,7 @@ type TimeIndex struct {
 }
 
 // NewTimeIndex returns the index stored in the reserved bucket name.
-func NewTimeIndex(name string) TimeIndex { return TimeIndex{ns: NewNamespace(name)} }
+func NewTimeIndex(name string) TimeIndex { return TimeIndex{ns: New(name)} }
 
 // Namespace returns the index's bucket.
 func (x TimeIndex) Namespace() Namespace { return x.ns }
@@ -40,7 +43,7 @@ func SplitTimeKey(k []byte) (time.Time, []byte, error) {
 }
 
 // Put records that the record key expires at at.
-func (x TimeIndex) Put(tx Tx, at time.Time, key []byte) error {
+func (x TimeIndex) Put(tx kv.Tx, at time.Time, key []byte) error {
 	b, err := x.ns.Create(tx)
 	if err != nil {
 		return err
@@ -49,7 +52,7 @@ func (x TimeIndex) Put(tx Tx, at time.Time, key []byte) error {
 }
 
 // Delete removes the entry for key at at. A missing entry is not an error.
-func (x TimeIndex) Delete(tx Tx, at time.Time, key []byte) error {
+func (x TimeIndex) Delete(tx kv.Tx, at time.Time, key []byte) error {
 	b := x.ns.Bucket(tx)
 	if b == nil {
 		return nil
@@ -58,7 +61,7 @@ func (x TimeIndex) Delete(tx Tx, at time.Time, key []byte) error {
 }
 
 // Move replaces the entry (from, key) with (to, key), when they differ.
-func (x TimeIndex) Move(tx Tx, from, to time.Time, key []byte) error {
+func (x TimeIndex) Move(tx kv.Tx, from, to time.Time, key []byte) error {
 	if from.Equal(to) {
 		return nil
 	}
@@ -71,33 +74,27 @@ func (x TimeIndex) Move(tx Tx, from, to time.Time, key []byte) error {
 }
 
 // Has reports whether the entry (at, key) exists.
-func (x TimeIndex) Has(tx Tx, at time.Time, key []byte) bool {
+func (x TimeIndex) Has(tx kv.Tx, at time.Time, key []byte) bool {
 	b := x.ns.Bucket(tx)
 	return b != nil && hasKey(b, timeKey(at, key))
 }
 
-func hasKey(b Bucket, k []byte) bool {
+func hasKey(b kv.Bucket, k []byte) bool {
 	got, _ := b.Cursor().Seek(k)
 	return got != nil && string(got) == string(k)
-}
-
-// Entry is one index entry.
-type Entry struct {
-	At  time.Time
-	Key []byte // the record key (a copy)
 }
 
 // Due returns up to limit entries whose time is at or before now, in expiry
 // order, starting after the entry key `after` (nil to start at the
 // beginning). The keys are copies, so the caller may delete them later in
 // another transaction.
-func (x TimeIndex) Due(tx Tx, now time.Time, after []byte, limit int) []Entry {
+func (x TimeIndex) Due(tx kv.Tx, now time.Time, after []byte, limit int) []kv.Due {
 	b := x.ns.Bucket(tx)
 	if b == nil {
 		return nil
 	}
 	end := timeKey(now, nil)
-	var out []Entry
+	var out []kv.Due
 	c := b.Cursor()
 	var k []byte
 	if after == nil {
@@ -116,14 +113,14 @@ func (x TimeIndex) Due(tx Tx, now time.Time, after []byte, limit int) []Entry {
 		if err != nil {
 			continue
 		}
-		out = append(out, Entry{At: at, Key: append([]byte(nil), rk...)})
+		out = append(out, kv.Due{At: at, Key: append([]byte(nil), rk...), Cursor: append([]byte(nil), k...)})
 	}
 	return out
 }
 
 // ForEach calls fn for every entry in expiry order. The key passed to fn is
 // only valid during the call.
-func (x TimeIndex) ForEach(tx Tx, fn func(at time.Time, key []byte) error) error {
+func (x TimeIndex) ForEach(tx kv.Tx, fn func(at time.Time, key []byte) error) error {
 	b := x.ns.Bucket(tx)
 	if b == nil {
 		return nil
@@ -142,7 +139,7 @@ func (x TimeIndex) ForEach(tx Tx, fn func(at time.Time, key []byte) error) error
 }
 
 // First returns the earliest time in the index, and false if it is empty.
-func (x TimeIndex) First(tx Tx) (time.Time, bool) {
+func (x TimeIndex) First(tx kv.Tx) (time.Time, bool) {
 	b := x.ns.Bucket(tx)
 	if b == nil {
 		return time.Time{}, false
@@ -155,6 +152,14 @@ func (x TimeIndex) First(tx Tx) (time.Time, bool) {
 	return at, err == nil
 }
 
-// IndexKey returns the full index key of the entry, for use as the after
-// argument of Due.
-func (e Entry) IndexKey() []byte { return timeKey(e.At, e.Key) }
+// unixNano is t.UnixNano saturated at the ends of its range (t.UnixNano
+// wraps outside them).
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}

@@ -1,4 +1,4 @@
-package kv_test
+package record_test
 
 import (
 	"bytes"
@@ -9,12 +9,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
 
 func sample() []byte {
-	var e kv.Encoder
-	e.Reset(kv.KindIdempotency, 3)
+	var e record.Encoder
+	e.Reset(record.KindIdempotency, 3)
 	e.Uvarint(42)
 	e.Varint(-7)
 	e.Byte(9)
@@ -29,7 +31,7 @@ func sample() []byte {
 func TestCodecRoundTrip(t *testing.T) {
 	t.Parallel()
 	rec := sample()
-	d, v, err := kv.NewDecoder(kv.KindIdempotency, rec)
+	d, v, err := record.NewDecoder(record.KindIdempotency, rec)
 	require.NoError(t, err)
 	require.Equal(t, byte(3), v)
 	require.Equal(t, uint64(42), d.Uvarint())
@@ -58,32 +60,32 @@ func TestCodecRejectsCorruption(t *testing.T) {
 		cases["flip"+string(rune('a'+i%26))+string(rune('0'+i/26))] = flipped
 	}
 	for name, in := range cases {
-		_, _, err := kv.NewDecoder(kv.KindIdempotency, in)
+		_, _, err := record.NewDecoder(record.KindIdempotency, in)
 		require.ErrorIs(t, err, kv.ErrCorrupt, name)
-		var ce *kv.CorruptError
+		var ce *record.CorruptError
 		require.ErrorAs(t, err, &ce, name)
-		require.Equal(t, kv.KindIdempotency, ce.Kind)
+		require.Equal(t, record.KindIdempotency, ce.Kind)
 	}
-	_, _, err := kv.NewDecoder(kv.KindIntent, rec)
+	_, _, err := record.NewDecoder(record.KindIntent, rec)
 	require.ErrorContains(t, err, "record is of kind idempotency")
 }
 
 func TestDecoderStickyErrorsAndTrailingBytes(t *testing.T) {
 	t.Parallel()
-	var e kv.Encoder
-	e.Reset(kv.KindInbox, 1)
+	var e record.Encoder
+	e.Reset(record.KindInbox, 1)
 	e.Uvarint(1 << 40) // a length far past the end
 	rec := bytes.Clone(e.Finish())
-	d, _, err := kv.NewDecoder(kv.KindInbox, rec)
+	d, _, err := record.NewDecoder(record.KindInbox, rec)
 	require.NoError(t, err)
 	require.Nil(t, d.Bytes())
 	require.Zero(t, d.Uvarint())
 	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
 
-	e.Reset(kv.KindInbox, 1)
+	e.Reset(record.KindInbox, 1)
 	e.Uvarint(1)
 	e.Uvarint(2)
-	d, _, err = kv.NewDecoder(kv.KindInbox, e.Finish())
+	d, _, err = record.NewDecoder(record.KindInbox, e.Finish())
 	require.NoError(t, err)
 	d.Uvarint()
 	require.ErrorContains(t, d.Done(), "1 trailing bytes")
@@ -92,20 +94,20 @@ func TestDecoderStickyErrorsAndTrailingBytes(t *testing.T) {
 func TestCompressRoundTripAndCorrupt(t *testing.T) {
 	t.Parallel()
 	src := bytes.Repeat([]byte("a response body that repeats. "), 200)
-	c := kv.Compress(nil, src)
+	c := record.Compress(nil, src)
 	require.Less(t, len(c), len(src)/4)
-	out, err := kv.Decompress(kv.KindIdempotency, nil, c)
+	out, err := record.Decompress(record.KindIdempotency, nil, c)
 	require.NoError(t, err)
 	require.Equal(t, src, out)
 
 	bad := bytes.Clone(c)
 	bad[len(bad)/2] ^= 0xff
 	bad[len(bad)/3] ^= 0xff
-	_, err = kv.Decompress(kv.KindIdempotency, nil, bad)
+	_, err = record.Decompress(record.KindIdempotency, nil, bad)
 	if err != nil {
 		require.ErrorIs(t, err, kv.ErrCorrupt)
 	}
-	_, err = kv.Decompress(kv.KindIdempotency, nil, []byte("not zstd at all"))
+	_, err = record.Decompress(record.KindIdempotency, nil, []byte("not zstd at all"))
 	require.ErrorIs(t, err, kv.ErrCorrupt)
 
 	r := rand.New(rand.NewPCG(1, 2))
@@ -113,7 +115,7 @@ func TestCompressRoundTripAndCorrupt(t *testing.T) {
 	for i := range noise {
 		noise[i] = byte(r.UintN(256))
 	}
-	out, err = kv.Decompress(kv.KindIdempotency, nil, kv.Compress(nil, noise))
+	out, err = record.Decompress(record.KindIdempotency, nil, record.Compress(nil, noise))
 	require.NoError(t, err)
 	require.Equal(t, noise, out)
 }
@@ -126,7 +128,7 @@ func FuzzDecoder(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0xB7, 0x10, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d, _, err := kv.NewDecoder(kv.KindIdempotency, data)
+		d, _, err := record.NewDecoder(record.KindIdempotency, data)
 		if err != nil {
 			return
 		}
@@ -153,12 +155,12 @@ func FuzzDecoder(f *testing.F) {
 }
 
 func FuzzDecompress(f *testing.F) {
-	f.Add(kv.Compress(nil, []byte("hello hello hello hello")))
+	f.Add(record.Compress(nil, []byte("hello hello hello hello")))
 	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out, err := kv.Decompress(kv.KindIdempotency, nil, data)
+		out, err := record.Decompress(record.KindIdempotency, nil, data)
 		if err == nil {
-			require.LessOrEqual(t, len(out), kv.MaxDecompressedSize)
+			require.LessOrEqual(t, len(out), record.MaxDecompressedSize)
 		}
 	})
 }
@@ -167,18 +169,18 @@ func FuzzDecompress(f *testing.F) {
 // past: an expiry in 2318 read back as 1733 (issue 13, item 2).
 func TestTimesOutsideTheEncodingAreClamped(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	require.True(t, kv.ExpiryAt(t0, math.MaxInt64).Equal(kv.Never))
-	require.True(t, kv.ExpiryAt(t0, 250*365*24*time.Hour).Equal(kv.Never))
-	require.True(t, kv.ExpiryAt(t0, -1).Equal(kv.Never))
-	require.True(t, kv.ExpiryAt(time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC), 48*time.Hour).Equal(kv.Never))
-	require.Equal(t, t0.Add(time.Hour), kv.ExpiryAt(t0, time.Hour))
+	require.True(t, keyspace.ExpiryAt(t0, math.MaxInt64).Equal(kv.Never))
+	require.True(t, keyspace.ExpiryAt(t0, 250*365*24*time.Hour).Equal(kv.Never))
+	require.True(t, keyspace.ExpiryAt(t0, -1).Equal(kv.Never))
+	require.True(t, keyspace.ExpiryAt(time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC), 48*time.Hour).Equal(kv.Never))
+	require.Equal(t, t0.Add(time.Hour), keyspace.ExpiryAt(t0, time.Hour))
 
 	far := t0.Add(math.MaxInt64) // year 2318
-	var e kv.Encoder
-	e.Reset(kv.KindIdempotency, 1)
+	var e record.Encoder
+	e.Reset(record.KindIdempotency, 1)
 	e.Time(far)
 	e.Time(time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC))
-	d, _, err := kv.NewDecoder(kv.KindIdempotency, e.Finish())
+	d, _, err := record.NewDecoder(record.KindIdempotency, e.Finish())
 	require.NoError(t, err)
 	got := d.Time()
 	require.True(t, got.After(t0.Add(200*365*24*time.Hour)), "read back %s", got)

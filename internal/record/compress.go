@@ -1,4 +1,4 @@
-package kv
+package record
 
 import (
 	"fmt"

@@ -1,7 +1,13 @@
-package kv
+// Package record encodes oncekv's stored records: a magic byte, the record
+// kind, a layout version, varint and length-prefixed fields, and a CRC-32C.
+// A Decoder never panics: truncated, bit-flipped or foreign input yields a
+// *CorruptError (kv.CorruptError is the same type). Large values are
+// compressed with zstd by Compress; Decompress bounds its output.
+package record
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -297,3 +303,23 @@ func (d *Decoder) Time() time.Time {
 	}
 	return time.Unix(0, x).UTC()
 }
+
+// ErrCorrupt is returned (wrapped in a *CorruptError) when a stored record
+// cannot be decoded. kv.ErrCorrupt is the same value.
+var ErrCorrupt = errors.New("kv: corrupt record")
+
+// CorruptError reports a stored record that failed to decode: a bad
+// checksum, an unknown kind or version, or a field that runs past the end.
+// errors.Is(err, ErrCorrupt) is true for it.
+type CorruptError struct {
+	Kind   Kind   // record kind expected by the caller
+	Offset int    // byte offset where decoding failed
+	Reason string // what was wrong
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("kv: corrupt %s record at byte %d: %s", e.Kind, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }

@@ -1,0 +1,77 @@
+// Package keyspace is the plumbing oncekv's packages share on top of the kv
+// port: the reserved namespace of oncekv's own buckets, time indexes
+// (expiry and due-time indexes), and the record-kind abstraction with its
+// one generic sweeper and one generic record↔index checker.
+package keyspace
+
+import (
+	"bytes"
+	"errors"
+
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/kv"
+)
+
+var reservedPrefix = []byte(record.ReservedPrefix)
+
+// ErrReadOnlyTx is returned when a namespace is created in a read-only
+// transaction.
+var ErrReadOnlyTx = errors.New("kv: write in a read-only transaction")
+
+// Raw returns the backend transaction behind tx, past the reserved-name
+// guard of kv.DB and any wrapper (anything with an Unwrap() kv.Tx method).
+func Raw(tx kv.Tx) kv.Tx {
+	for {
+		u, ok := tx.(interface{ Unwrap() kv.Tx })
+		if !ok {
+			return tx
+		}
+		tx = u.Unwrap()
+	}
+}
+
+// Namespace is the name of one of oncekv's own top-level buckets, such as
+// "ledger" or "outbox".
+type Namespace struct {
+	full []byte
+}
+
+// New returns the reserved bucket for name, which must be non-empty.
+func New(name string) Namespace {
+	if name == "" {
+		panic("keyspace: empty namespace name")
+	}
+	return Namespace{full: []byte(record.ReservedPrefix + name)}
+}
+
+// Name returns the short name (without the reserved prefix).
+func (n Namespace) Name() string { return string(n.full[len(reservedPrefix):]) }
+
+// Bytes returns the full top-level bucket name.
+func (n Namespace) Bytes() []byte { return n.full }
+
+// Bucket returns the namespace's bucket in tx, or nil if it does not exist
+// yet (nothing has been written to it).
+func (n Namespace) Bucket(tx kv.Tx) kv.Bucket { return Raw(tx).Bucket(n.full) }
+
+// Create returns the namespace's bucket in the writable tx, creating it if
+// needed.
+func (n Namespace) Create(tx kv.Tx) (kv.Bucket, error) {
+	if !tx.Writable() {
+		return nil, ErrReadOnlyTx
+	}
+	return Raw(tx).CreateBucketIfNotExists(n.full)
+}
+
+// List returns the reserved buckets that exist in tx and whose short name
+// starts with prefix, in byte order. The CLI and the consistency checks use
+// it to find every table and index.
+func List(tx kv.Tx, prefix string) []Namespace {
+	var out []Namespace
+	start := append(append([]byte(nil), reservedPrefix...), prefix...)
+	c := Raw(tx).Cursor()
+	for k, _ := c.Seek(start); k != nil && bytes.HasPrefix(k, start); k, _ = c.Next() {
+		out = append(out, Namespace{full: bytes.Clone(k)})
+	}
+	return out
+}

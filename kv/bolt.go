@@ -1,0 +1,124 @@
+package kv
+
+import (
+	"context"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// boltBackend is the embedded default: one bbolt file, one writer process,
+// group commit.
+type boltBackend struct {
+	db    *bolt.DB
+	owned bool // Close closes the bbolt handle (Open); Wrap leaves it to the caller
+}
+
+var _ Backend = (*boltBackend)(nil)
+
+func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
+	return b.db.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+}
+
+func (b *boltBackend) View(_ context.Context, fn func(Tx) error) error {
+	return b.db.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+}
+
+func (b *boltBackend) Traits() Traits {
+	return Traits{Name: "bbolt", SingleWriter: true, GroupCommit: true}
+}
+
+func (b *boltBackend) Close() error {
+	if !b.owned {
+		return nil
+	}
+	return b.db.Close()
+}
+
+// boltTx, boltBucket and boltCursor are conversions of bbolt's own types, so
+// handing them out as interfaces costs no allocation.
+type (
+	boltTx     bolt.Tx
+	boltBucket bolt.Bucket
+	boltCursor bolt.Cursor
+)
+
+var (
+	_ Tx     = (*boltTx)(nil)
+	_ Bucket = (*boltBucket)(nil)
+	_ Cursor = (*boltCursor)(nil)
+)
+
+// WrapTx adapts a caller's own bbolt transaction so it can be passed to any
+// oncekv call that takes a Tx. The caller keeps ownership: oncekv never
+// commits or rolls it back. The database must have been prepared once with
+// Open or Wrap, which writes the format record. Like a DB's transactions,
+// the result refuses oncekv's reserved bucket names.
+func WrapTx(tx *bolt.Tx) Tx { return guard((*boltTx)(tx)) }
+
+// BoltTx returns the bbolt transaction behind tx, or nil if tx is not backed
+// by bbolt. Use it to mix oncekv calls with code written against bbolt. A Tx
+// that wraps another (a DB's transactions, the HTTP middleware's write
+// tracker) offers an Unwrap() Tx method, which BoltTx follows.
+func BoltTx(tx Tx) *bolt.Tx {
+	for {
+		switch t := tx.(type) {
+		case *boltTx:
+			return (*bolt.Tx)(t)
+		case interface{ Unwrap() Tx }:
+			tx = t.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+func (t *boltTx) bolt() *bolt.Tx { return (*bolt.Tx)(t) }
+
+func (t *boltTx) Bucket(name []byte) Bucket { return wrapBucket(t.bolt().Bucket(name)) }
+
+func (t *boltTx) CreateBucketIfNotExists(name []byte) (Bucket, error) {
+	b, err := t.bolt().CreateBucketIfNotExists(name)
+	if err != nil {
+		return nil, err
+	}
+	return (*boltBucket)(b), nil
+}
+
+func (t *boltTx) DeleteBucket(name []byte) error { return t.bolt().DeleteBucket(name) }
+func (t *boltTx) Cursor() Cursor                 { return (*boltCursor)(t.bolt().Cursor()) }
+func (t *boltTx) Writable() bool                 { return t.bolt().Writable() }
+func (t *boltTx) OnCommit(fn func())             { t.bolt().OnCommit(fn) }
+
+func wrapBucket(b *bolt.Bucket) Bucket {
+	if b == nil {
+		return nil // a nil *boltBucket in an interface would not compare equal to nil
+	}
+	return (*boltBucket)(b)
+}
+
+func (b *boltBucket) bolt() *bolt.Bucket { return (*bolt.Bucket)(b) }
+
+func (b *boltBucket) Get(key []byte) []byte       { return b.bolt().Get(key) }
+func (b *boltBucket) Put(key, value []byte) error { return b.bolt().Put(key, value) }
+func (b *boltBucket) Delete(key []byte) error     { return b.bolt().Delete(key) }
+func (b *boltBucket) Cursor() Cursor              { return (*boltCursor)(b.bolt().Cursor()) }
+func (b *boltBucket) Bucket(name []byte) Bucket   { return wrapBucket(b.bolt().Bucket(name)) }
+func (b *boltBucket) DeleteBucket(name []byte) error {
+	return b.bolt().DeleteBucket(name)
+}
+func (b *boltBucket) NextSequence() (uint64, error) { return b.bolt().NextSequence() }
+func (b *boltBucket) CreateBucketIfNotExists(name []byte) (Bucket, error) {
+	nb, err := b.bolt().CreateBucketIfNotExists(name)
+	if err != nil {
+		return nil, err
+	}
+	return (*boltBucket)(nb), nil
+}
+
+func (c *boltCursor) bolt() *bolt.Cursor                { return (*bolt.Cursor)(c) }
+func (c *boltCursor) First() ([]byte, []byte)           { return c.bolt().First() }
+func (c *boltCursor) Last() ([]byte, []byte)            { return c.bolt().Last() }
+func (c *boltCursor) Next() ([]byte, []byte)            { return c.bolt().Next() }
+func (c *boltCursor) Prev() ([]byte, []byte)            { return c.bolt().Prev() }
+func (c *boltCursor) Seek(seek []byte) ([]byte, []byte) { return c.bolt().Seek(seek) }
+func (c *boltCursor) Delete() error                     { return c.bolt().Delete() }

@@ -1,0 +1,102 @@
+package kv
+
+import "context"
+
+// The port: the small interface every layer above kv is written against. The
+// bbolt backend is built in (Open, Wrap); package etcdkv, in its own module,
+// implements the same interfaces over etcd. A backend is done when
+// kvtest.RunConformance passes against it unchanged.
+
+// Backend is a transactional key/value store the layers above can run on.
+type Backend interface {
+	// Update runs fn in a read-write transaction and commits it if fn returns
+	// nil; an error or a panic rolls it back. A backend without a single
+	// writer (Traits.SingleWriter false) may run fn more than once, after an
+	// optimistic conflict: fn must have no effect outside the transaction.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// View runs fn in a read-only transaction over one consistent snapshot.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Traits describes what the layers above may rely on.
+	Traits() Traits
+	// Close releases the backend. Transactions under way finish first.
+	Close() error
+}
+
+// Traits describes a backend's guarantees. The layers above choose their
+// strategy from it: the ledger keeps an in-memory key directory and recovers
+// a dead incarnation's claims at once only where SingleWriter is true.
+type Traits struct {
+	// Name names the backend in messages and stats ("bbolt", "etcd").
+	Name string
+	// SingleWriter is true when exactly one process can write the store at a
+	// time (bbolt's file lock) and write transactions are serialised within
+	// it: in-process state (a key directory, waiters) then sees every write.
+	SingleWriter bool
+	// GroupCommit is true when many callers' functions may share one write
+	// transaction (DB.Batch groups them); false makes Batch an Update.
+	GroupCommit bool
+	// MaxTxOps bounds the writes one transaction may carry (0: no bound).
+	// Layers that write in bulk (sweeps, migrations) stay below it.
+	MaxTxOps int
+}
+
+// Tx is one transaction. It is only valid inside the function it was handed
+// to. Byte slices returned by Get and Cursor point into the store and are
+// valid only until the transaction ends; copy them to keep them. Values
+// passed to Put must not be modified until the transaction ends.
+type Tx interface {
+	// Bucket returns the top-level bucket with the given name, or nil.
+	Bucket(name []byte) Bucket
+	// CreateBucketIfNotExists returns the named top-level bucket, creating it
+	// if needed. Names in oncekv's reserved namespace are refused with
+	// ErrReservedName when the Tx came from a DB.
+	CreateBucketIfNotExists(name []byte) (Bucket, error)
+	// DeleteBucket removes a top-level bucket and everything in it.
+	DeleteBucket(name []byte) error
+	// Cursor iterates the names of the top-level buckets in byte order
+	// (values are nil).
+	Cursor() Cursor
+	// Writable reports whether the transaction may write.
+	Writable() bool
+	// OnCommit registers fn to run after the transaction commits. It does not
+	// run if the transaction rolls back.
+	OnCommit(fn func())
+}
+
+// Bucket is a collection of key/value pairs, possibly holding nested buckets.
+type Bucket interface {
+	// Get returns the value for key, or nil if the key is absent or names a
+	// nested bucket.
+	Get(key []byte) []byte
+	// Put sets key to value.
+	Put(key, value []byte) error
+	// Delete removes key. Deleting an absent key is not an error.
+	Delete(key []byte) error
+	// Cursor returns a cursor over the bucket's keys in byte order.
+	Cursor() Cursor
+	// Bucket returns the nested bucket with the given name, or nil.
+	Bucket(name []byte) Bucket
+	// CreateBucketIfNotExists returns the nested bucket, creating it if needed.
+	CreateBucketIfNotExists(name []byte) (Bucket, error)
+	// DeleteBucket removes a nested bucket.
+	DeleteBucket(name []byte) error
+	// NextSequence returns a new, monotonically increasing integer for the
+	// bucket; it is rolled back with the transaction.
+	NextSequence() (uint64, error)
+}
+
+// Cursor iterates a bucket in key order. Values of nested buckets are nil.
+type Cursor interface {
+	// First moves to the first key.
+	First() (key, value []byte)
+	// Last moves to the last key.
+	Last() (key, value []byte)
+	// Next moves to the next key.
+	Next() (key, value []byte)
+	// Prev moves to the previous key.
+	Prev() (key, value []byte)
+	// Seek moves to the first key >= seek.
+	Seek(seek []byte) (key, value []byte)
+	// Delete removes the key under the cursor.
+	Delete() error
+}
