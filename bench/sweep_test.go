@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
 )
@@ -38,7 +39,7 @@ func fillLedger(b *testing.B, l *ledger.Ledger, prefix string, n int) {
 func BenchmarkSweep10k(b *testing.B) {
 	for _, live := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			clock := kv.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+			clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 			db := openDB(b, "sweep", &kv.Options{NoSync: true, Clock: clock})
 			l, err := ledger.New(db, &ledger.Config{RetentionFor: func(scope string) time.Duration { return time.Hour }})
 			if err != nil {
@@ -73,7 +74,7 @@ func BenchmarkSweepMillion(b *testing.B) {
 	if os.Getenv("ONCEKV_BENCH_BIG") == "" {
 		b.Skip("set ONCEKV_BENCH_BIG=1 to build the 2M-record database")
 	}
-	clock := kv.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	db := openDB(b, "million", &kv.Options{NoSync: true, Clock: clock})
 	short, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	long, _ := ledger.New(db, &ledger.Config{Retention: 365 * 24 * time.Hour})

@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/conditional"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 )
@@ -373,7 +374,7 @@ func TestCheckFindsBrokenIndex(t *testing.T) {
 	require.Empty(t, problems)
 
 	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
-		ib := btx.Bucket([]byte(kv.ReservedPrefix + "table/orders/idx/by_ref"))
+		ib := btx.Bucket([]byte(record.ReservedPrefix + "table/orders/idx/by_ref"))
 		require.NoError(t, ib.Put(conditional.Key("acme", "ext-1"), []byte("o-ghost")))
 		return ib.Put([]byte("dangling"), []byte("o-missing"))
 	}))
@@ -381,7 +382,7 @@ func TestCheckFindsBrokenIndex(t *testing.T) {
 	require.NoError(t, err)
 	var msgs []string
 	for _, p := range problems {
-		msgs = append(msgs, p.String())
+		msgs = append(msgs, p.Check+": "+p.Message)
 	}
 	require.Len(t, msgs, 3, "%v", msgs)
 	require.Contains(t, msgs[0], `conditional: orders: row "o1": index "by_ref" entry for key`)

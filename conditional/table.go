@@ -277,7 +277,7 @@ func (t *Table[T]) String() string { return "conditional.Table(" + t.name + ")" 
 // tableOf extracts the table name from a rows namespace name; "" if the
 // bucket is not a table's rows bucket.
 func tableOf(ns []byte) string {
-	name, ok := strings.CutPrefix(string(ns), kv.ReservedPrefix+tablePrefix)
+	name, ok := strings.CutPrefix(string(ns), record.ReservedPrefix+tablePrefix)
 	if !ok || strings.Contains(name, "/") {
 		return ""
 	}

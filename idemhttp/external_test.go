@@ -19,7 +19,7 @@ import (
 
 type external struct {
 	db    *kv.DB
-	clock *kv.ManualClock
+	clock *kvtest.ManualClock
 	l     *ledger.Ledger
 	x     *sideeffect.Executor
 	fake  *providertest.Fake
@@ -30,7 +30,7 @@ type external struct {
 // handler performs a "charge" intent per order against a fake provider.
 func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	t.Helper()
-	e := &external{clock: kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)), fake: providertest.New(providertest.Rates{}, 1)}
+	e := &external{clock: kvtest.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)), fake: providertest.New(providertest.Rates{}, 1)}
 	e.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: e.clock}, ledger.RecordKind, sideeffect.RecordKind)
 	var err error
 	e.l, err = ledger.New(e.db, &ledger.Config{Lease: time.Minute})

@@ -353,7 +353,7 @@ func TestKeyOptionalAndConfig(t *testing.T) {
 // takes it over, runs, and counts as a takeover.
 func TestTakeoverIsCounted(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, ledger.RecordKind, sideeffect.RecordKind)
 	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)

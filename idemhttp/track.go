@@ -10,7 +10,6 @@ import "github.com/oncekv/oncekv/kv"
 var (
 	_ kv.Tx     = trackedTx{}
 	_ kv.Bucket = trackedBucket{}
-	_ kv.Cursor = trackedCursor{}
 )
 
 type trackedTx struct {
@@ -33,11 +32,6 @@ func (t trackedTx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
 	return t.bucket(b), err
 }
 
-func (t trackedTx) DeleteBucket(name []byte) error {
-	*t.wrote = true
-	return t.Tx.DeleteBucket(name)
-}
-
 func (t trackedTx) bucket(b kv.Bucket) kv.Bucket {
 	if b == nil {
 		return nil
@@ -54,33 +48,8 @@ func (b trackedBucket) Get(k []byte) []byte { return b.b.Get(k) }
 
 func (b trackedBucket) Put(k, v []byte) error { *b.wrote = true; return b.b.Put(k, v) }
 func (b trackedBucket) Delete(k []byte) error { *b.wrote = true; return b.b.Delete(k) }
-func (b trackedBucket) DeleteBucket(name []byte) error {
-	*b.wrote = true
-	return b.b.DeleteBucket(name)
-}
 func (b trackedBucket) NextSequence() (uint64, error) {
 	*b.wrote = true
 	return b.b.NextSequence()
 }
-func (b trackedBucket) Cursor() kv.Cursor { return trackedCursor{b.b.Cursor(), b.wrote} }
-func (b trackedBucket) Bucket(name []byte) kv.Bucket {
-	if nb := b.b.Bucket(name); nb != nil {
-		return trackedBucket{nb, b.wrote}
-	}
-	return nil
-}
-func (b trackedBucket) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
-	*b.wrote = true
-	nb, err := b.b.CreateBucketIfNotExists(name)
-	if nb == nil {
-		return nil, err
-	}
-	return trackedBucket{nb, b.wrote}, err
-}
-
-type trackedCursor struct {
-	kv.Cursor
-	wrote *bool
-}
-
-func (c trackedCursor) Delete() error { *c.wrote = true; return c.Cursor.Delete() }
+func (b trackedBucket) Cursor() kv.Cursor { return b.b.Cursor() }

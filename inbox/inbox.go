@@ -71,8 +71,8 @@ func New(db *kv.DB, cfg *Config) (*Inbox, error) {
 		if cfg.Retention < 0 {
 			return nil, fmt.Errorf("%w: inbox Retention %s is negative", ErrInvalidConfig, cfg.Retention)
 		}
-		if cfg.Retention > kv.MaxRetention {
-			return nil, fmt.Errorf("%w: inbox Retention %s exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, cfg.Retention)
+		if cfg.Retention > keyspace.MaxRetention {
+			return nil, fmt.Errorf("%w: inbox Retention %s exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, cfg.Retention)
 		}
 		in.retention = cfg.Retention
 	}
@@ -145,7 +145,7 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 		return false, err
 	}
 	k := inboxKey(consumer, id)
-	now := in.db.Now()
+	now := in.db.Clock().Now()
 	var prevExpiry time.Time
 	if v := b.Get(k); v != nil {
 		e, err := decodeInbox(k, v)
@@ -228,7 +228,7 @@ func (in *Inbox) Seen(ctx context.Context, consumer, id string) (bool, error) {
 			return nil
 		}
 		e, err := decodeInbox(k, v)
-		seen = err == nil && in.db.Now().Before(e.ExpiresAt)
+		seen = err == nil && in.db.Clock().Now().Before(e.ExpiresAt)
 		return err
 	})
 	return seen, err

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 )
@@ -25,12 +26,12 @@ var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 type bundle struct {
 	db    *kv.DB
-	clock *kv.ManualClock
+	clock *kvtest.ManualClock
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	return &bundle{db: kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, inbox.RecordKind), clock: clock}
 }
 
@@ -172,14 +173,14 @@ func TestInboxConcurrentRedeliveries(t *testing.T) {
 
 // Retentions past the time encoding once wrapped round: the inbox applied a
 // message three times (issue 13, item 2). Config rejects them; a per-consumer
-// function returning one is clamped to kv.Never.
+// function returning one is clamped to keyspace.Never.
 func TestInboxRetentionPastTheTimeEncoding(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
 		_, err := inbox.New(nil, &inbox.Config{Retention: d})
 		require.ErrorIs(t, err, inbox.ErrInvalidConfig, d)
 	}
-	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour, kv.MaxRetention} {
+	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour, keyspace.MaxRetention} {
 		bb := setup(t)
 		in, err := inbox.New(bb.db, &inbox.Config{RetentionFor: func(string) time.Duration { return d }})
 		require.NoError(t, err)

@@ -42,7 +42,7 @@ func (a *Actions) Requeue(ctx context.Context, id string) (Intent, error) {
 		in, err = a.Executor.Requeue(ctx, id)
 	} else {
 		err = a.DB.Update(ctx, func(tx kv.Tx) error {
-			in, err = sideeffect.RequeueTx(tx, id, a.DB.Now())
+			in, err = sideeffect.RequeueTx(tx, id, a.DB.Clock().Now())
 			return err
 		})
 	}
@@ -57,7 +57,7 @@ func (a *Actions) Resolve(ctx context.Context, id string, state sideeffect.State
 		in, err = a.Executor.Resolve(ctx, id, state, result, reason)
 	} else {
 		err = a.DB.Update(ctx, func(tx kv.Tx) error {
-			in, err = sideeffect.ResolveTx(tx, id, sideeffect.Resolution{State: state, Result: result, Reason: reason}, a.DB.Now())
+			in, err = sideeffect.ResolveTx(tx, id, sideeffect.Resolution{State: state, Result: result, Reason: reason}, a.DB.Clock().Now())
 			return err
 		})
 	}

@@ -96,7 +96,7 @@ func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 	}
 	out := []Key{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
-		now := i.db.Now()
+		now := i.db.Clock().Now()
 		for r, err := range i.l.Records(tx, opts) {
 			if err != nil {
 				k := Key{Status: "corrupt", Error: err.Error()}
@@ -126,7 +126,7 @@ func (i *Inspector) Get(ctx context.Context, scope, key string, body bool) (Reco
 		if err != nil {
 			return err
 		}
-		rec = Record{Key: keyView(r, i.db.Now()), Fingerprint: r.Fingerprint.String(), Owner: r.Owner.String()}
+		rec = Record{Key: keyView(r, i.db.Clock().Now()), Fingerprint: r.Fingerprint.String(), Owner: r.Owner.String()}
 		if r.Response != nil {
 			rec.Headers = r.Response.Header
 			rec.BodyBytes = len(r.Response.Body)
@@ -224,7 +224,7 @@ func (i *Inspector) eventView(e *outbox.Event) Event {
 func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 	o := Outbox{QuarantinedEvents: []Event{}, OldestPending: []Event{}}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
-		now := i.db.Now()
+		now := i.db.Clock().Now()
 		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			if err != nil {
 				return err
@@ -259,7 +259,7 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]InboxEntry, error) {
 	out := []InboxEntry{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
-		now := i.db.Now()
+		now := i.db.Clock().Now()
 		for e, err := range inbox.Entries(tx, consumer) {
 			if err != nil {
 				return err
@@ -286,10 +286,10 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 	st.FreePages, st.PendingPages, st.FreeBytes = ds.FreePageN, ds.PendingPageN, ds.FreeAlloc
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		var err error
-		if st.FormatVersion, err = kv.StoredFormat(tx); err != nil {
+		if st.FormatVersion, err = keyspace.StoredFormat(tx); err != nil {
 			return err
 		}
-		now := i.db.Now()
+		now := i.db.Clock().Now()
 		for r, err := range i.l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
 			switch {
 			case err != nil:

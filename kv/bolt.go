@@ -84,10 +84,9 @@ func (t *boltTx) CreateBucketIfNotExists(name []byte) (Bucket, error) {
 	return (*boltBucket)(b), nil
 }
 
-func (t *boltTx) DeleteBucket(name []byte) error { return t.bolt().DeleteBucket(name) }
-func (t *boltTx) Cursor() Cursor                 { return (*boltCursor)(t.bolt().Cursor()) }
-func (t *boltTx) Writable() bool                 { return t.bolt().Writable() }
-func (t *boltTx) OnCommit(fn func())             { t.bolt().OnCommit(fn) }
+func (t *boltTx) Cursor() Cursor     { return (*boltCursor)(t.bolt().Cursor()) }
+func (t *boltTx) Writable() bool     { return t.bolt().Writable() }
+func (t *boltTx) OnCommit(fn func()) { t.bolt().OnCommit(fn) }
 
 func wrapBucket(b *bolt.Bucket) Bucket {
 	if b == nil {
@@ -98,22 +97,11 @@ func wrapBucket(b *bolt.Bucket) Bucket {
 
 func (b *boltBucket) bolt() *bolt.Bucket { return (*bolt.Bucket)(b) }
 
-func (b *boltBucket) Get(key []byte) []byte       { return b.bolt().Get(key) }
-func (b *boltBucket) Put(key, value []byte) error { return b.bolt().Put(key, value) }
-func (b *boltBucket) Delete(key []byte) error     { return b.bolt().Delete(key) }
-func (b *boltBucket) Cursor() Cursor              { return (*boltCursor)(b.bolt().Cursor()) }
-func (b *boltBucket) Bucket(name []byte) Bucket   { return wrapBucket(b.bolt().Bucket(name)) }
-func (b *boltBucket) DeleteBucket(name []byte) error {
-	return b.bolt().DeleteBucket(name)
-}
+func (b *boltBucket) Get(key []byte) []byte         { return b.bolt().Get(key) }
+func (b *boltBucket) Put(key, value []byte) error   { return b.bolt().Put(key, value) }
+func (b *boltBucket) Delete(key []byte) error       { return b.bolt().Delete(key) }
+func (b *boltBucket) Cursor() Cursor                { return (*boltCursor)(b.bolt().Cursor()) }
 func (b *boltBucket) NextSequence() (uint64, error) { return b.bolt().NextSequence() }
-func (b *boltBucket) CreateBucketIfNotExists(name []byte) (Bucket, error) {
-	nb, err := b.bolt().CreateBucketIfNotExists(name)
-	if err != nil {
-		return nil, err
-	}
-	return (*boltBucket)(nb), nil
-}
 
 func (c *boltCursor) bolt() *bolt.Cursor                { return (*bolt.Cursor)(c) }
 func (c *boltCursor) First() ([]byte, []byte)           { return c.bolt().First() }
@@ -121,4 +109,3 @@ func (c *boltCursor) Last() ([]byte, []byte)            { return c.bolt().Last()
 func (c *boltCursor) Next() ([]byte, []byte)            { return c.bolt().Next() }
 func (c *boltCursor) Prev() ([]byte, []byte)            { return c.bolt().Prev() }
 func (c *boltCursor) Seek(seek []byte) ([]byte, []byte) { return c.bolt().Seek(seek) }
-func (c *boltCursor) Delete() error                     { return c.bolt().Delete() }

@@ -16,8 +16,6 @@ type Problem struct {
 	Message string
 }
 
-func (p Problem) String() string { return p.Check + ": " + p.Message }
-
 // Checker verifies one package's invariants over a whole store. Packages
 // export theirs (ledger.Kind, conditional.Tables, ...), and DB.Check runs
 // the ones it is given: nothing registers itself.
@@ -66,14 +64,14 @@ func (db *DB) Check(ctx context.Context, checkers ...Checker) (problems []Proble
 		}
 	}()
 	err = db.View(ctx, func(tx Tx) error {
-		problems = CheckTx(tx, checkers...)
+		problems = checkTx(tx, checkers...)
 		return nil
 	})
 	return problems, err
 }
 
-// CheckTx is Check inside the caller's transaction.
-func CheckTx(tx Tx, checkers ...Checker) []Problem {
+// checkTx is Check inside a transaction.
+func checkTx(tx Tx, checkers ...Checker) []Problem {
 	var problems []Problem
 	if bt := BoltTx(tx); bt != nil {
 		if err := walkTx(bt); err != nil {
@@ -84,7 +82,7 @@ func CheckTx(tx Tx, checkers ...Checker) []Problem {
 			problems = append(problems, Problem{Check: "bbolt", Message: err.Error()})
 		}
 	}
-	if _, err := StoredFormat(tx); err != nil {
+	if _, err := storedFormat(tx); err != nil {
 		problems = append(problems, Problem{Check: "format", Message: err.Error()})
 	}
 	for _, c := range checkers {

@@ -19,7 +19,6 @@ func TestBoltConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = db.Close() }) // after the suite's Close of the backend: forgets the open file
-		return db.Backend()
+		return db // a *kv.DB is itself a Backend, over the bbolt one
 	})
 }

@@ -29,12 +29,6 @@ const (
 
 	// DefaultMaxBatchSize is the most calls Batch groups into one transaction.
 	DefaultMaxBatchSize = 1000
-
-	// DefaultMaxBatchDelay is how long a batch waits for company before it
-	// commits. Zero means no waiting: a batch starts as soon as the writer is
-	// idle, and whatever arrives while it commits forms the next batch. Under
-	// load batches grow by themselves; a lone caller pays no delay.
-	DefaultMaxBatchDelay time.Duration = 0
 )
 
 // Options configure Open. A nil *Options means all defaults.
@@ -52,7 +46,7 @@ type Options struct {
 	NoSync bool
 
 	// Clock supplies the time for leases, expiry and retention. nil means
-	// SystemClock.
+	// the system clock (time.Now).
 	Clock Clock
 
 	// MaxBatchSize bounds the number of calls grouped by Batch. 0 means
@@ -60,7 +54,8 @@ type Options struct {
 	MaxBatchSize int
 
 	// MaxBatchDelay is how long a batch may wait for more calls before it
-	// commits. 0 (DefaultMaxBatchDelay) commits as soon as the writer is idle.
+	// commits. 0, the default, commits as soon as the writer is idle: under
+	// load batches grow by themselves, and a lone caller pays no delay.
 	MaxBatchDelay time.Duration
 
 	// FileMode is the permission of a newly created file. 0 means
@@ -87,7 +82,7 @@ func (o *Options) withDefaults() Options {
 		r.LockTimeout = DefaultLockTimeout
 	}
 	if r.Clock == nil {
-		r.Clock = SystemClock{}
+		r.Clock = systemClock{}
 	}
 	if r.MaxBatchSize == 0 {
 		r.MaxBatchSize = DefaultMaxBatchSize
@@ -140,7 +135,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	openFiles.mu.Lock() // held across the open: two Opens of one file cannot race
 	defer openFiles.mu.Unlock()
 	if other := alreadyOpen(path); other != nil {
-		return nil, fmt.Errorf("%w: %s (open it once and share the *kv.DB)", ErrAlreadyOpen, path)
+		return nil, &FileError{Path: path, Err: ErrLocked, Reason: "is already open in this process: open it once and share the *kv.DB"}
 	}
 	size, err := preflight(path, o.ReadOnly)
 	switch {
@@ -155,7 +150,14 @@ func Open(path string, opts *Options) (*DB, error) {
 	start := time.Now()
 	b, err := boltOpen(path, o)
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, &LockedError{Path: path, Waited: time.Since(start).Round(time.Millisecond), Cause: err, ReadOnly: o.ReadOnly}
+		mode := "read-write"
+		if o.ReadOnly {
+			mode = "read-only"
+		}
+		return nil, &FileError{Path: path, Err: ErrLocked, Cause: err, Reason: fmt.Sprintf(
+			"is locked: opening it %s, the file lock was held by another process after waiting %s; "+
+				"bbolt allows one writing process per file: stop that process, or inspect it live through its admin endpoint",
+			mode, time.Since(start).Round(time.Millisecond))}
 	}
 	if errors.Is(err, fs.ErrPermission) && !o.ReadOnly {
 		return nil, fmt.Errorf("kv: open %s for writing: %w (open it read-only, or fix the file's permissions)", path, err)
@@ -250,9 +252,6 @@ func (db *DB) Path() string { return db.path }
 // directly alongside oncekv; nil when the backend is not bbolt.
 func (db *DB) Bolt() *bolt.DB { return db.bolt }
 
-// Backend returns the backend the DB runs on.
-func (db *DB) Backend() Backend { return db.backend }
-
 // Traits returns the backend's traits (see Traits).
 func (db *DB) Traits() Traits { return db.traits }
 
@@ -267,9 +266,6 @@ func (db *DB) Attachment(key any, create func() any) any {
 	v, _ := db.attached.LoadOrStore(key, create())
 	return v
 }
-
-// Now returns the current time from the configured Clock.
-func (db *DB) Now() time.Time { return db.opts.Clock.Now() }
 
 // Clock returns the configured Clock.
 func (db *DB) Clock() Clock { return db.opts.Clock }
@@ -328,3 +324,8 @@ func closedErr(err error) error {
 	}
 	return err
 }
+
+// Traits, Update, View and Close make a DB a Backend too, so that code
+// written against the port (kvtest.RunConformance, another DB) can run
+// over it.
+var _ Backend = (*DB)(nil)

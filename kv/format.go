@@ -3,7 +3,6 @@ package kv
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/oncekv/oncekv/internal/record"
 )
@@ -19,26 +18,11 @@ import (
 //	1: initial format (December 2026).
 const FormatVersion uint32 = 1
 
-// Never is the expiry of a record whose retention is unlimited: far in the
-// future but inside the range of the time encoding (int64 Unix
-// nanoseconds). Every expiry later than Never is stored as Never, so a
-// record is either kept for a bounded time or forever, never wrapped round
-// into the past.
-var Never = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// MaxRetention is the longest retention, lease or delay a configuration may
-// name (100 years). Times are stored as int64 Unix nanoseconds, which end in
-// 2262: a longer duration added to now would wrap round into the past and
-// make a record expired at once (issue 13). Configurations reject anything
-// longer; use a negative retention (retention.Forever) to keep records for
-// good.
-const MaxRetention = 100 * 365 * 24 * time.Hour
-
 var metaBucket = []byte(record.MetaBucket)
 
-// StoredFormat returns the format version recorded in the store (0 if
+// storedFormat returns the format version recorded in the store (0 if
 // none), or the error that makes the format record unreadable.
-func StoredFormat(tx Tx) (uint32, error) {
+func storedFormat(tx Tx) (uint32, error) {
 	raw := tx
 	for {
 		u, ok := raw.(interface{ Unwrap() Tx })
@@ -66,14 +50,15 @@ func (db *DB) checkFormat() error {
 	var found uint32
 	err := db.backend.View(ctx, func(tx Tx) error {
 		var err error
-		found, err = StoredFormat(tx)
+		found, err = storedFormat(tx)
 		return err
 	})
 	if err != nil {
 		return &FileError{Path: db.path, Err: ErrDamaged, Reason: fmt.Sprintf("has an unreadable oncekv format record: %v", err), Cause: err}
 	}
 	if found > FormatVersion {
-		return &FormatError{Path: db.path, Found: found, Supported: FormatVersion}
+		return &FileError{Path: db.path, Err: ErrNewerFormat, Reason: fmt.Sprintf(
+			"has oncekv format version %d, this build reads up to %d; upgrade oncekv to open it (the file was not modified)", found, FormatVersion)}
 	}
 	if found == 0 && db.opts.RequireFormat {
 		what := "store"

@@ -11,8 +11,10 @@ var reservedPrefix = []byte(record.ReservedPrefix)
 func isReserved(name []byte) bool { return bytes.HasPrefix(name, reservedPrefix) }
 
 // guarded is the Tx a DB hands to its callers: the backend's transaction
-// with oncekv's reserved top-level buckets hidden, so an application's
-// buckets can never collide with them. oncekv's own packages reach the
+// with oncekv's reserved top-level buckets (their names start with
+// "\x00oncekv/") hidden, so an application's buckets can never collide with
+// them: creating or opening such a name fails with ErrReservedName, and
+// Tx.Cursor leaves them out. oncekv's own packages reach the
 // reserved buckets through Unwrap.
 type guarded struct{ tx Tx }
 
@@ -39,13 +41,6 @@ func (g *guarded) CreateBucketIfNotExists(name []byte) (Bucket, error) {
 		return nil, ErrReservedName
 	}
 	return g.tx.CreateBucketIfNotExists(name)
-}
-
-func (g *guarded) DeleteBucket(name []byte) error {
-	if isReserved(name) {
-		return ErrReservedName
-	}
-	return g.tx.DeleteBucket(name)
 }
 
 func (g *guarded) Cursor() Cursor     { return &guardedCursor{c: g.tx.Cursor()} }
@@ -86,12 +81,3 @@ func (c *guardedCursor) Seek(seek []byte) ([]byte, []byte) {
 	k, v := c.c.Seek(seek)
 	return c.skip(k, v, c.c.Next)
 }
-
-func (c *guardedCursor) Delete() error { return c.c.Delete() }
-
-// ReservedPrefix starts the name of every top-level bucket oncekv owns. A
-// DB's transactions (and WrapTx) refuse to create, open or delete such
-// names and leave them out of Tx.Cursor, so an application's buckets can
-// never collide with oncekv's. Code that uses a raw *bbolt.Tx can still
-// reach them; it must leave them alone.
-const ReservedPrefix = record.ReservedPrefix

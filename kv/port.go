@@ -51,8 +51,6 @@ type Tx interface {
 	// if needed. Names in oncekv's reserved namespace are refused with
 	// ErrReservedName when the Tx came from a DB.
 	CreateBucketIfNotExists(name []byte) (Bucket, error)
-	// DeleteBucket removes a top-level bucket and everything in it.
-	DeleteBucket(name []byte) error
 	// Cursor iterates the names of the top-level buckets in byte order
 	// (values are nil).
 	Cursor() Cursor
@@ -63,10 +61,10 @@ type Tx interface {
 	OnCommit(fn func())
 }
 
-// Bucket is a collection of key/value pairs, possibly holding nested buckets.
+// Bucket is a collection of key/value pairs. The port has no nested
+// buckets: code that needs them on bbolt uses kv.BoltTx.
 type Bucket interface {
-	// Get returns the value for key, or nil if the key is absent or names a
-	// nested bucket.
+	// Get returns the value for key, or nil if the key is absent.
 	Get(key []byte) []byte
 	// Put sets key to value.
 	Put(key, value []byte) error
@@ -74,18 +72,14 @@ type Bucket interface {
 	Delete(key []byte) error
 	// Cursor returns a cursor over the bucket's keys in byte order.
 	Cursor() Cursor
-	// Bucket returns the nested bucket with the given name, or nil.
-	Bucket(name []byte) Bucket
-	// CreateBucketIfNotExists returns the nested bucket, creating it if needed.
-	CreateBucketIfNotExists(name []byte) (Bucket, error)
-	// DeleteBucket removes a nested bucket.
-	DeleteBucket(name []byte) error
 	// NextSequence returns a new, monotonically increasing integer for the
 	// bucket; it is rolled back with the transaction.
 	NextSequence() (uint64, error)
 }
 
-// Cursor iterates a bucket in key order. Values of nested buckets are nil.
+// Cursor iterates a bucket in key order. To delete while iterating, collect
+// the keys and delete them through the Bucket, or delete the key under the
+// cursor and Seek to it again.
 type Cursor interface {
 	// First moves to the first key.
 	First() (key, value []byte)
@@ -97,6 +91,4 @@ type Cursor interface {
 	Prev() (key, value []byte)
 	// Seek moves to the first key >= seek.
 	Seek(seek []byte) (key, value []byte)
-	// Delete removes the key under the cursor.
-	Delete() error
 }

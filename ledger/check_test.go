@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -29,12 +30,12 @@ func TestCheckFindsBrokenIndexAndCorruptRecords(t *testing.T) {
 	require.Empty(t, problems)
 
 	require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error {
-		idx := tx.Bucket([]byte(kv.ReservedPrefix + "ledger.expiry"))
+		idx := tx.Bucket([]byte(record.ReservedPrefix + "ledger.expiry"))
 		c := idx.Cursor()
 		k, _ := c.First()
 		require.NoError(t, idx.Delete(k)) // record "a" loses its entry
 		require.NoError(t, idx.Put(append(append([]byte(nil), k[:8]...), "acme|POST /v1/orders\x00ghost"...), nil))
-		recs := tx.Bucket([]byte(kv.ReservedPrefix + "ledger"))
+		recs := tx.Bucket([]byte(record.ReservedPrefix + "ledger"))
 		v := recs.Get([]byte("acme|POST /v1/orders\x00c"))
 		bad := append([]byte(nil), v...)
 		bad[10] ^= 0xff

@@ -97,10 +97,10 @@ func (c *Config) validate() error {
 	switch {
 	case c.Retention < 0:
 		return fmt.Errorf("%w: Retention %s is negative", ErrInvalidConfig, c.Retention)
-	case c.Retention > kv.MaxRetention:
-		return fmt.Errorf("%w: Retention %s exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, c.Retention)
-	case c.Lease > kv.MaxRetention || c.RetryAfter > kv.MaxRetention:
-		return fmt.Errorf("%w: Lease %s or RetryAfter %s exceeds kv.MaxRetention (100 years)", ErrInvalidConfig, c.Lease, c.RetryAfter)
+	case c.Retention > keyspace.MaxRetention:
+		return fmt.Errorf("%w: Retention %s exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, c.Retention)
+	case c.Lease > keyspace.MaxRetention || c.RetryAfter > keyspace.MaxRetention:
+		return fmt.Errorf("%w: Lease %s or RetryAfter %s exceeds keyspace.MaxRetention (100 years)", ErrInvalidConfig, c.Lease, c.RetryAfter)
 	case c.Lease < 0:
 		return fmt.Errorf("%w: Lease %s is negative", ErrInvalidConfig, c.Lease)
 	case c.Retention < c.Lease:
@@ -110,7 +110,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: RetryAfter %s is negative", ErrInvalidConfig, c.RetryAfter)
 	case c.MaxResponseBytes < 0:
 		return fmt.Errorf("%w: MaxResponseBytes %d is negative", ErrInvalidConfig, c.MaxResponseBytes)
-	case c.Quota != nil && (c.Quota.MaxRecords < 0 || c.Quota.MaxBytes < 0 || c.Quota.RetryAfter < 0 || c.Quota.RetryAfter > kv.MaxRetention):
+	case c.Quota != nil && (c.Quota.MaxRecords < 0 || c.Quota.MaxBytes < 0 || c.Quota.RetryAfter < 0 || c.Quota.RetryAfter > keyspace.MaxRetention):
 		return fmt.Errorf("%w: Quota limits and RetryAfter must not be negative", ErrInvalidConfig)
 	}
 	return nil
@@ -152,7 +152,7 @@ func (l *Ledger) DB() *kv.DB { return l.db }
 // Config returns the ledger's configuration with defaults applied.
 func (l *Ledger) Config() Config { return l.cfg }
 
-func (l *Ledger) now() time.Time { return l.db.Now() }
+func (l *Ledger) now() time.Time { return l.db.Clock().Now() }
 
 // expiry returns when a record of scope written at t stops counting.
 func (l *Ledger) expiry(scope string, t time.Time) time.Time {

@@ -27,13 +27,13 @@ var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 type bundle struct {
 	db    *kv.DB
-	clock *kv.ManualClock
+	clock *kvtest.ManualClock
 	path  string
 }
 
 func setup(t *testing.T, cfg *ledger.Config) (*ledger.Ledger, *bundle) {
 	t.Helper()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock}, ledger.RecordKind)
 	l, err := ledger.New(db, cfg)
@@ -257,7 +257,7 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 // rejected and its business writes are not applied.
 func TestTwoPhaseCrashBetweenClaimAndCompletion(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "crash.db")
 	cfg := &ledger.Config{Lease: 30 * time.Second}
 
@@ -329,7 +329,7 @@ func TestTwoPhaseCrashBetweenClaimAndCompletion(t *testing.T) {
 
 func TestRecoverOrphansTakesOverAtOnce(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "orphan.db")
 	cfg := &ledger.Config{RecoverOrphans: true}
 	db1, err := kv.Open(path, &kv.Options{Clock: clock})

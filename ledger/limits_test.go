@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -15,7 +16,7 @@ import (
 // Retentions past the time encoding (int64 Unix nanoseconds end in 2262)
 // once wrapped round into the past: every record was expired at once and Do
 // ran its work again (issue 13, item 2). Configurations reject them; a
-// per-scope function that returns one is clamped to kv.Never.
+// per-scope function that returns one is clamped to keyspace.Never.
 func TestRetentionPastTheTimeEncoding(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
@@ -25,7 +26,7 @@ func TestRetentionPastTheTimeEncoding(t *testing.T) {
 		require.ErrorIs(t, err, ledger.ErrInvalidConfig, d)
 	}
 
-	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour, kv.MaxRetention} {
+	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour, keyspace.MaxRetention} {
 		l, b := setup(t, &ledger.Config{RetentionFor: func(string) time.Duration { return d }})
 		runs := 0
 		for range 3 {

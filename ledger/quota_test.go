@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -128,7 +129,7 @@ func TestUsageIsCountedForOlderFiles(t *testing.T) {
 	// Remove the counters, as a file from before they existed has none.
 	bdb, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
-	require.NoError(t, bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(kv.ReservedPrefix + "ledger.usage")) }))
+	require.NoError(t, bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(record.ReservedPrefix + "ledger.usage")) }))
 	require.NoError(t, bdb.Close())
 
 	db = kvtest.OpenPath(t, path, &kv.Options{NoSync: true}, ledger.RecordKind)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/retention"
 )
 
@@ -21,7 +22,7 @@ func TestSweepRechecksRecordState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db, err := kv.Open(filepath.Join(t.TempDir(), "s.db"), &kv.Options{NoSync: true, Clock: clock})
 	require.NoError(t, err)
 	defer db.Close()

@@ -200,7 +200,7 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	if seq, err = b.NextSequence(); err != nil {
 		return 0, false, err
 	}
-	ev.Seq, ev.State, ev.CreatedAt = seq, EventPending, o.db.Now()
+	ev.Seq, ev.State, ev.CreatedAt = seq, EventPending, o.db.Clock().Now()
 	ev.Attempts, ev.NextAttempt, ev.LastError, ev.PublishedAt = 0, time.Time{}, "", time.Time{}
 	var e record.Encoder
 	if err := b.Put(seqKey(seq), encodeEvent(&e, &ev)); err != nil {
@@ -226,7 +226,7 @@ func (o *Outbox) forgetIfExpired(tx kv.Tx, ids kv.Bucket, id string, s []byte) (
 		return false, nil
 	}
 	ev, err := decodeEvent(s, v)
-	if err != nil || o.db.Now().Before(ev.ExpiresAt) {
+	if err != nil || o.db.Clock().Now().Before(ev.ExpiresAt) {
 		return false, err
 	}
 	return true, deletePublished(tx, pub, ids, ev)
@@ -295,7 +295,7 @@ func (o *Outbox) LagTx(tx kv.Tx) (Lag, error) {
 			return l, err
 		}
 		if l.Pending == 0 {
-			l.OldestAge = max(o.db.Now().Sub(ev.CreatedAt), 0)
+			l.OldestAge = max(o.db.Clock().Now().Sub(ev.CreatedAt), 0)
 		}
 		l.Pending++
 	}

@@ -26,9 +26,9 @@ import (
 	"github.com/oncekv/oncekv/outbox"
 )
 
-func setupOutbox(t *testing.T) (*outbox.Outbox, *kv.DB, *kv.ManualClock) {
+func setupOutbox(t *testing.T) (*outbox.Outbox, *kv.DB, *kvtest.ManualClock) {
 	t.Helper()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, outbox.RecordKind)
 	return outbox.New(db), db, clock
 }

@@ -90,8 +90,8 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 	if cfg.Publisher == nil {
 		return nil, fmt.Errorf("%w: RelayConfig.Publisher is required", ErrInvalidConfig)
 	}
-	if max(cfg.Retention, cfg.PollInterval, cfg.Backoff.Base, cfg.Backoff.Cap) > kv.MaxRetention {
-		return nil, fmt.Errorf("%w: a RelayConfig duration exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
+	if max(cfg.Retention, cfg.PollInterval, cfg.Backoff.Base, cfg.Backoff.Cap) > keyspace.MaxRetention {
+		return nil, fmt.Errorf("%w: a RelayConfig duration exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultRelayBatch
@@ -181,7 +181,7 @@ func (r *Relay) due() ([]Event, time.Duration, error) {
 	var batch []Event
 	var wait time.Duration
 	err := r.o.db.View(context.Background(), func(tx kv.Tx) error {
-		now := r.o.db.Now()
+		now := r.o.db.Clock().Now()
 		for ev, err := range Events(tx, EventPending) {
 			if err != nil {
 				return err
@@ -214,7 +214,7 @@ func (r *Relay) markPublished(ctx context.Context, events []Event) error {
 		if err != nil {
 			return err
 		}
-		now := r.o.db.Now()
+		now := r.o.db.Clock().Now()
 		for _, ev := range events {
 			k := seqKey(ev.Seq)
 			if pending.Get(k) == nil {
@@ -272,7 +272,7 @@ func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
 			quarantined = true
 			return pending.Delete(k)
 		}
-		ev.NextAttempt = r.o.db.Now().Add(r.cfg.Backoff.Delay(ev.Attempts))
+		ev.NextAttempt = r.o.db.Clock().Now().Add(r.cfg.Backoff.Delay(ev.Attempts))
 		return pending.Put(k, encodeEvent(&e, &ev))
 	})
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/retention"
 )
 
@@ -18,7 +19,7 @@ func TestSweepNeverRemovesUnpublishedEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db, err := kv.Open(filepath.Join(t.TempDir(), "s.db"), &kv.Options{NoSync: true, Clock: clock})
 	require.NoError(t, err)
 	defer db.Close()
@@ -47,7 +48,7 @@ func TestSweepNeverRemovesUnpublishedEvents(t *testing.T) {
 func TestOutboxReAddRespectsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	db, err := kv.Open(filepath.Join(t.TempDir(), "o.db"), &kv.Options{NoSync: true, Clock: clock})
 	require.NoError(t, err)
 	defer db.Close()

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/internal/keyspace"
 )
 
 // Kind is a kind of record with a retention. The names are those of the
@@ -124,8 +124,8 @@ func (p Policy) Validate(c Constraints) error {
 		}
 		switch {
 		case d == Forever:
-		case d > kv.MaxRetention:
-			errs = append(errs, fmt.Errorf("%w: %s retention %s exceeds kv.MaxRetention (100 years): stored expiry times would wrap round (use retention.Forever to keep records)", ErrInvalidPolicy, where, d))
+		case d > keyspace.MaxRetention:
+			errs = append(errs, fmt.Errorf("%w: %s retention %s exceeds keyspace.MaxRetention (100 years): stored expiry times would wrap round (use retention.Forever to keep records)", ErrInvalidPolicy, where, d))
 		case d < 0:
 			errs = append(errs, fmt.Errorf("%w: %s retention %s is negative (use retention.Forever to keep records)", ErrInvalidPolicy, where, d))
 		case k == Idempotency && d < c.Lease:

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -69,16 +70,16 @@ func TestPolicyForAndValidate(t *testing.T) {
 		{Kind: retention.Idempotency, ScopePrefix: "y|", Retention: 250 * 365 * 24 * time.Hour}}}
 	err = huge.Validate(retention.Constraints{})
 	require.ErrorIs(t, err, retention.ErrInvalidPolicy)
-	require.ErrorContains(t, err, "outbox.published retention 2562047h47m16.854775807s exceeds kv.MaxRetention")
-	require.ErrorContains(t, err, `idempotency (scope prefix "y|") retention 2190000h0m0s exceeds kv.MaxRetention`)
-	require.NoError(t, retention.Policy{Inbox: kv.MaxRetention, FinishedIntents: retention.Forever}.Validate(retention.Constraints{}))
+	require.ErrorContains(t, err, "outbox.published retention 2562047h47m16.854775807s exceeds keyspace.MaxRetention")
+	require.ErrorContains(t, err, `idempotency (scope prefix "y|") retention 2190000h0m0s exceeds keyspace.MaxRetention`)
+	require.NoError(t, retention.Policy{Inbox: keyspace.MaxRetention, FinishedIntents: retention.Forever}.Validate(retention.Constraints{}))
 }
 
 // world holds one record of every kind, written at t0 through the real
 // writers with default retentions.
 type world struct {
 	db      *kv.DB
-	clock   *kv.ManualClock
+	clock   *kvtest.ManualClock
 	l       *ledger.Ledger
 	inbox   *inbox.Inbox
 	outbox  *outbox.Outbox
@@ -93,7 +94,7 @@ type world struct {
 
 func build(t *testing.T) *world {
 	t.Helper()
-	w := &world{clock: kv.NewManualClock(t0)}
+	w := &world{clock: kvtest.NewManualClock(t0)}
 	w.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: w.clock}, allChecks...)
 	var err error
 	w.l, err = ledger.New(w.db, &ledger.Config{Lease: time.Minute})
@@ -262,7 +263,7 @@ func fill(t *testing.T, l *ledger.Ledger, prefix string, n int) {
 
 func TestBatchesDryRunAndCancel(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	fill(t, l, "old", 3000)
@@ -313,7 +314,7 @@ func TestBatchesDryRunAndCancel(t *testing.T) {
 // transactions are short and it yields between them.
 func TestRequestsServedDuringSweep(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
 	fill(t, l, "old", 40000)
@@ -356,7 +357,7 @@ func TestRequestsServedDuringSweep(t *testing.T) {
 // growing the file.
 func TestFileIsReusedAcrossSweeps(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "reuse.db")
 	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
@@ -396,7 +397,7 @@ func TestRunStopsWithContext(t *testing.T) {
 // record expires and when the sweep removes it.
 func TestPolicyWiredIntoTheLedger(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
 	pol := retention.Policy{Idempotency: time.Hour, Overrides: []retention.Override{{Kind: retention.Idempotency, ScopePrefix: "vip|", Retention: 48 * time.Hour}}}
 	require.NoError(t, pol.Validate(retention.Constraints{Lease: time.Minute}))

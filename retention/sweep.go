@@ -121,7 +121,7 @@ func sweepKind(ctx context.Context, db *kv.DB, k kv.RecordKind, c Config, ks *Ki
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		now := db.Now()
+		now := db.Clock().Now()
 		var entries []kv.Due
 		// Collect the keys first, then delete in a separate transaction:
 		// never delete under a live cursor.

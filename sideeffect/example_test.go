@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
@@ -21,7 +22,7 @@ import (
 func ExampleExecutor_Perform() {
 	dir, _ := os.MkdirTemp("", "oncekv-example")
 	defer os.RemoveAll(dir)
-	clock := kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	db, _ := kv.Open(filepath.Join(dir, "app.db"), &kv.Options{Clock: clock})
 	defer db.Close()
 

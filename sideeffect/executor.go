@@ -128,8 +128,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: no Handlers", ErrInvalidConfig)
 	case c.Grace < 0 || c.Lease < 0 || c.CallTimeout < 0 || c.PollInterval < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
-	case max(c.Grace, c.Lease, c.CallTimeout, c.PollInterval, c.Backoff.Base, c.Backoff.Cap, c.FinishedRetention) > kv.MaxRetention:
-		return fmt.Errorf("%w: a duration exceeds kv.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
+	case max(c.Grace, c.Lease, c.CallTimeout, c.PollInterval, c.Backoff.Base, c.Backoff.Cap, c.FinishedRetention) > keyspace.MaxRetention:
+		return fmt.Errorf("%w: a duration exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
 	case c.Lease <= c.CallTimeout:
 		return fmt.Errorf("%w: Lease %s must exceed CallTimeout %s, or a slow call could be taken over while it runs", ErrInvalidConfig, c.Lease, c.CallTimeout)
 	case c.MaxAttempts < 1:
@@ -238,7 +238,7 @@ func (x *Executor) takeOverTx(tx kv.Tx, id string, reconciling bool) (attempt, e
 		return a, fmt.Errorf("%w: %q (intent %s)", ErrUnknownKind, in.Kind, id)
 	}
 	a.handler, a.in = h, in
-	now := x.db.Now()
+	now := x.db.Clock().Now()
 	switch {
 	case in.State.Final():
 		a.finalized = true
@@ -350,7 +350,7 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 			return kv.Reject(st)
 		}
 		prev := *cur
-		now := x.db.Now()
+		now := x.db.Clock().Now()
 		cur.UpdatedAt, cur.LeaseExpiresAt, cur.Resolution = now, time.Time{}, nil
 		switch rep.State {
 		case Succeeded:
@@ -409,7 +409,7 @@ func (x *Executor) Requeue(ctx context.Context, id string) (*Intent, error) {
 	var out *Intent
 	err := x.db.Update(ctx, func(tx kv.Tx) error {
 		var err error
-		out, err = RequeueTx(tx, id, x.db.Now())
+		out, err = RequeueTx(tx, id, x.db.Clock().Now())
 		if err == nil {
 			tx.OnCommit(x.Wake)
 		}
@@ -444,7 +444,7 @@ func RequeueTx(tx kv.Tx, id string, now time.Time) (*Intent, error) {
 // records the verdict (ResolveTx) and applies it at once.
 func (x *Executor) Resolve(ctx context.Context, id string, state State, result []byte, reason string) (*Intent, error) {
 	err := x.db.Update(ctx, func(tx kv.Tx) error {
-		_, err := ResolveTx(tx, id, Resolution{State: state, Result: result, Reason: reason}, x.db.Now())
+		_, err := ResolveTx(tx, id, Resolution{State: state, Result: result, Reason: reason}, x.db.Clock().Now())
 		return err
 	})
 	if err != nil {

@@ -312,7 +312,7 @@ func (x *Executor) CreateTx(tx kv.Tx, s Spec) (in *Intent, created bool, err err
 	}
 	key := DownstreamKey(s.Scope, s.Key, s.Purpose)
 	existing, err := loadIntent(tx, key)
-	now := x.db.Now()
+	now := x.db.Clock().Now()
 	if err != nil || (existing != nil && !existing.expired(now)) {
 		return existing, false, err
 	}
@@ -350,7 +350,7 @@ func (x *Executor) Get(ctx context.Context, id string) (*Intent, error) {
 	err := x.db.View(ctx, func(tx kv.Tx) error {
 		var err error
 		in, err = GetTx(tx, id)
-		if err == nil && in.expired(x.db.Now()) {
+		if err == nil && in.expired(x.db.Clock().Now()) {
 			in, err = nil, ErrNotFound
 		}
 		return err

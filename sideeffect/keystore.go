@@ -54,7 +54,7 @@ func (s *KeyStore) Key(ctx context.Context, operation string) (string, error) {
 		var e record.Encoder
 		e.Reset(record.KindKeyStore, 1)
 		e.String(key)
-		e.Time(s.db.Now())
+		e.Time(s.db.Clock().Now())
 		return b.Put([]byte(operation), e.Finish())
 	})
 	return key, err

@@ -106,7 +106,7 @@ func TestParkedIntentIsNamedAndOperatorsRecoverIt(t *testing.T) {
 	// Offline requeue: the next client retry asks the provider first.
 	fake.Script = nil
 	require.NoError(t, bb.db.Update(ctx, func(tx kv.Tx) error {
-		in, err := sideeffect.RequeueTx(tx, parked.ID, bb.db.Now())
+		in, err := sideeffect.RequeueTx(tx, parked.ID, bb.db.Clock().Now())
 		require.Equal(t, sideeffect.StateUnknown, in.State)
 		return err
 	}))
@@ -121,7 +121,7 @@ func TestParkedIntentIsNamedAndOperatorsRecoverIt(t *testing.T) {
 	parked = park("2")
 	calls = len(fake.Log())
 	require.NoError(t, bb.db.Update(ctx, func(tx kv.Tx) error {
-		_, err := sideeffect.ResolveTx(tx, parked.ID, sideeffect.Resolution{State: sideeffect.StateFailed, Reason: "declined per provider dashboard (ops)"}, bb.db.Now())
+		_, err := sideeffect.ResolveTx(tx, parked.ID, sideeffect.Resolution{State: sideeffect.StateFailed, Reason: "declined per provider dashboard (ops)"}, bb.db.Clock().Now())
 		return err
 	}))
 	st, err := x.RunOnce(ctx)
@@ -135,11 +135,11 @@ func TestParkedIntentIsNamedAndOperatorsRecoverIt(t *testing.T) {
 	require.Equal(t, 4, got.Attempts, "a verdict is not a provider attempt")
 
 	require.NoError(t, bb.db.Update(ctx, func(tx kv.Tx) error {
-		_, err := sideeffect.ResolveTx(tx, parked.ID, sideeffect.Resolution{State: sideeffect.StateSucceeded}, bb.db.Now())
+		_, err := sideeffect.ResolveTx(tx, parked.ID, sideeffect.Resolution{State: sideeffect.StateSucceeded}, bb.db.Clock().Now())
 		require.ErrorIs(t, err, sideeffect.ErrAlreadyFinal)
-		_, err = sideeffect.RequeueTx(tx, parked.ID, bb.db.Now())
+		_, err = sideeffect.RequeueTx(tx, parked.ID, bb.db.Clock().Now())
 		require.ErrorIs(t, err, sideeffect.ErrAlreadyFinal)
-		_, err = sideeffect.ResolveTx(tx, parked.ID, sideeffect.Resolution{State: sideeffect.StateUnknown}, bb.db.Now())
+		_, err = sideeffect.ResolveTx(tx, parked.ID, sideeffect.Resolution{State: sideeffect.StateUnknown}, bb.db.Clock().Now())
 		require.ErrorIs(t, err, sideeffect.ErrInvalidResolution)
 		return nil
 	}))

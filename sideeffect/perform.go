@@ -133,7 +133,7 @@ func (x *Executor) perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	if err != nil {
 		return ledger.Result{}, err
 	}
-	return ledger.Result{}, &PendingError{Intent: final, RetryAfter: max(final.NextAttemptAt.Sub(x.db.Now()), 0)}
+	return ledger.Result{}, &PendingError{Intent: final, RetryAfter: max(final.NextAttemptAt.Sub(x.db.Clock().Now()), 0)}
 }
 
 func isLedgerRejection(err error) bool {
@@ -171,7 +171,7 @@ func (x *Executor) admitTx(tx kv.Tx, l *ledger.Ledger, req ledger.Request, spec 
 // intent with an attempt in flight (a live lease) is left to takeOverTx,
 // which answers busy or recovers a dead process's attempt.
 func (x *Executor) blocked(in *Intent) *BlockedError {
-	now := x.db.Now()
+	now := x.db.Clock().Now()
 	switch {
 	case in.Resolution != nil || now.Before(in.LeaseExpiresAt):
 		return nil

@@ -94,7 +94,7 @@ func TestPerformLostResponseRetryAsksProvider(t *testing.T) {
 // by asking the provider: one charge, and the right response.
 func TestPerformCrashThenClientRetryAfterLease(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "crash.db")
 	fake := providertest.New(providertest.Rates{}, 1)
 
@@ -134,7 +134,7 @@ func TestPerformCrashThenClientRetryAfterLease(t *testing.T) {
 // once: the intent path verifies with the provider before acting.
 func TestPerformRecoverOrphansAtOnce(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "orphan.db")
 	fake := providertest.New(providertest.Rates{}, 1)
 	db1, err := kv.Open(path, &kv.Options{Clock: clock})

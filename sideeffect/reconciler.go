@@ -33,7 +33,7 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	var ids []string
 	err := x.db.View(ctx, func(tx kv.Tx) error {
 		seen := map[string]bool{}
-		for _, e := range dueIdx.Due(tx, x.db.Now(), nil, maxPerPass) {
+		for _, e := range dueIdx.Due(tx, x.db.Clock().Now(), nil, maxPerPass) {
 			seen[string(e.Key)] = true
 			ids = append(ids, string(e.Key))
 		}
@@ -110,7 +110,7 @@ func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error 
 		if err == nil {
 			_ = x.db.View(ctx, func(tx kv.Tx) error {
 				if next, ok := dueIdx.First(tx); ok {
-					wait = min(wait, max(next.Sub(x.db.Now()), 0))
+					wait = min(wait, max(next.Sub(x.db.Clock().Now()), 0))
 				}
 				return nil
 			})

@@ -53,7 +53,7 @@ func handler(p sideeffect.Provider, c *completions) sideeffect.Handler {
 
 type bundle struct {
 	db    *kv.DB
-	clock *kv.ManualClock
+	clock *kvtest.ManualClock
 	path  string
 	comp  *completions
 }
@@ -71,7 +71,7 @@ func config(p sideeffect.Provider, c *completions) sideeffect.Config {
 
 func setup(t *testing.T, p sideeffect.Provider) (*sideeffect.Executor, *bundle) {
 	t.Helper()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "se.db")
 	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	c := &completions{}
@@ -177,7 +177,7 @@ func crashAfterCharge(fake *providertest.Fake, db **kv.DB) sideeffect.Provider {
 // completion; the provider holds exactly one charge.
 func TestLostResponseThenRestartReconcilerAsksStatus(t *testing.T) {
 	t.Parallel()
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	path := filepath.Join(t.TempDir(), "crash.db")
 	fake := providertest.New(providertest.Rates{}, 1)
 
@@ -459,7 +459,7 @@ func TestManyIntentsUnderFaults(t *testing.T) {
 func TestRunLoopWakesAndStops(t *testing.T) {
 	t.Parallel()
 	fake := providertest.New(providertest.Rates{}, 1)
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	c := &completions{}
 	cfg := config(fake, c)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/retention"
 )
 
@@ -20,7 +21,7 @@ func TestSweepNeverRemovesLiveIntents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	clock := kv.NewManualClock(t0)
+	clock := kvtest.NewManualClock(t0)
 	db, err := kv.Open(filepath.Join(t.TempDir(), "s.db"), &kv.Options{NoSync: true, Clock: clock})
 	require.NoError(t, err)
 	defer db.Close()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -37,7 +38,7 @@ func main() {
 }
 
 func run(ctx context.Context, path string) error {
-	clock := kv.NewManualClock(time.Now().UTC())
+	clock := kvtest.NewManualClock(time.Now().UTC())
 	db, err := kv.Open(path, &kv.Options{Clock: clock})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -101,14 +102,14 @@ func TestLibraryBadInputs(t *testing.T) {
 	flip := func(bucket string, key []byte) (restore func()) {
 		var orig []byte
 		require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error {
-			b := tx.Bucket([]byte(kv.ReservedPrefix + bucket))
+			b := tx.Bucket([]byte(record.ReservedPrefix + bucket))
 			orig = bytes.Clone(b.Get(key))
 			bad := bytes.Clone(orig)
 			bad[len(bad)/2] ^= 0x20
 			return b.Put(key, bad)
 		}))
 		return func() {
-			require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte(kv.ReservedPrefix+bucket)).Put(key, orig) }))
+			require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte(record.ReservedPrefix+bucket)).Put(key, orig) }))
 		}
 	}
 	corrupt := []struct {

@@ -75,3 +75,17 @@ func List(tx kv.Tx, prefix string) []Namespace {
 	}
 	return out
 }
+
+// StoredFormat returns the format version recorded in the store (0 if
+// none), or the error that makes the format record unreadable.
+func StoredFormat(tx kv.Tx) (uint32, error) {
+	b := Raw(tx).Bucket([]byte(record.MetaBucket))
+	if b == nil {
+		return 0, nil
+	}
+	v := b.Get(record.FormatKey)
+	if v == nil {
+		return 0, nil
+	}
+	return record.DecodeFormat(v)
+}

@@ -169,10 +169,10 @@ func FuzzDecompress(f *testing.F) {
 // past: an expiry in 2318 read back as 1733 (issue 13, item 2).
 func TestTimesOutsideTheEncodingAreClamped(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	require.True(t, keyspace.ExpiryAt(t0, math.MaxInt64).Equal(kv.Never))
-	require.True(t, keyspace.ExpiryAt(t0, 250*365*24*time.Hour).Equal(kv.Never))
-	require.True(t, keyspace.ExpiryAt(t0, -1).Equal(kv.Never))
-	require.True(t, keyspace.ExpiryAt(time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC), 48*time.Hour).Equal(kv.Never))
+	require.True(t, keyspace.ExpiryAt(t0, math.MaxInt64).Equal(keyspace.Never))
+	require.True(t, keyspace.ExpiryAt(t0, 250*365*24*time.Hour).Equal(keyspace.Never))
+	require.True(t, keyspace.ExpiryAt(t0, -1).Equal(keyspace.Never))
+	require.True(t, keyspace.ExpiryAt(time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC), 48*time.Hour).Equal(keyspace.Never))
 	require.Equal(t, t0.Add(time.Hour), keyspace.ExpiryAt(t0, time.Hour))
 
 	far := t0.Add(math.MaxInt64) // year 2318

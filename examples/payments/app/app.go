@@ -302,7 +302,7 @@ func (a *App) createOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	id := "ord_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
 	o := Order{ID: id, Tenant: tenant, ExternalRef: in.ExternalRef, AmountCents: in.AmountCents,
-		Currency: strings.ToLower(in.Currency), Status: "pending", CreatedAt: a.DB.Now().UTC()}
+		Currency: strings.ToLower(in.Currency), Status: "pending", CreatedAt: a.DB.Clock().Now().UTC()}
 	// Unique per (tenant, external_ref): a create under a new key for an
 	// existing external_ref returns the existing order, never a second one.
 	res, err := a.Orders.UpsertTx(tx, "by_ref", id, o, nil)

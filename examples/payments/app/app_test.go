@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
@@ -62,7 +63,7 @@ func TestPaidOrderHasItsEvent(t *testing.T) {
 // it answers 409 now. While the intent is retained, the outcome is answered
 // from it.
 func TestPayOnAPaidOrderAfterRetentionIs409(t *testing.T) {
-	clock := kv.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	fake := providertest.New(providertest.Rates{}, 1)
 	a, err := New(Config{DBPath: filepath.Join(t.TempDir(), "p.db"), Provider: fake, NoSync: true, Clock: clock})
 	require.NoError(t, err)

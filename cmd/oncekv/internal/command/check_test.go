@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 )
@@ -25,7 +26,7 @@ func TestCheck(t *testing.T) {
 	b, err := bolt.Open(db, 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte(kv.ReservedPrefix+"table/orders/idx/by_ref")).Put([]byte("ghost-ref"), []byte("ord_ghost"))
+		return tx.Bucket([]byte(record.ReservedPrefix+"table/orders/idx/by_ref")).Put([]byte("ghost-ref"), []byte("ord_ghost"))
 	}))
 	require.NoError(t, b.Close())
 	out, stderr, code := run("check", "--db", db)

@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -173,7 +174,7 @@ func TestStoredTextIsEscapedAndCorruptRecordsShown(t *testing.T) {
 	b, err := bolt.Open(src, 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket([]byte(kv.ReservedPrefix + "ledger"))
+		bk := tx.Bucket([]byte(record.ReservedPrefix + "ledger"))
 		k := []byte("acme|POST /v1/orders\x00create-1")
 		v := append([]byte(nil), bk.Get(k)...)
 		v[10] ^= 0xff

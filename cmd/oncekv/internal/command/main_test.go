@@ -18,6 +18,7 @@ import (
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -61,7 +62,7 @@ func fixture(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "fixture.db")
-	clock := kv.NewManualClock(time.Now().Add(-150 * time.Minute))
+	clock := kvtest.NewManualClock(time.Now().Add(-150 * time.Minute))
 	db, err := kv.Open(path, &kv.Options{Clock: clock, NoSync: true})
 	require.NoError(t, err)
 	defer db.Close()
