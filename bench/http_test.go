@@ -92,7 +92,7 @@ func BenchmarkMiddleware(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+				mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
 				if err != nil {
 					b.Fatal(err)
 				}

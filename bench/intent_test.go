@@ -15,7 +15,7 @@ func BenchmarkIntentCreate(b *testing.B) {
 	opts := &kv.Options{NoSync: true}
 	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
 	nop := sideeffect.ProviderFunc{DoFunc: func(context.Context, sideeffect.Call) (sideeffect.Report, error) { return sideeffect.Report{}, nil }}
-	x, err := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: nop}}})
+	x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: nop}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 				b.Fatal(err)
 			}
 			sink := outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })
-			r, _ := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: sink, BatchSize: batch})
+			r, _ := outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: sink, BatchSize: batch})
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()

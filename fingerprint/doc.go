@@ -2,7 +2,7 @@
 // for idempotency: a SHA-256 (a ledger.Fingerprint) over the method, the
 // concrete target and the canonical body.
 //
-//	f, err := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id"}})
+//	f, err := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id"}})
 //	fp, err := f.Sum(r.Method, r.URL.RequestURI(), r.Header.Get("Content-Type"), body)
 //
 // # The model

@@ -40,8 +40,11 @@ type Fingerprinter struct {
 	maxDepth int
 }
 
-// New validates opts and returns a Fingerprinter.
-func New(opts Options) (*Fingerprinter, error) {
+// New validates opts and returns a Fingerprinter. nil means defaults.
+func New(opts *Options) (*Fingerprinter, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
 	f := &Fingerprinter{maxDepth: opts.MaxDepth}
 	if f.maxDepth == 0 {
 		f.maxDepth = DefaultMaxJSONDepth

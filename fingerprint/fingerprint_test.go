@@ -22,7 +22,7 @@ func mustFP(t *testing.T, f *fingerprint.Fingerprinter, method, route, ct, body 
 
 func TestFingerprintCanonicalisation(t *testing.T) {
 	t.Parallel()
-	f, err := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id", "items.note"}})
+	f, err := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id", "items.note"}})
 	require.NoError(t, err)
 	const ct = "application/json; charset=utf-8"
 	base := `{"external_ref":"ord-1","amount_cents":2500,"currency":"eur","client_ts":"2026-01-01T00:00:00Z","meta":{"request_id":"r1","source":"app"},"items":[{"sku":"a","note":"x"}]}`
@@ -80,7 +80,7 @@ func TestFingerprintNonJSONIsBytes(t *testing.T) {
 
 func TestFingerprintRejectsBadJSON(t *testing.T) {
 	t.Parallel()
-	f, err := fingerprint.New(fingerprint.Options{MaxDepth: 8})
+	f, err := fingerprint.New(&fingerprint.Options{MaxDepth: 8})
 	require.NoError(t, err)
 	bad := []string{
 		`{`, `{"a":}`, `{"a" 1}`, `[1,]`, `{"a":1,}`, `01`, `1.`, `-`, `1e`, `tru`, `nul`, `"abc`,
@@ -99,13 +99,13 @@ func TestFingerprintRejectsBadJSON(t *testing.T) {
 	_, err = f.Sum("POST", "/x", "application/json", []byte(ok))
 	require.NoError(t, err)
 
-	_, err = fingerprint.New(fingerprint.Options{Exclude: []string{"a..b"}})
+	_, err = fingerprint.New(&fingerprint.Options{Exclude: []string{"a..b"}})
 	require.ErrorIs(t, err, fingerprint.ErrInvalidOptions)
 }
 
 func TestCanonicalForm(t *testing.T) {
 	t.Parallel()
-	f, _ := fingerprint.New(fingerprint.Options{Exclude: []string{"x"}})
+	f, _ := fingerprint.New(&fingerprint.Options{Exclude: []string{"x"}})
 	cases := map[string]string{
 		` { "b" : [ 1 , 2.50 , -0 , 1E+2 ] , "a" : { "d":true,"c":null } , "x": 9 } `: `{"a":{"c":null,"d":true},"b":[1,2.50,-0,1E+2]}`,
 		`"\u00e9\n\t\u0001\"\\\/"`: "\"\u00e9\\n\\t\\u0001\\\"\\\\/\"",
@@ -129,7 +129,7 @@ func FuzzCanonicalise(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	fp, _ := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id"}, MaxDepth: 32})
+	fp, _ := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id"}, MaxDepth: 32})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, err := fp.Canonical(in)
 		if err != nil {
@@ -157,7 +157,7 @@ func FuzzCanonicalise(f *testing.F) {
 // case folding are rejected.
 func TestFingerprintRejectsCaseFoldedDuplicates(t *testing.T) {
 	t.Parallel()
-	f, err := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts"}})
+	f, err := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts"}})
 	require.NoError(t, err)
 	type order struct {
 		AmountCents int `json:"amount_cents"`

@@ -2,7 +2,7 @@
 // that makes POST and PATCH handlers safe to retry with an Idempotency-Key
 // header.
 //
-//	mw, err := idemhttp.New(idemhttp.Config{
+//	mw, err := idemhttp.New(&idemhttp.Config{
 //		Ledger: l,
 //		Tenant: func(r *http.Request) (string, error) { return tenantFromAPIKey(r) },
 //		Fingerprint: fingerprint.Options{Exclude: []string{"client_ts", "request_id"}},

@@ -35,7 +35,7 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	var err error
 	e.l, err = ledger.New(e.db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)
-	e.x, err = sideeffect.New(e.db, sideeffect.Config{
+	e.x, err = sideeffect.New(e.db, &sideeffect.Config{
 		Handlers:    map[string]sideeffect.Handler{"charge": {Provider: e.fake}},
 		MaxAttempts: 3,
 		Backoff:     sideeffect.Backoff{Base: 2 * time.Second, Cap: time.Minute, Rand: func() float64 { return 0.5 }},
@@ -45,7 +45,7 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	mw, err := idemhttp.New(cfg)
+	mw, err := idemhttp.New(&cfg)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders/{id}/pay", mw.WrapExternal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

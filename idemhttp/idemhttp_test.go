@@ -63,7 +63,7 @@ func setup(t *testing.T, mutate func(*idemhttp.Config)) *bundle {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	b.mw, err = idemhttp.New(cfg)
+	b.mw, err = idemhttp.New(&cfg)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -287,7 +287,7 @@ func TestTenantsNeverShareKeys(t *testing.T) {
 func TestInProgressConflictAndWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	fp, _ := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts", "request_id"}})
+	fp, _ := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts", "request_id"}})
 	sum, err := fp.Sum("POST", "/v1/orders", "application/json", []byte(order))
 	require.NoError(t, err)
 	_, err = b.l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "busy", Fingerprint: sum})
@@ -345,7 +345,7 @@ func TestKeyOptionalAndConfig(t *testing.T) {
 	r = b.post(t, "sk_acme", "", order)
 	require.Equal(t, 201, r.status)
 	require.Equal(t, 2, b.orderCount(t), "without a key there is no protection")
-	_, err := idemhttp.New(idemhttp.Config{})
+	_, err := idemhttp.New(&idemhttp.Config{})
 	require.Error(t, err)
 }
 
@@ -358,7 +358,7 @@ func TestTakeoverIsCounted(t *testing.T) {
 	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute})
 	require.NoError(t, err)
 	var events []idemhttp.EventKind
-	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil },
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil },
 		OnEvent: func(e idemhttp.Event) { events = append(events, e.Kind) }})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -369,7 +369,7 @@ func TestTakeoverIsCounted(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	fp, _ := fingerprint.New(fingerprint.Options{})
+	fp, _ := fingerprint.New(&fingerprint.Options{})
 	sum, _ := fp.Sum("POST", "/v1/orders", "application/json", []byte(`{"a":1}`))
 	_, err = l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: "abandoned", Fingerprint: sum})
 	require.NoError(t, err)

@@ -38,7 +38,7 @@ func TestRejectedRequestsStoreNothing(t *testing.T) {
 	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind, sideeffect.RecordKind)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
-	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -141,7 +141,7 @@ func TestQuotaIs429(t *testing.T) {
 	b := setup(t, nil)
 	l, err := ledger.New(b.db, &ledger.Config{Quota: &ledger.Quota{MaxRecords: 2}})
 	require.NoError(t, err)
-	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil }})
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(r *http.Request) (string, error) { return r.Header.Get("X-Tenant"), nil }})
 	require.NoError(t, err)
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idemhttp.Tx(r.Context())

@@ -24,7 +24,7 @@ func payRoute(t *testing.T) (*kv.DB, *httptest.Server) {
 	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind, sideeffect.RecordKind)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
-	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
 	require.NoError(t, err)
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
 		b, err := tx.CreateBucketIfNotExists([]byte("orders"))

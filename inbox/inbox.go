@@ -19,7 +19,7 @@ import (
 // It must exceed the broker's redelivery horizon (how long after a first
 // delivery the broker may deliver the same message again), or a late
 // redelivery is applied twice.
-const DefaultRetention = 7 * 24 * time.Hour
+const DefaultRetention = keyspace.DefaultInbox
 
 // Limits on inbox names.
 const (
@@ -61,22 +61,37 @@ var (
 	inboxExpiry = keyspace.NewTimeIndex("inbox.expiry")
 )
 
-// New returns the inbox of db.
+// New returns the inbox of db. cfg may be nil for defaults.
 func New(db *kv.DB, cfg *Config) (*Inbox, error) {
-	in := &Inbox{db: db, retention: DefaultRetention}
-	if cfg != nil {
-		in.retentionFor = cfg.RetentionFor
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	if cfg != nil && cfg.Retention != 0 {
-		if cfg.Retention < 0 {
-			return nil, fmt.Errorf("%w: inbox Retention %s is negative", ErrInvalidConfig, cfg.Retention)
-		}
-		if cfg.Retention > keyspace.MaxRetention {
-			return nil, fmt.Errorf("%w: inbox Retention %s exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, cfg.Retention)
-		}
-		in.retention = cfg.Retention
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *kv.DB", ErrInvalidConfig)
 	}
-	return in, nil
+	return &Inbox{db: db, retention: c.Retention, retentionFor: c.RetentionFor}, nil
+}
+
+func (c *Config) withDefaults() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.Retention == 0 {
+		r.Retention = DefaultRetention
+	}
+	return r
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Retention < 0:
+		return fmt.Errorf("%w: inbox Retention %s is negative", ErrInvalidConfig, c.Retention)
+	case c.Retention > keyspace.MaxRetention:
+		return fmt.Errorf("%w: inbox Retention %s exceeds 100 years; stored times would wrap round", ErrInvalidConfig, c.Retention)
+	}
+	return nil
 }
 
 func validName(kind, s string, limit int) error {

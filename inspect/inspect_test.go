@@ -38,7 +38,7 @@ func fixture(t *testing.T) (*kv.DB, *sideeffect.Executor, string) {
 	require.NoError(t, err)
 	fake := providertest.New(providertest.Rates{}, 1)
 	fake.Script = func(string, sideeffect.Call) providertest.Fault { return providertest.FailBeforeCharge }
-	x, err := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: fake}}, MaxAttempts: 1})
+	x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: fake}}, MaxAttempts: 1})
 	require.NoError(t, err)
 	in, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Subject: "order/1", Key: "1", Purpose: "charge", Payload: []byte("card 4242")})
 	require.NoError(t, err)

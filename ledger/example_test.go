@@ -23,7 +23,7 @@ func ExampleLedger_Do() {
 	defer db.Close()
 	l, _ := ledger.New(db, nil)
 
-	fpr, _ := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts"}})
+	fpr, _ := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts"}})
 	scope, _ := ledger.Scope("acme", "POST", "/v1/orders")
 	createOrder := func(body string) {
 		fp, _ := fpr.Sum("POST", "/v1/orders", "application/json", []byte(body))

@@ -15,7 +15,7 @@ import (
 const (
 	// DefaultRetention is how long a completed record is kept (and replayed)
 	// after completion.
-	DefaultRetention = 24 * time.Hour
+	DefaultRetention = keyspace.DefaultIdempotency
 
 	// DefaultLease is how long a two-phase claim is protected from takeover.
 	DefaultLease = 30 * time.Second
@@ -98,9 +98,9 @@ func (c *Config) validate() error {
 	case c.Retention < 0:
 		return fmt.Errorf("%w: Retention %s is negative", ErrInvalidConfig, c.Retention)
 	case c.Retention > keyspace.MaxRetention:
-		return fmt.Errorf("%w: Retention %s exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig, c.Retention)
+		return fmt.Errorf("%w: Retention %s exceeds 100 years; stored times would wrap round", ErrInvalidConfig, c.Retention)
 	case c.Lease > keyspace.MaxRetention || c.RetryAfter > keyspace.MaxRetention:
-		return fmt.Errorf("%w: Lease %s or RetryAfter %s exceeds keyspace.MaxRetention (100 years)", ErrInvalidConfig, c.Lease, c.RetryAfter)
+		return fmt.Errorf("%w: Lease %s or RetryAfter %s exceeds 100 years", ErrInvalidConfig, c.Lease, c.RetryAfter)
 	case c.Lease < 0:
 		return fmt.Errorf("%w: Lease %s is negative", ErrInvalidConfig, c.Lease)
 	case c.Retention < c.Lease:

@@ -132,7 +132,7 @@ func TestRelayUnderPublisherFaults(t *testing.T) {
 		}
 		return true, false
 	}}
-	r, err := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub, BatchSize: 16, MaxAttempts: 50,
+	r, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: 16, MaxAttempts: 50,
 		Backoff: outbox.Backoff{Base: time.Second, Cap: time.Second}})
 	require.NoError(t, err)
 	for pass := 0; pass < 1000 && len(pending(t, db)) > 0; pass++ {
@@ -171,7 +171,7 @@ func TestRelayQuarantinesPoisonEventsAndRequeues(t *testing.T) {
 		}
 		return true, false
 	}}
-	r, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub, MaxAttempts: 3, Backoff: outbox.Backoff{Base: time.Second, Cap: time.Second}})
+	r, _ := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, MaxAttempts: 3, Backoff: outbox.Backoff{Base: time.Second, Cap: time.Second}})
 	for range 10 {
 		st, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -218,7 +218,7 @@ func TestRelayShutdownDuringPublish(t *testing.T) {
 		<-ctx.Done() // the broker never answers before shutdown
 		return ctx.Err()
 	})
-	r, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: blocking})
+	r, _ := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: blocking})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- r.Run(runCtx, nil) }()
@@ -228,7 +228,7 @@ func TestRelayShutdownDuringPublish(t *testing.T) {
 	require.Equal(t, []string{"e-1"}, pending(t, db), "still pending")
 
 	pub := &recorder{}
-	r2, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub})
+	r2, _ := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub})
 	_, err = r2.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Len(t, pub.log(), 1)
@@ -240,7 +240,7 @@ func TestRelayWokenByCommit(t *testing.T) {
 	t.Parallel()
 	o, _, _ := setupOutbox(t)
 	got := make(chan outbox.Event, 10)
-	r, _ := outbox.NewRelay(o, outbox.RelayConfig{PollInterval: time.Hour,
+	r, _ := outbox.NewRelay(o, &outbox.RelayConfig{PollInterval: time.Hour,
 		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error { got <- e; return nil })})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
@@ -326,7 +326,7 @@ func TestProducerKilledBeforePublish(t *testing.T) {
 	db := kvtest.OpenPath(t, path, nil, outbox.RecordKind)
 	o := outbox.New(db)
 	pub := &recorder{}
-	r, _ := outbox.NewRelay(o, outbox.RelayConfig{Publisher: pub})
+	r, _ := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub})
 	st, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 20, st.Published)
@@ -358,7 +358,7 @@ func TestWebhookNeverFollowsRedirects(t *testing.T) {
 			o, db, _ := setupOutbox(t)
 			_, _, err := o.Add(ctx, ev("e-1"))
 			require.NoError(t, err)
-			relay, err := outbox.NewRelay(o, outbox.RelayConfig{Publisher: &outbox.WebhookPublisher{URL: redirect.URL, Client: client}})
+			relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: &outbox.WebhookPublisher{URL: redirect.URL, Client: client}})
 			require.NoError(t, err)
 			st, err := relay.RunOnce(ctx)
 			require.NoError(t, err)
@@ -388,7 +388,7 @@ func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
 	t.Parallel()
 	o, db, _ := setupOutbox(t)
 	got := make(chan outbox.Event, 10)
-	r, _ := outbox.NewRelay(o, outbox.RelayConfig{PollInterval: 20 * time.Millisecond,
+	r, _ := outbox.NewRelay(o, &outbox.RelayConfig{PollInterval: 20 * time.Millisecond,
 		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error { got <- e; return nil })})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
@@ -420,7 +420,7 @@ func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
 func TestRelayRetentionPastTheTimeEncoding(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
-		_, err := outbox.NewRelay(nil, outbox.RelayConfig{Publisher: outbox.PublishFunc(nil), Retention: d})
+		_, err := outbox.NewRelay(nil, &outbox.RelayConfig{Publisher: outbox.PublishFunc(nil), Retention: d})
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	}
 }

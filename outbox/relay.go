@@ -71,7 +71,7 @@ type RelayConfig struct {
 }
 
 // DefaultPublishedRetention is how long published events are kept.
-const DefaultPublishedRetention = time.Hour
+const DefaultPublishedRetention = keyspace.DefaultPublishedEvents
 
 // Relay publishes an outbox's events in sequence (commit) order. It is woken
 // by the commit of new events and polls only as a fallback. An event is
@@ -85,13 +85,30 @@ type Relay struct {
 	cfg RelayConfig
 }
 
-// NewRelay returns a relay for o. Run one relay per outbox.
-func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
-	if cfg.Publisher == nil {
-		return nil, fmt.Errorf("%w: RelayConfig.Publisher is required", ErrInvalidConfig)
+// NewRelay returns a relay for o. Run one relay per outbox. RelayConfig's
+// Publisher is required, so a nil cfg fails with ErrInvalidConfig.
+func NewRelay(o *Outbox, cfg *RelayConfig) (*Relay, error) {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	if max(cfg.Retention, cfg.PollInterval, cfg.Backoff.Base, cfg.Backoff.Cap) > keyspace.MaxRetention {
-		return nil, fmt.Errorf("%w: a RelayConfig duration exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
+	return &Relay{o: o, cfg: c}, nil
+}
+
+func (c *RelayConfig) validate() error {
+	switch {
+	case c.Publisher == nil:
+		return fmt.Errorf("%w: RelayConfig.Publisher is required", ErrInvalidConfig)
+	case max(c.Retention, c.PollInterval, c.Backoff.Base, c.Backoff.Cap) > keyspace.MaxRetention:
+		return fmt.Errorf("%w: a RelayConfig duration exceeds 100 years; stored times would wrap round", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c *RelayConfig) withDefaults() RelayConfig {
+	var cfg RelayConfig
+	if c != nil {
+		cfg = *c
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = DefaultRelayBatch
@@ -114,7 +131,7 @@ func NewRelay(o *Outbox, cfg RelayConfig) (*Relay, error) {
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultPublishedRetention
 	}
-	return &Relay{o: o, cfg: cfg}, nil
+	return cfg
 }
 
 // PassStats reports one relay pass.

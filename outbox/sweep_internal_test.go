@@ -53,7 +53,7 @@ func TestOutboxReAddRespectsRetention(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	o := New(db)
-	r, err := NewRelay(o, RelayConfig{Publisher: PublishFunc(func(context.Context, Event) error { return nil }), Retention: time.Hour})
+	r, err := NewRelay(o, &RelayConfig{Publisher: PublishFunc(func(context.Context, Event) error { return nil }), Retention: time.Hour})
 	require.NoError(t, err)
 	_, added, err := o.Add(ctx, Event{ID: "e", Topic: "t"})
 	require.NoError(t, err)

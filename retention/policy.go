@@ -28,14 +28,20 @@ const (
 // Forever is a retention that never expires.
 const Forever time.Duration = -1
 
+// Max is the longest retention (and lease, and delay) any oncekv
+// configuration accepts: 100 years. Times are stored as int64 Unix
+// nanoseconds, which end in 2262; a longer duration would wrap round into
+// the past. Use Forever to keep records for good.
+const Max = keyspace.MaxRetention
+
 // Default retentions, used when a Policy field is zero. Intents parked as
 // needs_attention, pending intents, unpublished events and quarantined
 // events have no retention at all: they stay until resolved.
 const (
-	DefaultIdempotency     = 24 * time.Hour
-	DefaultInbox           = 7 * 24 * time.Hour
-	DefaultPublishedEvents = time.Hour
-	DefaultFinishedIntents = 30 * 24 * time.Hour
+	DefaultIdempotency     = keyspace.DefaultIdempotency
+	DefaultInbox           = keyspace.DefaultInbox
+	DefaultPublishedEvents = keyspace.DefaultPublishedEvents
+	DefaultFinishedIntents = keyspace.DefaultFinishedIntents
 )
 
 // Policy says how long each kind of record is kept, optionally per scope
@@ -125,7 +131,7 @@ func (p Policy) Validate(c Constraints) error {
 		switch {
 		case d == Forever:
 		case d > keyspace.MaxRetention:
-			errs = append(errs, fmt.Errorf("%w: %s retention %s exceeds keyspace.MaxRetention (100 years): stored expiry times would wrap round (use retention.Forever to keep records)", ErrInvalidPolicy, where, d))
+			errs = append(errs, fmt.Errorf("%w: %s retention %s exceeds 100 years: stored expiry times would wrap round (use retention.Forever to keep records)", ErrInvalidPolicy, where, d))
 		case d < 0:
 			errs = append(errs, fmt.Errorf("%w: %s retention %s is negative (use retention.Forever to keep records)", ErrInvalidPolicy, where, d))
 		case k == Idempotency && d < c.Lease:

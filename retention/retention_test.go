@@ -70,8 +70,8 @@ func TestPolicyForAndValidate(t *testing.T) {
 		{Kind: retention.Idempotency, ScopePrefix: "y|", Retention: 250 * 365 * 24 * time.Hour}}}
 	err = huge.Validate(retention.Constraints{})
 	require.ErrorIs(t, err, retention.ErrInvalidPolicy)
-	require.ErrorContains(t, err, "outbox.published retention 2562047h47m16.854775807s exceeds keyspace.MaxRetention")
-	require.ErrorContains(t, err, `idempotency (scope prefix "y|") retention 2190000h0m0s exceeds keyspace.MaxRetention`)
+	require.ErrorContains(t, err, "outbox.published retention 2562047h47m16.854775807s exceeds 100 years")
+	require.ErrorContains(t, err, `idempotency (scope prefix "y|") retention 2190000h0m0s exceeds 100 years`)
 	require.NoError(t, retention.Policy{Inbox: keyspace.MaxRetention, FinishedIntents: retention.Forever}.Validate(retention.Constraints{}))
 }
 
@@ -102,10 +102,10 @@ func build(t *testing.T) *world {
 	w.inbox, err = inbox.New(w.db, nil)
 	require.NoError(t, err)
 	w.outbox = outbox.New(w.db)
-	w.relay, err = outbox.NewRelay(w.outbox, outbox.RelayConfig{Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })})
+	w.relay, err = outbox.NewRelay(w.outbox, &outbox.RelayConfig{Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })})
 	require.NoError(t, err)
 	w.fake = providertest.New(providertest.Rates{}, 1)
-	w.x, err = sideeffect.New(w.db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: w.fake}}, MaxAttempts: 1})
+	w.x, err = sideeffect.New(w.db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: w.fake}}, MaxAttempts: 1})
 	require.NoError(t, err)
 
 	req := ledger.Request{Scope: "acme|POST /v1/orders", Key: "done", Fingerprint: ledger.Fingerprint{1}}

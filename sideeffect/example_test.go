@@ -35,7 +35,7 @@ func ExampleExecutor_Perform() {
 		}
 		return providertest.None
 	}
-	x, _ := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{
+	x, _ := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{
 		"charge": {
 			Provider: provider,
 			OnSucceeded: func(tx kv.Tx, in *sideeffect.Intent) error {

@@ -75,7 +75,7 @@ type Config struct {
 }
 
 // DefaultFinishedRetention is how long finished intents are kept.
-const DefaultFinishedRetention = 30 * 24 * time.Hour
+const DefaultFinishedRetention = keyspace.DefaultFinishedIntents
 
 func (x *Executor) finishedExpiry(kind string, t time.Time) time.Time {
 	d := x.cfg.FinishedRetention
@@ -88,7 +88,10 @@ func (x *Executor) finishedExpiry(kind string, t time.Time) time.Time {
 }
 
 func (c *Config) withDefaults() Config {
-	r := *c
+	var r Config
+	if c != nil {
+		r = *c
+	}
 	if r.Grace == 0 {
 		r.Grace = DefaultGrace
 	}
@@ -129,7 +132,7 @@ func (c *Config) validate() error {
 	case c.Grace < 0 || c.Lease < 0 || c.CallTimeout < 0 || c.PollInterval < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
 	case max(c.Grace, c.Lease, c.CallTimeout, c.PollInterval, c.Backoff.Base, c.Backoff.Cap, c.FinishedRetention) > keyspace.MaxRetention:
-		return fmt.Errorf("%w: a duration exceeds keyspace.MaxRetention (100 years); stored times would wrap round", ErrInvalidConfig)
+		return fmt.Errorf("%w: a duration exceeds 100 years; stored times would wrap round", ErrInvalidConfig)
 	case c.Lease <= c.CallTimeout:
 		return fmt.Errorf("%w: Lease %s must exceed CallTimeout %s, or a slow call could be taken over while it runs", ErrInvalidConfig, c.Lease, c.CallTimeout)
 	case c.MaxAttempts < 1:
@@ -152,7 +155,7 @@ type Executor struct {
 }
 
 // New returns an Executor over db.
-func New(db *kv.DB, cfg Config) (*Executor, error) {
+func New(db *kv.DB, cfg *Config) (*Executor, error) {
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err

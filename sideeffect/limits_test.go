@@ -20,17 +20,17 @@ func TestFinishedRetentionPastTheTimeEncoding(t *testing.T) {
 	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
 		cfg := config(fake, &completions{})
 		cfg.FinishedRetention = d
-		_, err := sideeffect.New(nil, cfg)
+		_, err := sideeffect.New(nil, &cfg)
 		require.ErrorIs(t, err, sideeffect.ErrInvalidConfig)
 		cfg.FinishedRetention, cfg.Lease = 0, d
-		_, err = sideeffect.New(nil, cfg)
+		_, err = sideeffect.New(nil, &cfg)
 		require.ErrorIs(t, err, sideeffect.ErrInvalidConfig)
 	}
 
 	_, bb := setup(t, fake)
 	cfg := config(fake, bb.comp)
 	cfg.FinishedRetentionFor = func(string) time.Duration { return math.MaxInt64 }
-	x, err := sideeffect.New(bb.db, cfg)
+	x, err := sideeffect.New(bb.db, &cfg)
 	require.NoError(t, err)
 	in, created, err := x.Create(ctx, spec("1"))
 	require.NoError(t, err)

@@ -30,7 +30,7 @@ func TestClientRetriesDuringAnOutageSpendNoAttempts(t *testing.T) {
 	_, bb := setup(t, fake)
 	cfg := config(fake, bb.comp) // MaxAttempts 4, backoff ceilings 1s, 2s, 4s
 	cfg.Backoff.Rand = func() float64 { return 0.9 }
-	x, err := sideeffect.New(bb.db, cfg)
+	x, err := sideeffect.New(bb.db, &cfg)
 	require.NoError(t, err)
 	l, err := ledger.New(bb.db, nil)
 	require.NoError(t, err)

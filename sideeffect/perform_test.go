@@ -100,7 +100,7 @@ func TestPerformCrashThenClientRetryAfterLease(t *testing.T) {
 
 	db1, err := kv.Open(path, &kv.Options{Clock: clock})
 	require.NoError(t, err)
-	x1, err := sideeffect.New(db1, config(crashAfterCharge(fake, &db1), &completions{}))
+	x1, err := sideeffect.New(db1, ptr(config(crashAfterCharge(fake, &db1), &completions{})))
 	require.NoError(t, err)
 	l1, _ := ledger.New(db1, &ledger.Config{Lease: 30 * time.Second})
 	_, err = x1.Perform(ctx, l1, payReq("1"), spec("1"), respond)
@@ -108,7 +108,7 @@ func TestPerformCrashThenClientRetryAfterLease(t *testing.T) {
 	require.Len(t, fake.Charges(), 1)
 
 	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
-	x2, err := sideeffect.New(db2, config(fake, &completions{}))
+	x2, err := sideeffect.New(db2, ptr(config(fake, &completions{})))
 	require.NoError(t, err)
 	l2, _ := ledger.New(db2, &ledger.Config{Lease: 30 * time.Second})
 
@@ -139,13 +139,13 @@ func TestPerformRecoverOrphansAtOnce(t *testing.T) {
 	fake := providertest.New(providertest.Rates{}, 1)
 	db1, err := kv.Open(path, &kv.Options{Clock: clock})
 	require.NoError(t, err)
-	x1, _ := sideeffect.New(db1, config(crashAfterCharge(fake, &db1), &completions{}))
+	x1, _ := sideeffect.New(db1, ptr(config(crashAfterCharge(fake, &db1), &completions{})))
 	l1, _ := ledger.New(db1, &ledger.Config{RecoverOrphans: true})
 	_, err = x1.Perform(ctx, l1, payReq("1"), spec("1"), respond)
 	require.Error(t, err)
 
 	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
-	x2, _ := sideeffect.New(db2, config(fake, &completions{}))
+	x2, _ := sideeffect.New(db2, ptr(config(fake, &completions{})))
 	l2, _ := ledger.New(db2, &ledger.Config{RecoverOrphans: true})
 	res, err := x2.Perform(ctx, l2, payReq("1"), spec("1"), respond)
 	require.NoError(t, err)

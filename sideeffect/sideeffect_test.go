@@ -75,7 +75,7 @@ func setup(t *testing.T, p sideeffect.Provider) (*sideeffect.Executor, *bundle) 
 	path := filepath.Join(t.TempDir(), "se.db")
 	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true, Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	c := &completions{}
-	x, err := sideeffect.New(db, config(p, c))
+	x, err := sideeffect.New(db, ptr(config(p, c)))
 	require.NoError(t, err)
 	return x, &bundle{db: db, clock: clock, path: path, comp: c}
 }
@@ -184,7 +184,7 @@ func TestLostResponseThenRestartReconcilerAsksStatus(t *testing.T) {
 	db1, err := kv.Open(path, &kv.Options{Clock: clock})
 	require.NoError(t, err)
 	c1 := &completions{}
-	x1, err := sideeffect.New(db1, config(crashAfterCharge(fake, &db1), c1))
+	x1, err := sideeffect.New(db1, ptr(config(crashAfterCharge(fake, &db1), c1)))
 	require.NoError(t, err)
 	in, _, err := x1.Create(ctx, spec("1"))
 	require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestLostResponseThenRestartReconcilerAsksStatus(t *testing.T) {
 	// that no longer exists: the reconciler picks it up at once.
 	db2 := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
 	c2 := &completions{}
-	x2, err := sideeffect.New(db2, config(fake, c2))
+	x2, err := sideeffect.New(db2, ptr(config(fake, c2)))
 	require.NoError(t, err)
 	got, err := x2.Get(ctx, in.ID)
 	require.NoError(t, err)
@@ -465,7 +465,7 @@ func TestRunLoopWakesAndStops(t *testing.T) {
 	cfg := config(fake, c)
 	cfg.Grace = time.Nanosecond
 	cfg.PollInterval = time.Hour
-	x, err := sideeffect.New(db, cfg)
+	x, err := sideeffect.New(db, &cfg)
 	require.NoError(t, err)
 	passes := make(chan sideeffect.RunStats, 16)
 	runCtx, cancel := context.WithCancel(ctx)
@@ -497,7 +497,9 @@ func TestConfigValidation(t *testing.T) {
 		{Handlers: map[string]sideeffect.Handler{"x": {Provider: p}}, Lease: time.Second, CallTimeout: time.Minute},
 		{Handlers: map[string]sideeffect.Handler{"x": {Provider: p}}, MaxAttempts: -1},
 	} {
-		_, err := sideeffect.New(db, c)
+		_, err := sideeffect.New(db, &c)
 		require.ErrorIs(t, err, sideeffect.ErrInvalidConfig)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

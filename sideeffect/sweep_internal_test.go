@@ -25,7 +25,7 @@ func TestSweepNeverRemovesLiveIntents(t *testing.T) {
 	db, err := kv.Open(filepath.Join(t.TempDir(), "s.db"), &kv.Options{NoSync: true, Clock: clock})
 	require.NoError(t, err)
 	defer db.Close()
-	x, err := New(db, Config{Handlers: map[string]Handler{"charge": {Provider: ProviderFunc{}}}})
+	x, err := New(db, &Config{Handlers: map[string]Handler{"charge": {Provider: ProviderFunc{}}}})
 	require.NoError(t, err)
 	pending, _, err := x.Create(ctx, Spec{Kind: "charge", Key: "1", Purpose: "charge"})
 	require.NoError(t, err)

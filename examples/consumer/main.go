@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer func() { _ = pdb.Close() }()
 	ob := outbox.New(pdb)
 	pub := &natsPublisher{js: js}
-	relay, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: pub, PollInterval: time.Second})
+	relay, err := outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: pub, PollInterval: time.Second})
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@ func TestConsumerKilledBeforeAck(t *testing.T) {
 	ob := outbox.New(pdb)
 	require.NoError(t, produce(ctx, ob, 10))
 	pub := &natsPublisher{js: js}
-	relay, err := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: pub})
+	relay, err := outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: pub})
 	require.NoError(t, err)
 	st, err := relay.RunOnce(ctx)
 	require.NoError(t, err)

@@ -48,7 +48,7 @@ func run(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	fpr, err := fingerprint.New(fingerprint.Options{Exclude: []string{"client_ts"}})
+	fpr, err := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts"}})
 	if err != nil {
 		return err
 	}

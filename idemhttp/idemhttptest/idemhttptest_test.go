@@ -27,7 +27,7 @@ func service(t *testing.T, path string) (idemhttptest.Target, func() error) {
 	require.NoError(t, err)
 	l, err := ledger.New(db, &ledger.Config{RecoverOrphans: true})
 	require.NoError(t, err)
-	mw, err := idemhttp.New(idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders", mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -37,10 +37,10 @@ func TestLibraryBadInputs(t *testing.T) {
 	l, _ := ledger.New(db, nil)
 	in, _ := inbox.New(db, nil)
 	ob := outbox.New(db)
-	x, _ := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
+	x, _ := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
 	type row struct{ Ref string }
 	tbl, _ := conditional.NewTable(db, "rows", &conditional.Options[row]{Indexes: []conditional.Index[row]{{Name: "by_ref", Key: func(r row) ([]byte, bool) { return []byte(r.Ref), r.Ref != "" }}}})
-	fpr, _ := fingerprint.New(fingerprint.Options{MaxDepth: 16})
+	fpr, _ := fingerprint.New(&fingerprint.Options{MaxDepth: 16})
 	ok := func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200}, nil }
 	req := func(scope, key string) ledger.Request { return ledger.Request{Scope: scope, Key: key} }
 
@@ -140,7 +140,7 @@ func TestLibraryBadInputs(t *testing.T) {
 		{"corrupt outbox event", "outbox", []byte{0, 0, 0, 0, 0, 0, 0, 1}, []func() error{
 			func() error { _, err := ob.Lag(ctx); return err },
 			func() error {
-				r, _ := outbox.NewRelay(ob, outbox.RelayConfig{Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })})
+				r, _ := outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })})
 				_, err := r.RunOnce(ctx)
 				return err
 			},

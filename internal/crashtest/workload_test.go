@@ -71,7 +71,7 @@ func openWorkload(path, providerURL, sinkURL, acklog string) (*workload, error) 
 	}
 	w.ob = outbox.New(db)
 	provider := &httpprovider.Client{BaseURL: providerURL, HTTP: &http.Client{Timeout: 3 * time.Second}}
-	w.x, err = sideeffect.New(db, sideeffect.Config{
+	w.x, err = sideeffect.New(db, &sideeffect.Config{
 		Handlers: map[string]sideeffect.Handler{
 			"charge": {Provider: provider, OnSucceeded: w.paid},
 			"refund": {Provider: provider},
@@ -82,7 +82,7 @@ func openWorkload(path, providerURL, sinkURL, acklog string) (*workload, error) 
 	if err != nil {
 		return nil, err
 	}
-	w.relay, err = outbox.NewRelay(w.ob, outbox.RelayConfig{Publisher: &outbox.WebhookPublisher{URL: sinkURL},
+	w.relay, err = outbox.NewRelay(w.ob, &outbox.RelayConfig{Publisher: &outbox.WebhookPublisher{URL: sinkURL},
 		Retention: time.Millisecond, MaxAttempts: 1000, Backoff: sideeffect.Backoff{Base: time.Millisecond, Cap: 10 * time.Millisecond}})
 	if err != nil {
 		return nil, err

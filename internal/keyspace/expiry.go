@@ -30,3 +30,12 @@ var Never = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 // make a record expired at once (issue 13). Configurations reject anything
 // longer; a negative retention (retention.Forever) keeps records for good.
 const MaxRetention = 100 * 365 * 24 * time.Hour
+
+// The default retentions of the record kinds, declared once: the writers
+// (ledger, inbox, outbox, sideeffect) and retention.Policy both name them.
+const (
+	DefaultIdempotency     = 24 * time.Hour
+	DefaultInbox           = 7 * 24 * time.Hour
+	DefaultPublishedEvents = time.Hour
+	DefaultFinishedIntents = 30 * 24 * time.Hour
+)

@@ -159,7 +159,7 @@ func (a *App) build() error {
 	if provider == nil {
 		provider = &httpprovider.Client{BaseURL: a.cfg.ProviderURL, HTTP: &http.Client{Timeout: 10 * time.Second}}
 	}
-	a.Executor, err = sideeffect.New(a.DB, sideeffect.Config{
+	a.Executor, err = sideeffect.New(a.DB, &sideeffect.Config{
 		Handlers: map[string]sideeffect.Handler{"charge": {
 			Provider: provider, OnSucceeded: a.paid, OnFailed: a.paymentFailed,
 		}},
@@ -169,7 +169,7 @@ func (a *App) build() error {
 	if err != nil {
 		return err
 	}
-	a.Middleware, err = idemhttp.New(idemhttp.Config{
+	a.Middleware, err = idemhttp.New(&idemhttp.Config{
 		Ledger:      a.Ledger,
 		Tenant:      func(r *http.Request) (string, error) { return tenantOf(r.Context()) },
 		Fingerprint: fingerprint.Options{Exclude: []string{"client_ts", "request_id"}},
@@ -198,7 +198,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.cfg.Webhook != "" {
 		pub = &outbox.WebhookPublisher{URL: a.cfg.Webhook}
 	}
-	relay, err := outbox.NewRelay(a.Outbox, outbox.RelayConfig{Publisher: pub, Logger: a.log})
+	relay, err := outbox.NewRelay(a.Outbox, &outbox.RelayConfig{Publisher: pub, Logger: a.log})
 	if err != nil {
 		return err
 	}

@@ -157,7 +157,7 @@ func TestStoredTextIsEscapedAndCorruptRecordsShown(t *testing.T) {
 	hostile := sideeffect.ProviderFunc{DoFunc: func(context.Context, sideeffect.Call) (sideeffect.Report, error) {
 		return sideeffect.Report{State: sideeffect.Failed, Reason: "declined \x1b]0;pwned\x07\x1b[2J"}, nil
 	}}
-	x, err := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: hostile}}})
+	x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: hostile}}})
 	require.NoError(t, err)
 	in, _, err := x.Create(context.Background(), sideeffect.Spec{Kind: "charge", Subject: "order/\x1b[31mred", Key: "1", Purpose: "charge"})
 	require.NoError(t, err)

@@ -93,7 +93,7 @@ func fixture(t *testing.T) string {
 		_, _, err := ob.Add(ctx, outbox.Event{ID: id, Topic: "order.paid"})
 		require.NoError(t, err)
 	}
-	relay, _ := outbox.NewRelay(ob, outbox.RelayConfig{MaxAttempts: 1,
+	relay, _ := outbox.NewRelay(ob, &outbox.RelayConfig{MaxAttempts: 1,
 		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error {
 			if e.ID == "ev-poison" {
 				return fmt.Errorf("broker rejects %s", e.ID)
@@ -106,7 +106,7 @@ func fixture(t *testing.T) string {
 	require.NoError(t, err)
 
 	fake := providertest.New(providertest.Rates{}, 1)
-	x, _ := sideeffect.New(db, sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: fake}}, MaxAttempts: 1})
+	x, _ := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: fake}}, MaxAttempts: 1})
 	spec := func(k string) sideeffect.Spec {
 		return sideeffect.Spec{Kind: "charge", Subject: "order/" + k, Scope: "acme", Key: k, Purpose: "charge"}
 	}

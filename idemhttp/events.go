@@ -1,0 +1,57 @@
+package idemhttp
+
+import (
+	"time"
+)
+
+// Event is what happened to one request.
+type Event struct {
+	Kind     EventKind
+	Scope    string
+	Key      string
+	Status   int
+	Duration time.Duration
+}
+
+// EventKind classifies a request's outcome.
+type EventKind string
+
+// Event kinds; Stats counts each.
+const (
+	EventExecuted   EventKind = "executed"    // ran and was stored
+	EventReplayed   EventKind = "replayed"    // answered from the record
+	EventMismatched EventKind = "mismatched"  // key reused for another request: 422
+	EventInProgress EventKind = "in_progress" // 409
+	EventTakeover   EventKind = "takeover"    // finished an abandoned attempt
+	EventNotStored  EventKind = "not_stored"  // 5xx or panic: rolled back
+	EventRejected   EventKind = "rejected"    // 400, 401, 413
+	EventPending    EventKind = "pending"     // side effect outcome unknown: 502
+	EventQuota      EventKind = "quota"       // tenant over its quota: 429
+)
+
+// Stats are the middleware's counters.
+type Stats struct {
+	Executed, Replayed, Mismatched, InProgress, Takeovers, NotStored, Rejected, Pending, Quota uint64
+}
+
+var eventIndex = map[EventKind]int{
+	EventExecuted: 0, EventReplayed: 1, EventMismatched: 2, EventInProgress: 3,
+	EventTakeover: 4, EventNotStored: 5, EventRejected: 6, EventPending: 7, EventQuota: 8,
+}
+
+// Stats returns the counters.
+func (m *Middleware) Stats() Stats {
+	c := &m.counters
+	return Stats{
+		Executed: c[0].Load(), Replayed: c[1].Load(), Mismatched: c[2].Load(), InProgress: c[3].Load(),
+		Takeovers: c[4].Load(), NotStored: c[5].Load(), Rejected: c[6].Load(), Pending: c[7].Load(), Quota: c[8].Load(),
+	}
+}
+
+func (m *Middleware) event(e Event) {
+	m.counters[eventIndex[e.Kind]].Add(1)
+	m.log.Info("idempotent request", "outcome", string(e.Kind), "scope", e.Scope, "key", e.Key, "status", e.Status, "duration", e.Duration)
+	if m.cfg.OnEvent != nil {
+		m.cfg.OnEvent(e)
+	}
+}

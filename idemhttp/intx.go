@@ -1,0 +1,113 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+)
+
+// The in-transaction route (Wrap): claim, business writes and completion in
+// one transaction, under group commit.
+
+type notStored struct {
+	c       *capture
+	panic   any
+	stack   []byte
+	tooBig  bool
+	release bool // a panic to re-raise (http.ErrAbortHandler)
+	// badStatus is a status outside 100-999 the handler wrote.
+	badStatus int
+	// rejected is a 4xx not stored: nothing written, DoNotStore, or too big.
+	rejected bool
+}
+
+func (e *notStored) Error() string {
+	if e.panic != nil {
+		return fmt.Sprintf("idemhttp: handler panicked: %v", e.panic)
+	}
+	return fmt.Sprintf("idemhttp: response %d not stored", e.c.statusCode())
+}
+
+var errResponseTooLarge = errors.New("idemhttp: response too large to store")
+
+func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Handler, req ledger.Request, body []byte, ev Event, start time.Time) {
+	ctx := r.Context()
+	var last *capture
+	res, err := m.cfg.Ledger.Do(ctx, req, func(tx kv.Tx) (ledger.Response, error) {
+		c := newCapture(m.maxResp)
+		last = c
+		wrote := false
+		rr := r.WithContext(context.WithValue(ctx, txKey, kv.Tx(trackedTx{tx, &wrote})))
+		rr.Body = io.NopCloser(bytes.NewReader(body))
+		rr.ContentLength = int64(len(body))
+		if ns := runHandler(h, c, rr); ns != nil {
+			return ledger.Response{}, ns
+		}
+		if c.overflow {
+			return ledger.Response{}, &notStored{c: c, tooBig: true}
+		}
+		if c.badStatus != 0 {
+			return ledger.Response{}, &notStored{c: c, badStatus: c.badStatus}
+		}
+		status := c.statusCode()
+		if !m.stores(status) {
+			return ledger.Response{}, &notStored{c: c}
+		}
+		if status >= 400 && status < 500 && (c.noStore || !wrote || c.body.Len() > m.maxError) {
+			return ledger.Response{}, &notStored{c: c, rejected: true}
+		}
+		return ledger.Response{Status: status, Header: m.kept(c.header), Body: bytes.Clone(c.body.Bytes())}, nil
+	})
+	var ns *notStored
+	switch {
+	case err == nil && res.Replayed:
+		m.writeReplay(w, res.Response)
+		ev.Kind, ev.Status = EventReplayed, res.Response.Status
+	case err == nil:
+		last.writeTo(w) // the full response, not only the kept headers
+		ev.Kind, ev.Status = EventExecuted, res.Response.Status
+		if res.Takeover {
+			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
+		}
+	case errors.As(err, &ns):
+		ev.Kind = EventNotStored
+		switch {
+		case ns.release:
+			m.event(ev)
+			panic(ns.panic)
+		case ns.panic != nil:
+			m.log.Error("handler panicked; transaction rolled back", "scope", req.Scope, "key", req.Key, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))
+			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
+			ev.Status = http.StatusInternalServerError
+		case ns.badStatus != 0:
+			m.log.Error("handler wrote an invalid status; transaction rolled back", "scope", req.Scope, "key", req.Key, "status", ns.badStatus)
+			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+				Detail: fmt.Sprintf("the handler answered status %d, outside 100-999", ns.badStatus)}, 0)
+			ev.Status = http.StatusInternalServerError
+		case ns.tooBig:
+			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
+				Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
+			ev.Status = http.StatusInternalServerError
+		default:
+			ns.c.writeTo(w)
+			ev.Status = ns.c.statusCode()
+			if ns.rejected {
+				ev.Kind = EventRejected
+			}
+		}
+	default:
+		ev.Kind, ev.Status = m.writeLedgerError(w, err)
+	}
+	ev.Duration = time.Since(start)
+	m.event(ev)
+}
+
+// serveUnkeyed runs an in-transaction handler for a request without a key
+// (Config.KeyOptional): the same transaction and rollback rules, no record.
