@@ -4,17 +4,13 @@ import (
 	"context"
 	"iter"
 
+	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
 )
 
 // Get returns the row with the given ID, or ErrNotFound.
 func (t *Table[T]) Get(ctx context.Context, id string) (Row[T], error) {
-	var r Row[T]
-	err := t.db.View(ctx, func(tx kv.Tx) error {
-		var err error
-		r, err = t.GetTx(tx, id)
-		return err
-	})
+	r, err := txn.Run(ctx, t.db.View, func(tx kv.Tx) (Row[T], error) { return t.GetTx(tx, id) })
 	return r, err
 }
 
@@ -36,12 +32,7 @@ func (t *Table[T]) GetTx(tx kv.Tx, id string) (Row[T], error) {
 // GetByIndex returns the row whose key in the named unique index is key, or
 // ErrNotFound.
 func (t *Table[T]) GetByIndex(ctx context.Context, index string, key []byte) (Row[T], error) {
-	var r Row[T]
-	err := t.db.View(ctx, func(tx kv.Tx) error {
-		var err error
-		r, err = t.GetByIndexTx(tx, index, key)
-		return err
-	})
+	r, err := txn.Run(ctx, t.db.View, func(tx kv.Tx) (Row[T], error) { return t.GetByIndexTx(tx, index, key) })
 	return r, err
 }
 

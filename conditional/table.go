@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -263,12 +264,7 @@ func (t *Table[T]) batch(ctx context.Context, fn func(tx kv.Tx) error) error {
 
 // managed runs fn, a Tx form, in its own group-committed transaction.
 func managed[T, R any](ctx context.Context, t *Table[T], fn func(tx kv.Tx) (R, error)) (R, error) {
-	var res R
-	err := t.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		res, err = fn(tx)
-		return err
-	})
+	res, err := txn.Run(ctx, t.batch, func(tx kv.Tx) (R, error) { return fn(tx) })
 	return res, err
 }
 

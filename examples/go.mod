@@ -2,6 +2,10 @@ module github.com/oncekv/oncekv/examples
 
 go 1.26.0
 
+// The library, at the version this module is released with. In a clone the
+// workspace (go.work) uses the library next to it instead.
+require github.com/oncekv/oncekv v0.1.0
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/google/go-tpm v0.9.8 // indirect

@@ -13,6 +13,7 @@ import (
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/txn"
 )
 
 // DefaultRetention is how long a processed message ID is remembered.
@@ -231,22 +232,22 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 
 // Seen reports whether consumer has a live record of message id.
 func (in *Inbox) Seen(ctx context.Context, consumer, id string) (bool, error) {
-	var seen bool
-	err := in.db.View(ctx, func(tx kv.Tx) error {
-		b := inboxNS.Bucket(tx)
-		if b == nil {
-			return nil
-		}
-		k := inboxKey(consumer, id)
-		v := b.Get(k)
-		if v == nil {
-			return nil
-		}
-		e, err := decodeInbox(k, v)
-		seen = err == nil && in.db.Clock().Now().Before(e.ExpiresAt)
-		return err
-	})
-	return seen, err
+	return txn.Run(ctx, in.db.View, func(tx kv.Tx) (bool, error) { return in.SeenTx(tx, consumer, id) })
+}
+
+// SeenTx is Seen inside the caller's transaction.
+func (in *Inbox) SeenTx(tx kv.Tx, consumer, id string) (bool, error) {
+	b := inboxNS.Bucket(tx)
+	if b == nil {
+		return false, nil
+	}
+	k := inboxKey(consumer, id)
+	v := b.Get(k)
+	if v == nil {
+		return false, nil
+	}
+	e, err := decodeInbox(k, v)
+	return err == nil && in.db.Clock().Now().Before(e.ExpiresAt), err
 }
 
 // Entries iterates the recorded message IDs of consumer ("" for all

@@ -11,6 +11,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/txn"
 )
 
 // Claim is a committed in-progress record owned by this attempt of the
@@ -61,12 +62,7 @@ func (l *Ledger) Claim(ctx context.Context, req Request) (Outcome, error) {
 	}
 	deadline := time.Now().Add(req.Wait)
 	for {
-		var out Outcome
-		err := l.batch(ctx, func(tx kv.Tx) error {
-			var err error
-			out, err = l.ClaimTx(ctx, tx, req)
-			return err
-		})
+		out, err := txn.Run(ctx, l.batch, func(tx kv.Tx) (Outcome, error) { return l.ClaimTx(ctx, tx, req) })
 		if err == nil && out.Claim != nil {
 			failpoint.Inject(failpoint.LedgerClaimAfterCommit)
 		}
@@ -206,12 +202,7 @@ func (l *Ledger) ReleaseTx(ctx context.Context, tx kv.Tx, c *Claim) error {
 // takes longer than one lease. It updates c.LeaseExpiresAt, and returns
 // *LeaseLostError if the claim was superseded.
 func (l *Ledger) Extend(ctx context.Context, c *Claim) error {
-	var lease time.Time
-	err := l.batch(ctx, func(tx kv.Tx) error {
-		var err error
-		lease, err = l.extendTx(tx, c)
-		return err
-	})
+	lease, err := txn.Run(ctx, l.batch, func(tx kv.Tx) (time.Time, error) { return l.extendTx(tx, c) })
 	if err == nil {
 		c.LeaseExpiresAt = lease
 	}

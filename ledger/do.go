@@ -9,6 +9,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/txn"
 )
 
 // Request identifies one attempt of a logical operation.
@@ -106,12 +107,7 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 // returns (nil, nil). Middleware uses it to answer retries before reading
 // anything else.
 func (l *Ledger) Peek(ctx context.Context, req Request) (*Result, error) {
-	var a admission
-	err := l.db.View(ctx, func(tx kv.Tx) error {
-		var err error
-		a, err = l.admit(tx, req)
-		return err
-	})
+	a, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (admission, error) { return l.admit(tx, req) })
 	return a.replay, err
 }
 
@@ -133,13 +129,7 @@ func derefResult(r *Result) Result {
 // lost) write nothing, so they are passed through kv.Reject and do not fail
 // the batch, which would make every other call in it run again.
 func (l *Ledger) batch(ctx context.Context, fn func(tx kv.Tx) error) error {
-	return l.db.Batch(ctx, func(tx kv.Tx) error {
-		err := fn(tx)
-		if isRejection(err) {
-			return kv.Reject(err)
-		}
-		return err
-	})
+	return txn.Rejecting(l.db.Batch, isRejection)(ctx, fn)
 }
 
 // admission is what an attempt finds under its key.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -196,12 +197,7 @@ func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
 
 // Usage returns one tenant's usage.
 func (l *Ledger) Usage(ctx context.Context, tenant string) (Usage, error) {
-	var u Usage
-	err := l.db.View(ctx, func(tx kv.Tx) error {
-		var err error
-		u, err = usageOf(usageNS.Bucket(tx), tenant)
-		return err
-	})
+	u, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (Usage, error) { return usageOf(usageNS.Bucket(tx), tenant) })
 	return u, err
 }
 

@@ -5,18 +5,14 @@ import (
 	"iter"
 	"strings"
 
+	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
 )
 
 // Get returns the live record for (scope, key), with its response, or
 // ErrNotFound if there is none or it has expired.
 func (l *Ledger) Get(ctx context.Context, scope, key string) (*Record, error) {
-	var r *Record
-	err := l.db.View(ctx, func(tx kv.Tx) error {
-		var err error
-		r, err = l.GetTx(tx, scope, key, false)
-		return err
-	})
+	r, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (*Record, error) { return l.GetTx(tx, scope, key, false) })
 	return r, err
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/txn"
 )
 
 // EventState is where an outbox event stands.
@@ -310,12 +311,7 @@ func (o *Outbox) LagTx(tx kv.Tx) (Lag, error) {
 
 // Lag reports the outbox's lag.
 func (o *Outbox) Lag(ctx context.Context) (Lag, error) {
-	var l Lag
-	err := o.db.View(ctx, func(tx kv.Tx) error {
-		var err error
-		l, err = o.LagTx(tx)
-		return err
-	})
+	l, err := txn.Run(ctx, o.db.View, func(tx kv.Tx) (Lag, error) { return o.LagTx(tx) })
 	return l, err
 }
 

@@ -320,35 +320,39 @@ func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 // Requeue moves a quarantined event back to the pending queue, at its
 // original place in sequence order, with a fresh attempt budget.
 func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
-	return o.db.Update(ctx, func(tx kv.Tx) error {
-		ids := outboxIDsNS.Bucket(tx)
-		var s []byte
-		if ids != nil {
-			s = ids.Get([]byte(eventID))
-		}
-		q := quarantineNS.Bucket(tx)
-		if s == nil || q == nil || q.Get(s) == nil {
-			return fmt.Errorf("outbox: event %q is not quarantined", eventID)
-		}
-		ev, err := decodeEvent(s, q.Get(s))
-		if err != nil {
-			return err
-		}
-		ev.State, ev.Attempts, ev.NextAttempt = EventPending, 0, time.Time{}
-		pending, err := outboxNS.Create(tx)
-		if err != nil {
-			return err
-		}
-		var e record.Encoder
-		if err := pending.Put(append([]byte(nil), s...), encodeEvent(&e, ev)); err != nil {
-			return err
-		}
-		if err := q.Delete(s); err != nil {
-			return err
-		}
-		tx.OnCommit(o.notify)
-		return nil
-	})
+	return o.db.Update(ctx, func(tx kv.Tx) error { return o.RequeueTx(tx, eventID) })
+}
+
+// RequeueTx is Requeue inside the caller's writable transaction; the relay
+// is woken when it commits.
+func (o *Outbox) RequeueTx(tx kv.Tx, eventID string) error {
+	ids := outboxIDsNS.Bucket(tx)
+	var s []byte
+	if ids != nil {
+		s = ids.Get([]byte(eventID))
+	}
+	q := quarantineNS.Bucket(tx)
+	if s == nil || q == nil || q.Get(s) == nil {
+		return fmt.Errorf("outbox: event %q is not quarantined", eventID)
+	}
+	ev, err := decodeEvent(s, q.Get(s))
+	if err != nil {
+		return err
+	}
+	ev.State, ev.Attempts, ev.NextAttempt = EventPending, 0, time.Time{}
+	pending, err := outboxNS.Create(tx)
+	if err != nil {
+		return err
+	}
+	var e record.Encoder
+	if err := pending.Put(append([]byte(nil), s...), encodeEvent(&e, ev)); err != nil {
+		return err
+	}
+	if err := q.Delete(s); err != nil {
+		return err
+	}
+	tx.OnCommit(o.notify)
+	return nil
 }
 
 var publishedExpiry = keyspace.NewTimeIndex("outbox.published.expiry")

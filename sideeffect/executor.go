@@ -1,7 +1,6 @@
 package sideeffect
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -253,14 +252,7 @@ func (x *Executor) takeOverTx(tx kv.Tx, id string, reconciling bool) (attempt, e
 	}
 	prev := *in
 	a.askFirst = reconciling || in.Attempts > 0
-	in.Version++
-	if in.Resolution == nil { // applying an operator's verdict is not a provider attempt
-		in.Attempts++
-	}
-	in.Owner = x.db.Incarnation()
-	in.LeaseExpiresAt = now.Add(x.cfg.Lease)
-	in.NextAttemptAt = in.LeaseExpiresAt // if this attempt dies, the intent is due when its lease ends
-	in.UpdatedAt = now
+	in.begin(now, x.db.Incarnation(), x.cfg.Lease)
 	if err := storeIntent(tx, in, &prev); err != nil {
 		return a, err
 	}
@@ -354,22 +346,13 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 		}
 		prev := *cur
 		now := x.db.Clock().Now()
-		cur.UpdatedAt, cur.LeaseExpiresAt, cur.Resolution = now, time.Time{}, nil
 		switch rep.State {
 		case Succeeded:
-			cur.State, cur.Result, cur.FinishedAt, cur.LastError = StateSucceeded, rep.Result, now, ""
-			cur.ExpiresAt = x.finishedExpiry(cur.Kind, now)
+			cur.succeed(now, rep.Result, x.finishedExpiry(cur.Kind, now))
 		case Failed:
-			cur.State, cur.FinishedAt, cur.LastError = StateFailed, now, rep.Reason
-			cur.ExpiresAt = x.finishedExpiry(cur.Kind, now)
+			cur.fail(now, rep.Reason, x.finishedExpiry(cur.Kind, now))
 		default:
-			cur.LastError = rep.Reason
-			if cur.Attempts >= x.cfg.MaxAttempts {
-				cur.State = StateNeedsAttention
-			} else {
-				cur.State = StateUnknown
-				cur.NextAttemptAt = now.Add(x.cfg.Backoff.Delay(cur.Attempts))
-			}
+			cur.unresolved(now, rep.Reason, x.cfg.MaxAttempts, x.cfg.Backoff)
 		}
 		if err := storeIntent(tx, cur, &prev); err != nil {
 			return err
@@ -403,87 +386,6 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 			"attempt", out.Attempts, "state", out.State.String(), "error", out.LastError)
 	}
 	return out, err
-}
-
-// Requeue makes a parked (needs_attention) or unknown intent due now with a
-// fresh attempt budget, for an operator who has fixed the cause, and wakes
-// the reconciler. The next attempt asks the provider first.
-func (x *Executor) Requeue(ctx context.Context, id string) (*Intent, error) {
-	var out *Intent
-	err := x.db.Update(ctx, func(tx kv.Tx) error {
-		var err error
-		out, err = RequeueTx(tx, id, x.db.Clock().Now())
-		if err == nil {
-			tx.OnCommit(x.Wake)
-		}
-		return err
-	})
-	return out, err
-}
-
-// RequeueTx is Requeue inside the caller's writable transaction, with the
-// time given. It needs no handlers, so it also runs on the file of a stopped
-// service (oncekv intents requeue): the service's reconciler picks the
-// intent up when it runs again. A final intent returns ErrAlreadyFinal.
-func RequeueTx(tx kv.Tx, id string, now time.Time) (*Intent, error) {
-	in, err := GetTx(tx, id)
-	if err != nil {
-		return nil, err
-	}
-	if in.State.Final() {
-		return nil, fmt.Errorf("%w: intent %s is %s; nothing to requeue", ErrAlreadyFinal, id, in.State)
-	}
-	prev := *in
-	// Attempts 1, not 0: the next attempt must ask the provider first.
-	in.State, in.Attempts, in.NextAttemptAt, in.UpdatedAt = StateUnknown, 1, now, now
-	in.LeaseExpiresAt = time.Time{}
-	in.Version++ // an attempt still running in this process finds itself stale
-	return in, storeIntent(tx, in, &prev)
-}
-
-// Resolve finishes a live or parked intent by hand (an operator who checked
-// the provider's dashboard): state must be StateSucceeded or StateFailed,
-// and the handler's completion runs as if the provider had answered. It
-// records the verdict (ResolveTx) and applies it at once.
-func (x *Executor) Resolve(ctx context.Context, id string, state State, result []byte, reason string) (*Intent, error) {
-	err := x.db.Update(ctx, func(tx kv.Tx) error {
-		_, err := ResolveTx(tx, id, Resolution{State: state, Result: result, Reason: reason}, x.db.Clock().Now())
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return x.Execute(ctx, id)
-}
-
-// ResolveTx records an operator's verdict on a live or parked intent inside
-// the caller's writable transaction and makes the intent due at now. It needs
-// no handlers, so it also runs on the file of a stopped service (oncekv
-// intents resolve): the executor applies the verdict on the intent's next
-// attempt — the reconciler's or a client retry's — running the handler's
-// completion instead of calling the provider. A final intent returns
-// ErrAlreadyFinal; a verdict that is not succeeded or failed,
-// ErrInvalidResolution.
-func ResolveTx(tx kv.Tx, id string, r Resolution, now time.Time) (*Intent, error) {
-	if !r.State.Final() {
-		return nil, fmt.Errorf("%w: resolve to %s: want succeeded or failed", ErrInvalidResolution, r.State)
-	}
-	if len(r.Result) > maxPayload || len(r.Reason) > maxPayload {
-		return nil, fmt.Errorf("%w: result or reason longer than %d bytes", ErrInvalidResolution, maxPayload)
-	}
-	in, err := GetTx(tx, id)
-	if err != nil {
-		return nil, err
-	}
-	if in.State.Final() {
-		return nil, fmt.Errorf("%w: intent %s is already %s", ErrAlreadyFinal, id, in.State)
-	}
-	prev := *in
-	r.Result = bytes.Clone(r.Result)
-	in.Resolution = &r
-	in.State, in.NextAttemptAt, in.UpdatedAt, in.LeaseExpiresAt = StateUnknown, now, now, time.Time{}
-	in.Version++
-	return in, storeIntent(tx, in, &prev)
 }
 
 // isRejected reports errors that mean "nothing to do now" rather than failure.

@@ -2,6 +2,10 @@ module github.com/oncekv/oncekv/cmd/oncekv
 
 go 1.26.0
 
+// The library, at the version this module is released with. In a clone the
+// workspace (go.work) uses the library next to it instead.
+require github.com/oncekv/oncekv v0.1.0
+
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect

@@ -22,7 +22,6 @@ const (
 	InboxBeforeCommit          = "inbox.before-commit"
 	InboxAfterCommit           = "inbox.after-commit"
 
-	PerformClaimAfterCommit      = "sideeffect.perform.claim.after-commit"
 	TakeoverAfterCommit          = "sideeffect.takeover.after-commit"
 	ReconcileTakeoverAfterCommit = "sideeffect.reconcile.takeover.after-commit"
 	ProviderBeforeCall           = "sideeffect.provider.before-call"

@@ -1,7 +1,6 @@
 package command
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,12 +14,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/oncekv/oncekv/examples/payments/app"
 	"github.com/oncekv/oncekv/kv"
@@ -71,86 +67,6 @@ database is left for inspection. Exit 1 if anything was duplicated or lost.`,
 	f.Float64Var(&cfg.providerLose, "provider-lose", 0.10, "fraction of provider calls that charge, then drop the response")
 	f.Uint64Var(&cfg.seed, "seed", uint64(time.Now().UnixNano()), "seed of every fault")
 	return c
-}
-
-// faultTransport injects client-side faults and counts what happens.
-type faultTransport struct {
-	base                  http.RoundTripper
-	lose, dup, concurrent float64
-	mu                    sync.Mutex
-	rng                   *rand.Rand
-	attempts, replays     atomic.Int64
-	conflicts, lost       atomic.Int64
-}
-
-func (t *faultTransport) roll() float64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.rng.Float64()
-}
-
-func (t *faultTransport) send(req *http.Request, body []byte) (*http.Response, error) {
-	r := req.Clone(req.Context())
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	t.attempts.Add(1)
-	resp, err := t.base.RoundTrip(r)
-	if err != nil {
-		return nil, err
-	}
-	// Read it all, so a discarded duplicate still completes on the server.
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(data))
-	return resp, nil
-}
-
-func discard(resp *http.Response, err error) {
-	if err == nil {
-		resp.Body.Close()
-	}
-}
-
-func (t *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	var body []byte
-	if req.Body != nil {
-		body, _ = io.ReadAll(req.Body)
-		req.Body.Close()
-	}
-	var resp *http.Response
-	var err error
-	switch r := t.roll(); {
-	case r < t.concurrent:
-		var wg sync.WaitGroup
-		var other *http.Response
-		var otherErr error
-		wg.Go(func() { other, otherErr = t.send(req, body) })
-		resp, err = t.send(req, body)
-		wg.Wait()
-		discard(other, otherErr)
-	case r < t.concurrent+t.dup:
-		discard(t.send(req, body))
-		resp, err = t.send(req, body)
-	default:
-		resp, err = t.send(req, body)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if resp.Header.Get("Idempotent-Replayed") == "true" {
-		t.replays.Add(1)
-	}
-	if resp.StatusCode == http.StatusConflict {
-		t.conflicts.Add(1)
-	}
-	if t.roll() < t.lose {
-		resp.Body.Close()
-		t.lost.Add(1)
-		return nil, fmt.Errorf("demo transport: response lost: %w", io.ErrUnexpectedEOF)
-	}
-	return resp, nil
 }
 
 type serverHandle struct {
@@ -384,38 +300,4 @@ func providerCharges(base string) ([]httpprovider.Charge, error) {
 	defer resp.Body.Close()
 	var cs []httpprovider.Charge
 	return cs, json.NewDecoder(resp.Body).Decode(&cs)
-}
-
-// progress shows a bar on a terminal and a line per 10% otherwise.
-type progress struct {
-	bar   *progressbar.ProgressBar
-	out   io.Writer
-	total int
-	done  atomic.Int64
-}
-
-func newProgress(out io.Writer, total int) *progress {
-	p := &progress{out: out, total: total}
-	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("payments"),
-			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
-	}
-	return p
-}
-
-func (p *progress) add() {
-	n := p.done.Add(1)
-	if p.bar != nil {
-		_ = p.bar.Add(1)
-		return
-	}
-	if step := max(p.total/10, 1); n%int64(step) == 0 || int(n) == p.total {
-		fmt.Fprintf(p.out, "%d/%d payments done\n", n, p.total)
-	}
-}
-
-func (p *progress) finish() {
-	if p.bar != nil {
-		_ = p.bar.Finish()
-	}
 }
