@@ -1,14 +1,16 @@
-// Package kv is the storage layer under every oncekv package: it opens bbolt
-// with safe defaults, defines the small transaction interface the rest of
-// oncekv is written against, runs managed and group-committed transactions,
-// reserves a namespace for oncekv's own buckets, and encodes records.
+// Package kv is the storage layer under every oncekv package: the small
+// transactional port the rest of oncekv is written against, bbolt behind it
+// as the embedded default, and managed and group-committed transactions on
+// top.
 //
 // # Opening
 //
-// Open takes a path and an *Options (nil means defaults). The file is created
-// with mode 0600; a file locked by another process fails after
-// Options.LockTimeout with a *LockedError instead of hanging; a file written
-// by a newer oncekv format fails with a *FormatError and is left untouched.
+// Open takes a path and an *Options (nil means defaults). The file is
+// created with mode 0600; a file locked by another process fails after
+// Options.LockTimeout with ErrLocked instead of hanging; a file written by a
+// newer oncekv format fails with ErrNewerFormat and is left untouched; a
+// damaged or foreign file fails with ErrDamaged or ErrNotDatabase, all in a
+// *FileError that names the file and the problem.
 //
 //	db, err := kv.Open("app.db", nil)
 //	if err != nil { ... }
@@ -23,40 +25,56 @@
 //		return err
 //	})
 //
+// # The port
+//
+// Backend, Tx, Bucket and Cursor are the port: top-level buckets, get, put,
+// delete, forward and backward cursors, sequences and a commit hook. A
+// backend in another module implements them (package etcdkv does, over
+// etcd) and New turns it into a DB; it is done when kvtest.RunConformance
+// passes against it unchanged. Traits tells the layers above what they may
+// rely on: SingleWriter is true for bbolt, whose file lock makes one process
+// the only writer, so in-memory state (the ledger's key directory, its
+// waiters, the incarnation that recovers a dead process's claims) sees every
+// write; it is false for etcd, where several replicas write.
+//
 // # Transactions
 //
 // Every oncekv operation comes in two forms: one that takes the caller's Tx
-// and never commits, and a managed one that opens the transaction itself with
-// Update, View or Batch. Update and View roll back when the function returns
-// an error or panics.
+// and never commits, and a managed one that opens the transaction itself
+// with Update, View or Batch. Update and View roll back when the function
+// returns an error or panics.
 //
 // Batch is group commit: concurrent callers share one transaction and one
 // fsync. There is no fixed delay by default: a batch starts as soon as the
-// writer is idle, and callers that arrive during its commit form the next one.
-// A function run under Batch may run more than once and must have no effect
-// outside the transaction until Batch returns.
+// writer is idle, and callers that arrive during its commit form the next
+// one. A function run under Batch may run more than once and must have no
+// effect outside the transaction until Batch returns. Reject marks an
+// outcome decided without writing (a mismatch, a key in use) so it does not
+// fail the whole batch.
 //
-// # Namespace and records
+// # Namespace, format and checks
 //
-// oncekv's buckets live at the top level under ReservedPrefix ("\x00oncekv/").
-// A Tx refuses to create, open or delete those names, so an application's
-// buckets cannot collide with them. A format record in the reserved meta
-// bucket holds FormatVersion.
+// oncekv's own buckets live at the top level under the reserved prefix
+// "\x00oncekv/". A DB's transactions refuse to create or open those names
+// and leave them out of Tx.Cursor, so an application's buckets cannot
+// collide with them. A format record there holds FormatVersion.
 //
-// Records are encoded with Encoder and read with Decoder: a magic byte, the
-// record kind, a layout version, varint and length-prefixed fields, and a
-// CRC-32C. A decoder never panics: truncated, bit-flipped or foreign input
-// yields a *CorruptError. Large values (stored responses) are compressed with
-// zstd above a threshold by Compress; Decompress bounds its output.
+// Check runs bbolt's page-level check, verifies the format record and runs
+// the Checkers it is given; each package exports its own (ledger.RecordKind,
+// conditional.Checker, ...): nothing registers itself. A RecordKind is a
+// Checker whose records expire; retention.Sweep takes the kinds to sweep.
 //
 // # Caveats
 //
-//   - bbolt allows one process at a time to open a file for writing. Reading a
-//     database held by a running service needs that service's cooperation
-//     (the admin handler in later packages), not a second Open.
+//   - bbolt allows one process at a time to open a file for writing. Reading
+//     a database held by a running service needs that service's cooperation
+//     (the admin handler of package inspect), not a second Open.
 //   - Options.NoSync trades durability for speed; never use it in production.
 //   - Code holding a raw *bbolt.Tx can reach the reserved buckets. It must not
 //     modify them.
-//   - Clock drives every time decision. With ManualClock in tests, nothing in
-//     oncekv sleeps on wall time except explicit waits the caller asked for.
+//   - The port has no nested buckets; code that needs them on bbolt uses
+//     BoltTx.
+//   - Options.Clock drives every time decision. With kvtest.ManualClock in
+//     tests, nothing in oncekv sleeps on wall time except explicit waits the
+//     caller asked for.
 package kv

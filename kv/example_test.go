@@ -1,0 +1,84 @@
+package kv_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Open a database, write in a managed transaction, read in another. Every
+// oncekv package takes the same *kv.DB and works in the same transactions.
+func Example() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil) // 0600, lock timeout, format check
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	err = db.Update(ctx, func(tx kv.Tx) error {
+		orders, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return err
+		}
+		return orders.Put([]byte("ord_1"), []byte(`{"amount":1200}`))
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = db.View(ctx, func(tx kv.Tx) error {
+		fmt.Printf("%s\n", tx.Bucket([]byte("orders")).Get([]byte("ord_1")))
+		return nil
+	})
+	fmt.Println("backend:", db.Traits().Name, "single writer:", db.Traits().SingleWriter)
+	// Output:
+	// {"amount":1200}
+	// backend: bbolt single writer: true
+}
+
+// Batch is group commit: concurrent callers share one transaction and one
+// fsync. The function may run more than once, so it touches nothing outside
+// its transaction.
+func ExampleDB_Batch() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	done := make(chan error)
+	for i := range 10 {
+		go func() {
+			done <- db.Batch(ctx, func(tx kv.Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("events"))
+				if err != nil {
+					return err
+				}
+				return b.Put(fmt.Appendf(nil, "e%02d", i), nil)
+			})
+		}()
+	}
+	for range 10 {
+		if err := <-done; err != nil {
+			panic(err)
+		}
+	}
+	_ = db.View(ctx, func(tx kv.Tx) error {
+		n := 0
+		c := tx.Bucket([]byte("events")).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		fmt.Println(n, "events committed")
+		return nil
+	})
+	// Output: 10 events committed
+}

@@ -1,0 +1,48 @@
+// Package outbox is the transactional outbox: events written in the same
+// transaction as the business change that causes them, and a relay that
+// publishes them, in commit order, after the commit.
+//
+// Publishing to a broker from inside a transaction is wrong both ways: an
+// event sent before a commit that then fails announces a change that never
+// happened; one sent after a commit is lost if the process dies in between.
+// The outbox stores the event with the change; the relay sends it later:
+//
+//	ob := outbox.New(db)
+//	err := db.Update(ctx, func(tx kv.Tx) error {
+//		if err := markPaid(tx, orderID); err != nil {
+//			return err
+//		}
+//		_, _, err := ob.AddTx(tx, outbox.Event{ID: "order.paid/" + orderID, Topic: "order.paid", Payload: body})
+//		return err
+//	})
+//
+//	relay, _ := outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: &outbox.WebhookPublisher{URL: hook}})
+//	go relay.Run(ctx, nil)
+//
+// # Order and delivery
+//
+// Events get a sequence number from the outbox bucket; bbolt has one writer,
+// so sequence order is commit order, and the relay publishes in that order.
+// The relay is woken by the commit of new events and polls only as a
+// fallback (RelayConfig.PollInterval). An event is marked published only
+// after the publisher acknowledged it, so a crash between the two publishes
+// it again: delivery is at least once, and consumers dedupe on Event.ID
+// (package inbox does). Adding an event whose ID is already stored (a retried
+// business transaction) adds nothing.
+//
+// A failing event is retried with backoff, holding back the events after it
+// to keep the order; after RelayConfig.MaxAttempts it moves to quarantine,
+// where it stays — never dropped — until an operator requeues it (Requeue,
+// oncekv outbox). Published events are kept for RelayConfig.Retention (1 hour
+// by default) to dedupe late re-adds, then removed by retention.Sweep with
+// RecordKind. The WebhookPublisher posts JSON and never follows redirects: a
+// 3xx is a failed publish, not a success.
+//
+// # Caveats
+//
+//   - Run one relay per outbox: two would publish the same events twice as
+//     often (still correct for deduping consumers, but wasteful).
+//   - A quarantined event blocks nothing after it only once it is in
+//     quarantine; until then, the events behind a failing one wait.
+//   - Lag reports the oldest unpublished event's age; watch it.
+package outbox
