@@ -34,7 +34,10 @@ lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 mutate: ## mutation testing with gremlins over the library packages (slow: about an hour)
 	./scripts/mutate.sh
 
+docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md from go list (needs Graphviz)
+	./scripts/pkggraph.sh
+
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate ci
+.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate docs-graph ci

@@ -82,7 +82,7 @@ func settle(t testing.TB, c *http.Client, base string, tg Target) Answer {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("ledgertest: no final answer within 30s")
+	t.Fatalf("idemhttptest: no final answer within 30s")
 	return Answer{}
 }
 
@@ -108,27 +108,27 @@ func Storm(t testing.TB, tg Target, n int) []Answer {
 	var first *Answer
 	for i, a := range answers {
 		if errs[i] != nil {
-			t.Fatalf("ledgertest: storm request %d: %v", i, errs[i])
+			t.Fatalf("idemhttptest: storm request %d: %v", i, errs[i])
 		}
 		if a.Status == http.StatusConflict {
 			continue
 		}
 		if a.Status >= 500 {
-			t.Fatalf("ledgertest: storm request %d answered %d: %s", i, a.Status, a.Body)
+			t.Fatalf("idemhttptest: storm request %d answered %d: %s", i, a.Status, a.Body)
 		}
 		if first == nil {
 			first = &answers[i]
 			continue
 		}
 		if a.Status != first.Status || !bytes.Equal(a.Body, first.Body) {
-			t.Fatalf("ledgertest: storm answers differ: %d %q and %d %q", first.Status, first.Body, a.Status, a.Body)
+			t.Fatalf("idemhttptest: storm answers differ: %d %q and %d %q", first.Status, first.Body, a.Status, a.Body)
 		}
 	}
 	if first == nil {
 		settle(t, srv.Client(), srv.URL, tg) // every copy met the first in progress: finish it
 	}
 	if got := tg.Executions(); got != 1 {
-		t.Fatalf("ledgertest: after a storm of %d duplicates the work ran %d times, want 1", n, got)
+		t.Fatalf("idemhttptest: after a storm of %d duplicates the work ran %d times, want 1", n, got)
 	}
 	return answers
 }
@@ -136,7 +136,7 @@ func Storm(t testing.TB, tg Target, n int) []Answer {
 // droppingTransport performs the request and loses the response.
 type droppingTransport struct{ base http.RoundTripper }
 
-var errLost = errors.New("ledgertest: response lost")
+var errLost = errors.New("idemhttptest: response lost")
 
 func (d droppingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := d.base.RoundTrip(r)
@@ -158,15 +158,15 @@ func LostResponses(t testing.TB, tg Target, lost int) Answer {
 	dropper := &http.Client{Transport: droppingTransport{base: srv.Client().Transport}}
 	for range lost {
 		if _, err := send(dropper, srv.URL, tg.Request()); !errors.Is(err, errLost) {
-			t.Fatalf("ledgertest: the dropping transport returned %v", err)
+			t.Fatalf("idemhttptest: the dropping transport returned %v", err)
 		}
 	}
 	a := settle(t, srv.Client(), srv.URL, tg)
 	if !a.Replayed {
-		t.Fatalf("ledgertest: after %d lost responses the retry was not a replay: %d %q", lost, a.Status, a.Body)
+		t.Fatalf("idemhttptest: after %d lost responses the retry was not a replay: %d %q", lost, a.Status, a.Body)
 	}
 	if got := tg.Executions(); got != 1 {
-		t.Fatalf("ledgertest: after %d lost responses the work ran %d times, want 1", lost, got)
+		t.Fatalf("idemhttptest: after %d lost responses the work ran %d times, want 1", lost, got)
 	}
 	return a
 }
@@ -191,7 +191,7 @@ func CloseRestart(t testing.TB, path string, open func(path string) (Target, fun
 	}()
 	time.Sleep(time.Millisecond) // let it reach the service; the outcome holds either way
 	if err := crash(); err != nil {
-		t.Fatalf("ledgertest: crash: %v", err)
+		t.Fatalf("idemhttptest: crash: %v", err)
 	}
 	<-done
 	srv.Close()
@@ -202,7 +202,7 @@ func CloseRestart(t testing.TB, path string, open func(path string) (Target, fun
 	defer srv2.Close()
 	a := settle(t, srv2.Client(), srv2.URL, tg2)
 	if got := tg2.Executions(); got != 1 {
-		t.Fatalf("ledgertest: across a crash and a restart the work ran %d times, want 1 (answer %d %q)", got, a.Status, a.Body)
+		t.Fatalf("idemhttptest: across a crash and a restart the work ran %d times, want 1 (answer %d %q)", got, a.Status, a.Body)
 	}
 	return a
 }

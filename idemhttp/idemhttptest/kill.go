@@ -75,16 +75,16 @@ func KillRestart(t *testing.T, svc Service, point string) Answer {
 	c := &http.Client{Timeout: 30 * time.Second}
 	if a, err := send(c, first.url, svc.Request()); err == nil {
 		first.stop()
-		t.Fatalf("ledgertest: the request finished (%s) without reaching Crashpoint(%q)", a, point)
+		t.Fatalf("idemhttptest: the request finished (%s) without reaching Crashpoint(%q)", a, point)
 	}
 	if !first.killed() {
-		t.Fatalf("ledgertest: the child did not die at Crashpoint(%q): %s", point, first.output())
+		t.Fatalf("idemhttptest: the child did not die at Crashpoint(%q): %s", point, first.output())
 	}
 	second := startChild(t, path, "")
 	a := settle(t, c, second.url, Target{Request: svc.Request})
 	second.stop()
 	if got := svc.Executions(path); got != 1 {
-		t.Fatalf("ledgertest: across a SIGKILL at %q and a restart the work ran %d times, want 1 (answer %s)", point, got, a)
+		t.Fatalf("idemhttptest: across a SIGKILL at %q and a restart the work ran %d times, want 1 (answer %s)", point, got, a)
 	}
 	return a
 }
@@ -95,11 +95,11 @@ func serveChild(svc Service, path string) {
 	srv := &http.Server{Handler: svc.Open(path), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := listenLoopback()
 	if err != nil {
-		fmt.Println("ledgertest-error", err)
+		fmt.Println("idemhttptest-error", err)
 		os.Exit(2)
 	}
 	go func() { _ = srv.Serve(ln) }()
-	fmt.Printf("ledgertest-ready http://%s\n", ln.Addr())
+	fmt.Printf("idemhttptest-ready http://%s\n", ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
 }
@@ -129,15 +129,15 @@ func startChild(t *testing.T, path, point string) *child {
 	cmd.Env = append(os.Environ(), envChild+"="+path, envPoint+"="+point)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatalf("ledgertest: %v", err)
+		t.Fatalf("idemhttptest: %v", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatalf("ledgertest: %v", err)
+		t.Fatalf("idemhttptest: %v", err)
 	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("ledgertest: start child: %v", err)
+		t.Fatalf("idemhttptest: start child: %v", err)
 	}
 	c := &child{t: t, cmd: cmd, stdin: stdin, done: make(chan struct{})}
 	ready := make(chan string, 1)
@@ -145,7 +145,7 @@ func startChild(t *testing.T, path, point string) *child {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
-			if u, ok := strings.CutPrefix(line, "ledgertest-ready "); ok {
+			if u, ok := strings.CutPrefix(line, "idemhttptest-ready "); ok {
 				ready <- u
 				continue
 			}
@@ -160,9 +160,9 @@ func startChild(t *testing.T, path, point string) *child {
 	select {
 	case c.url = <-ready:
 	case <-c.done:
-		t.Fatalf("ledgertest: the child exited before serving: %s", c.output())
+		t.Fatalf("idemhttptest: the child exited before serving: %s", c.output())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("ledgertest: the child did not start within 30s: %s", c.output())
+		t.Fatalf("idemhttptest: the child did not start within 30s: %s", c.output())
 	}
 	return c
 }
