@@ -40,7 +40,7 @@ func main() {
 	var buf strings.Builder
 	w := &buf
 	args := append([]string{"list", "-f", `{{.ImportPath}} {{join .Imports " "}}`}, flag.Args()...)
-	out, err := exec.Command("go", args...).Output()
+	out, err := exec.Command("go", args...).Output() //nolint:gosec // a developer tool running go list on the arguments it was given
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pkggraph: go list:", err)
 		os.Exit(1)
@@ -110,7 +110,7 @@ func main() {
 		os.Exit(1)
 	}
 	text := string(doc[:i]) + start + "\n```mermaid\n" + buf.String() + "```\n" + string(doc[j:])
-	if err := os.WriteFile(*md, []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(*md, []byte(text), 0o644); err != nil { //nolint:gosec // the file named on the command line
 		fmt.Fprintln(os.Stderr, "pkggraph:", err)
 		os.Exit(1)
 	}
