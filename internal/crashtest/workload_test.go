@@ -118,6 +118,12 @@ func retry(ctx context.Context, what string, fn func() error) error {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
+		// A side effect backing off after an unknown outcome: a client
+		// retries after the time it was told (a 503 with Retry-After).
+		if be := (*sideeffect.BlockedError)(nil); errors.As(err, &be) && be.RetryAfter > 0 {
+			time.Sleep(min(be.RetryAfter, time.Second))
+			continue
+		}
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return ctx.Err()
