@@ -16,7 +16,12 @@ import (
 // History:
 //
 //	1: initial format (December 2026).
-const FormatVersion uint32 = 1
+//	2: idempotency records and inbox marks in an expiry-ordered log with an
+//	   in-memory directory (bbolt); format-1 records are moved when a file
+//	   is first opened for writing, and format 2 is stamped before the
+//	   first one moves, so an older oncekv refuses the file instead of
+//	   missing them.
+const FormatVersion uint32 = 2
 
 var metaBucket = []byte(record.MetaBucket)
 

@@ -4,20 +4,19 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 )
 
 // RecordKind is the kind of the idempotency records: pass it to
 // retention.Sweep to remove records past their retention, and to
-// kv.DB.Check to verify them (every record decodes and has exactly the
-// expiry-index entry for its ExpiresAt, every entry points back, the
-// tenants' usage counters match the records).
-var RecordKind kv.RecordKind = &keyspace.Kind[*Record]{
+// kv.DB.Check to verify them (every record decodes and sits where its
+// expiry says, no key has two records, this process's directory finds
+// every record, the tenants' usage counters match the records).
+var RecordKind kv.RecordKind = &recstore.Kind[*Record]{
+	Spec:     recordSpec,
 	KindName: "idempotency",
-	Records:  recordsNS,
-	Expiry:   expiryIdx,
-	Decode:   func(k, v []byte, full bool) (*Record, error) { return decodeRecord(k, v, full) },
+	Decode:   decodeRecordAs,
 	ExpiresAt: func(r *Record) time.Time {
 		return r.ExpiresAt
 	},
@@ -29,23 +28,24 @@ var RecordKind kv.RecordKind = &keyspace.Kind[*Record]{
 		}
 		return ""
 	},
-	Remove: remove,
-	CheckRecord: func(_ kv.Tx, k []byte, r *Record, report func(string)) {
+	Removed: func(tx kv.Tx, scope string, _ *Record, v []byte) error {
+		return account(tx, scope, -1, -int64(len(v)))
+	},
+	CheckRecord: func(_ kv.Tx, scope, key string, r *Record, report func(string)) {
 		if r.Status == StatusInProgress && r.ExpiresAt.Before(r.LeaseExpiresAt) {
-			report(fmt.Sprintf("record %q: in progress with a lease (%s) outliving its retention (%s)", k, r.LeaseExpiresAt, r.ExpiresAt))
+			report(fmt.Sprintf("record %q/%q: in progress with a lease (%s) outliving its retention (%s)", scope, key, r.LeaseExpiresAt, r.ExpiresAt))
 		}
 	},
 	CheckMore: func(tx kv.Tx, report func(string)) {
 		totals := map[string]Usage{}
-		if b := recordsNS.Bucket(tx); b != nil {
-			c := b.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				scope, _, _ := splitRecordKey(k)
+		recstore.Scan(tx, recordSpec, "", func(_ recstore.Ref, scope, _ string, v []byte, ok bool) bool {
+			if ok {
 				u := totals[TenantOf(scope)]
 				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
 				totals[TenantOf(scope)] = u
 			}
-		}
+			return true
+		})
 		checkUsage(tx, totals, report)
 	},
 }

@@ -1,7 +1,10 @@
 package ledger_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,9 +15,11 @@ import (
 	"github.com/oncekv/oncekv/ledger"
 )
 
-// The consistency check finds a record whose expiry-index entry is missing,
-// an index entry without a record, and a record that fails to decode.
-func TestCheckFindsBrokenIndexAndCorruptRecords(t *testing.T) {
+// The consistency check finds, in the records' log, an entry at a place
+// that does not match its expiry (which the directory does not find
+// either), a key with two entries, and an entry whose bytes were damaged;
+// a damaged record met on the request path is a clear error.
+func TestCheckFindsBrokenLogAndCorruptRecords(t *testing.T) {
 	t.Parallel()
 	db, err := kv.Open(filepath.Join(t.TempDir(), "c.db"), &kv.Options{NoSync: true})
 	require.NoError(t, err)
@@ -29,17 +34,35 @@ func TestCheckFindsBrokenIndexAndCorruptRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, problems)
 
+	logName := []byte(record.ReservedPrefix + "ledger.log")
 	require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error {
-		idx := tx.Bucket([]byte(record.ReservedPrefix + "ledger.expiry"))
-		c := idx.Cursor()
-		k, _ := c.First()
-		require.NoError(t, idx.Delete(k)) // record "a" loses its entry
-		require.NoError(t, idx.Put(append(append([]byte(nil), k[:8]...), "acme|POST /v1/orders\x00ghost"...), nil))
-		recs := tx.Bucket([]byte(record.ReservedPrefix + "ledger"))
-		v := recs.Get([]byte("acme|POST /v1/orders\x00c"))
-		bad := append([]byte(nil), v...)
-		bad[10] ^= 0xff
-		return recs.Put([]byte("acme|POST /v1/orders\x00c"), bad)
+		log := tx.Bucket(logName)
+		var entries [][2][]byte
+		c := log.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			entries = append(entries, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
+		}
+		require.Len(t, entries, 3)
+		find := func(key string) [2][]byte {
+			for _, e := range entries {
+				if bytes.Contains(e[1], []byte("\x01"+key)) { // the key, length-prefixed (1 byte)
+					return e
+				}
+			}
+			t.Fatalf("no log entry for %q", key)
+			return [2][]byte{}
+		}
+		a, b, cc := find("a"), find("b"), find("c")
+		// "a" moves one hour later in the log: its expiry says otherwise.
+		moved := binary.BigEndian.AppendUint64(nil, binary.BigEndian.Uint64(a[0])+3600<<30)
+		require.NoError(t, log.Delete(a[0]))
+		require.NoError(t, log.Put(moved, a[1]))
+		// "b" gets a second entry.
+		require.NoError(t, log.Put(binary.BigEndian.AppendUint64(nil, binary.BigEndian.Uint64(b[0])+100), b[1]))
+		// "c" has a byte flipped in its stored response.
+		bad := bytes.Clone(cc[1])
+		bad[len(bad)-10] ^= 0xff
+		return log.Put(cc[0], bad)
 	}))
 	problems, err = db.Check(ctx, ledger.RecordKind)
 	require.NoError(t, err)
@@ -48,10 +71,15 @@ func TestCheckFindsBrokenIndexAndCorruptRecords(t *testing.T) {
 		require.Equal(t, "idempotency", p.Check)
 		msgs = append(msgs, p.Message)
 	}
-	require.Len(t, msgs, 3, "%v", msgs)
-	require.Contains(t, msgs[0], `"acme|POST /v1/orders\x00a": no expiry-index entry`)
-	require.Contains(t, msgs[1], "corrupt idempotency record")
-	require.Contains(t, msgs[2], `"acme|POST /v1/orders\x00ghost": no such record`)
+	all := strings.Join(msgs, "\n")
+	require.Contains(t, all, `"acme|POST /v1/orders"/"a": log entry`)
+	require.Contains(t, all, `but the record expires at`)
+	require.Contains(t, all, `"acme|POST /v1/orders"/"a": the in-memory directory does not find log entry`)
+	require.Contains(t, all, `"acme|POST /v1/orders"/"b": two log entries`)
+	require.Contains(t, all, `damaged (checksum or framing)`)
+	require.Contains(t, all, `"acme|POST /v1/orders"/"b": the in-memory directory does not find`, "the duplicate is not where the directory points")
+	require.Contains(t, all, `usage says 3 records`)
+	require.Len(t, msgs, 6, "%v", msgs)
 
 	// A corrupt record met on the request path is a clear error, not a panic
 	// or a silent re-run.

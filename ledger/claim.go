@@ -11,7 +11,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
-	"github.com/oncekv/oncekv/internal/txn"
+	"github.com/oncekv/oncekv/internal/recstore"
 )
 
 // Claim is a committed in-progress record owned by this attempt of the
@@ -62,7 +62,7 @@ func (l *Ledger) Claim(ctx context.Context, req Request) (Outcome, error) {
 	}
 	deadline := time.Now().Add(req.Wait)
 	for {
-		out, err := txn.Run(ctx, l.batch, func(tx kv.Tx) (Outcome, error) { return l.ClaimTx(ctx, tx, req) })
+		out, err := managedRun(ctx, l, func(ctx context.Context, tx kv.Tx) (Outcome, error) { return l.ClaimTx(ctx, tx, req) })
 		if err == nil && out.Claim != nil {
 			failpoint.Inject(failpoint.LedgerClaimAfterCommit)
 		}
@@ -102,33 +102,28 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 		Version: c.Version, Owner: l.db.Incarnation(), LeaseExpiresAt: c.LeaseExpiresAt,
 		CreatedAt: c.CreatedAt, ExpiresAt: l.expiry(req.Scope, now),
 	}
-	if err := l.store(tx, a.b, a.rk, rec, a.prev); err != nil {
+	if err := l.store(ctx, tx, a.ref, rec, a.prev); err != nil {
 		return Outcome{}, err
 	}
 	return Outcome{Claim: c}, nil
 }
 
 // owned loads the record of c and checks that c still owns it.
-func (l *Ledger) owned(tx kv.Tx, c *Claim, now time.Time) (kv.Bucket, []byte, *Record, error) {
+func (l *Ledger) owned(tx kv.Tx, c *Claim, now time.Time) (recstore.Ref, *Record, error) {
 	if c == nil {
-		return nil, nil, nil, fmt.Errorf("%w: nil *Claim", ErrInvalidRequest)
+		return recstore.Ref{}, nil, fmt.Errorf("%w: nil *Claim", ErrInvalidRequest)
 	}
-	b, err := recordsNS.Create(tx)
+	ref, cur, err := l.load(tx, c.Scope, c.Key, false)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	rk := recordKey(nil, c.Scope, c.Key)
-	cur, err := loadAs(b, c.Scope, c.Key, rk, false)
-	if err != nil {
-		return nil, nil, nil, err
+		return ref, nil, err
 	}
 	if cur == nil || cur.Expired(now) {
-		return nil, nil, nil, &LeaseLostError{Scope: c.Scope, Key: c.Key, Claimed: c.Version}
+		return ref, nil, &LeaseLostError{Scope: c.Scope, Key: c.Key, Claimed: c.Version}
 	}
 	if cur.Version != c.Version || cur.Status != StatusInProgress {
-		return nil, nil, nil, &LeaseLostError{Scope: c.Scope, Key: c.Key, Claimed: c.Version, Current: cur.Version, Status: cur.Status}
+		return ref, nil, &LeaseLostError{Scope: c.Scope, Key: c.Key, Claimed: c.Version, Current: cur.Version, Status: cur.Status}
 	}
-	return b, rk, cur, nil
+	return ref, cur, nil
 }
 
 // Complete finishes a claim: in one transaction it checks that the claim's
@@ -139,7 +134,7 @@ func (l *Ledger) owned(tx kv.Tx, c *Claim, now time.Time) (kv.Bucket, []byte, *R
 // leaves the claim in progress. work may run more than once (group commit).
 func (l *Ledger) Complete(ctx context.Context, c *Claim, resp Response, work func(tx kv.Tx) error) (Result, error) {
 	var res Result
-	err := l.batch(ctx, func(tx kv.Tx) error {
+	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
 		var err error
 		res, err = l.CompleteTx(ctx, tx, c, resp, work)
 		if err == nil {
@@ -156,7 +151,7 @@ func (l *Ledger) Complete(ctx context.Context, c *Claim, resp Response, work fun
 // CompleteTx is Complete inside the caller's writable transaction.
 func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Response, work func(tx kv.Tx) error) (Result, error) {
 	now := l.now()
-	b, rk, cur, err := l.owned(tx, c, now)
+	ref, cur, err := l.owned(tx, c, now)
 	if err != nil {
 		return Result{}, err
 	}
@@ -170,10 +165,10 @@ func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Respon
 		Version: c.Version, Owner: cur.Owner, CreatedAt: cur.CreatedAt, CompletedAt: now,
 		ExpiresAt: l.expiry(c.Scope, now), Response: &resp,
 	}
-	if err := l.store(tx, b, rk, rec, cur); err != nil {
+	if err := l.store(ctx, tx, ref, rec, cur); err != nil {
 		return Result{}, err
 	}
-	l.notifyOnCommit(tx, rk)
+	l.notifyOnCommit(tx, c.Scope, c.Key)
 	return Result{Response: resp, Version: c.Version}, nil
 }
 
@@ -182,19 +177,19 @@ func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Respon
 // definite failure): the record is deleted so that a retry runs the work
 // again. It returns *LeaseLostError if the claim was superseded.
 func (l *Ledger) Release(ctx context.Context, c *Claim) error {
-	return l.batch(ctx, func(tx kv.Tx) error { return l.ReleaseTx(ctx, tx, c) })
+	return l.managed(ctx, func(ctx context.Context, tx kv.Tx) error { return l.ReleaseTx(ctx, tx, c) })
 }
 
 // ReleaseTx is Release inside the caller's writable transaction.
 func (l *Ledger) ReleaseTx(ctx context.Context, tx kv.Tx, c *Claim) error {
-	b, rk, cur, err := l.owned(tx, c, l.now())
+	ref, cur, err := l.owned(tx, c, l.now())
 	if err != nil {
 		return err
 	}
-	if err := remove(tx, b, rk, cur); err != nil {
+	if err := l.remove(tx, ref, cur); err != nil {
 		return err
 	}
-	l.notifyOnCommit(tx, rk)
+	l.notifyOnCommit(tx, c.Scope, c.Key)
 	return nil
 }
 
@@ -202,7 +197,7 @@ func (l *Ledger) ReleaseTx(ctx context.Context, tx kv.Tx, c *Claim) error {
 // takes longer than one lease. It updates c.LeaseExpiresAt, and returns
 // *LeaseLostError if the claim was superseded.
 func (l *Ledger) Extend(ctx context.Context, c *Claim) error {
-	lease, err := txn.Run(ctx, l.batch, func(tx kv.Tx) (time.Time, error) { return l.extendTx(tx, c) })
+	lease, err := managedRun(ctx, l, func(ctx context.Context, tx kv.Tx) (time.Time, error) { return l.extendTx(ctx, tx, c) })
 	if err == nil {
 		c.LeaseExpiresAt = lease
 	}
@@ -212,16 +207,16 @@ func (l *Ledger) Extend(ctx context.Context, c *Claim) error {
 // ExtendTx is Extend inside the caller's writable transaction. c is updated
 // immediately; the new lease holds once the caller commits.
 func (l *Ledger) ExtendTx(ctx context.Context, tx kv.Tx, c *Claim) error {
-	lease, err := l.extendTx(tx, c)
+	lease, err := l.extendTx(ctx, tx, c)
 	if err == nil {
 		c.LeaseExpiresAt = lease
 	}
 	return err
 }
 
-func (l *Ledger) extendTx(tx kv.Tx, c *Claim) (time.Time, error) {
+func (l *Ledger) extendTx(ctx context.Context, tx kv.Tx, c *Claim) (time.Time, error) {
 	now := l.now()
-	b, rk, cur, err := l.owned(tx, c, now)
+	ref, cur, err := l.owned(tx, c, now)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -230,5 +225,5 @@ func (l *Ledger) extendTx(tx kv.Tx, c *Claim) (time.Time, error) {
 	if exp := l.expiry(c.Scope, now); exp.After(cur.ExpiresAt) {
 		cur.ExpiresAt = exp
 	}
-	return cur.LeaseExpiresAt, l.store(tx, b, rk, cur, &prev)
+	return cur.LeaseExpiresAt, l.store(ctx, tx, ref, cur, &prev)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
 )
 
@@ -86,7 +87,7 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	}
 
 	var res Result
-	err := l.batch(ctx, func(tx kv.Tx) error {
+	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
 		var err error
 		res, err = l.DoTx(ctx, tx, req, work)
 		if err == nil && !res.Replayed {
@@ -134,8 +135,7 @@ func (l *Ledger) batch(ctx context.Context, fn func(tx kv.Tx) error) error {
 
 // admission is what an attempt finds under its key.
 type admission struct {
-	b   kv.Bucket // nil in a read-only transaction before the first write
-	rk  []byte
+	ref recstore.Ref // where prev is
 	now time.Time
 	// prev is the stored record, live or expired; nil if there is none.
 	prev *Record
@@ -152,19 +152,12 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return admission{}, err
 	}
-	a := admission{rk: recordKey(nil, req.Scope, req.Key), now: l.now()}
-	if tx.Writable() {
-		var err error
-		if a.b, err = recordsNS.Create(tx); err != nil {
-			return admission{}, err
-		}
-	} else {
-		a.b = recordsNS.Bucket(tx)
-	}
-	prev, err := loadAs(a.b, req.Scope, req.Key, a.rk, true)
+	a := admission{now: l.now()}
+	ref, prev, err := l.load(tx, req.Scope, req.Key, true)
 	if err != nil || prev == nil {
 		return a, err
 	}
+	a.ref = ref
 	a.prev = prev
 	if prev.Expired(a.now) {
 		return a, nil
@@ -219,7 +212,7 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	case a.takeover:
 		// A dead two-phase claim: all of this path's work is inside the
 		// transaction, so running it now is safe. Wake its waiters.
-		l.notifyOnCommit(tx, a.rk)
+		l.notifyOnCommit(tx, req.Scope, req.Key)
 	}
 	if a.prev == nil {
 		if err := l.checkQuota(tx, req.Scope); err != nil {
@@ -239,7 +232,7 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 		CreatedAt: now, CompletedAt: now, ExpiresAt: l.expiry(req.Scope, now),
 		Response: &resp,
 	}
-	if err := l.store(tx, a.b, a.rk, rec, a.prev); err != nil {
+	if err := l.store(ctx, tx, a.ref, rec, a.prev); err != nil {
 		return Result{}, err
 	}
 	return Result{Response: resp, Version: version, Takeover: a.takeover}, nil

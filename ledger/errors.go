@@ -122,10 +122,6 @@ func (e *RecordError) Error() string {
 // Unwrap returns the decoding error.
 func (e *RecordError) Unwrap() error { return e.Err }
 
-func recordError(rk []byte, err error) error {
-	scope, key, _ := splitRecordKey(rk)
-	if scope == "" && key == "" {
-		scope = string(rk)
-	}
+func recordError(scope, key string, err error) error {
 	return &RecordError{Scope: scope, Key: key, Err: err}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -121,14 +122,14 @@ func (c *Config) validate() error {
 type Ledger struct {
 	db      *kv.DB
 	cfg     Config
+	records recstore.Store
 	waiters waiters
 	waited  atomic.Int64 // calls of Wait: how often a duplicate waited
 }
 
-var (
-	recordsNS = keyspace.New("ledger")
-	expiryIdx = keyspace.NewTimeIndex("ledger.expiry")
-)
+// recordSpec names the records' buckets: the log "ledger.log" (bbolt), or
+// "ledger" with its index "ledger.expiry" (etcd, and files of format 1).
+var recordSpec = recstore.Spec{Name: "ledger"}
 
 // New returns a Ledger over db. cfg may be nil for defaults.
 func New(db *kv.DB, cfg *Config) (*Ledger, error) {
@@ -139,10 +140,14 @@ func New(db *kv.DB, cfg *Config) (*Ledger, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *kv.DB (open one with kv.Open)", ErrInvalidConfig)
 	}
-	if err := rebuildUsage(context.Background(), db); err != nil {
+	records, err := recstore.Open(context.Background(), db, recordSpec)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open the records: %w", err)
+	}
+	l := &Ledger{db: db, cfg: c, records: records}
+	if err := l.rebuildUsage(context.Background()); err != nil {
 		return nil, fmt.Errorf("ledger: count tenant usage: %w", err)
 	}
-	l := &Ledger{db: db, cfg: c}
 	return l, nil
 }
 
@@ -175,34 +180,26 @@ func validate(scope, key string) error {
 	return ValidateKey(key)
 }
 
-// load reads and decodes the record at rk; nil if absent.
-func load(b kv.Bucket, rk []byte, withBody bool) (*Record, error) {
-	scope, key, ok := splitRecordKey(rk)
-	if !ok {
-		return nil, recordError(rk, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "record key has no scope separator"})
+// load reads and decodes the record of (scope, key); nil if absent.
+func (l *Ledger) load(tx kv.Tx, scope, key string, withBody bool) (recstore.Ref, *Record, error) {
+	ref, v, err := l.records.Get(tx, scope, key)
+	if err != nil {
+		return ref, nil, &RecordError{Scope: scope, Key: key, Err: err}
 	}
-	return loadAs(b, scope, key, rk, withBody)
-}
-
-// loadAs is load for a caller that holds the scope and key as strings.
-func loadAs(b kv.Bucket, scope, key string, rk []byte, withBody bool) (*Record, error) {
-	if b == nil {
-		return nil, nil
-	}
-	v := b.Get(rk)
 	if v == nil {
-		return nil, nil
+		return ref, nil, nil
 	}
 	r, err := decodeRecordAs(scope, key, v, withBody)
 	if err != nil {
-		return nil, recordError(rk, err)
+		return ref, nil, &RecordError{Scope: scope, Key: key, Err: err}
 	}
-	return r, nil
+	return ref, r, nil
 }
 
-// store writes r over prev (nil for a new record): the record, its
-// expiry-index entry moved from prev's, and its tenant's usage.
-func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prev *Record) error {
+// store writes r in place of prev (at ref; nil and a zero ref for a new
+// record): the record, at its place in expiry order, and its tenant's
+// usage.
+func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Record, prev *Record) error {
 	if r.Response != nil && len(r.Response.Body) > l.cfg.MaxResponseBytes {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrResponseTooLarge, len(r.Response.Body), l.cfg.MaxResponseBytes)
 	}
@@ -217,24 +214,46 @@ func (l *Ledger) store(tx kv.Tx, b kv.Bucket, rk []byte, r *Record, prev *Record
 	}
 	// A fresh buffer per record: bbolt keeps the value slice until commit.
 	var e record.Encoder
-	if err := b.Put(rk, encodeRecord(&e, r, l.cfg.CompressThreshold)); err != nil {
+	v := encodeRecord(&e, r, l.cfg.CompressThreshold)
+	if _, err := l.records.Put(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
 		return err
 	}
-	if err := account(tx, r.Scope, records, int64(r.StoredBytes)-prevBytes); err != nil {
-		return err
-	}
-	return expiryIdx.Move(tx, prevExpiry, r.ExpiresAt, rk)
+	return account(tx, r.Scope, records, int64(r.StoredBytes)-prevBytes)
 }
 
-// remove deletes the record cur at rk with its index entry and usage.
-func remove(tx kv.Tx, b kv.Bucket, rk []byte, cur *Record) error {
-	if err := b.Delete(rk); err != nil {
+// remove deletes the record cur at ref with its usage.
+func (l *Ledger) remove(tx kv.Tx, ref recstore.Ref, cur *Record) error {
+	if err := l.records.Delete(tx, cur.Scope, cur.Key, ref, cur.ExpiresAt); err != nil {
 		return err
 	}
-	if err := account(tx, cur.Scope, -1, -int64(cur.StoredBytes)); err != nil {
-		return err
+	return account(tx, cur.Scope, -1, -int64(cur.StoredBytes))
+}
+
+// managed runs fn, a Tx form, under group commit with a journal of the
+// directory entries it adds: a run that does not commit (the batch re-ran
+// without it, or it failed) leaves none behind.
+func (l *Ledger) managed(ctx context.Context, fn func(ctx context.Context, tx kv.Tx) error) error {
+	j := &recstore.Journal{}
+	jctx := recstore.WithJournal(ctx, j)
+	err := l.batch(jctx, func(tx kv.Tx) error {
+		j.Undo() // an earlier run of this call that did not commit
+		return fn(jctx, tx)
+	})
+	if err != nil {
+		j.Undo()
 	}
-	return expiryIdx.Delete(tx, cur.ExpiresAt, rk)
+	return err
+}
+
+// managedRun is managed for a Tx form with a result.
+func managedRun[T any](ctx context.Context, l *Ledger, fn func(ctx context.Context, tx kv.Tx) (T, error)) (T, error) {
+	var out T
+	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
+		var err error
+		out, err = fn(ctx, tx)
+		return err
+	})
+	return out, err
 }
 
 func (l *Ledger) inProgress(r *Record, now time.Time) *InProgressError {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -203,7 +204,8 @@ func (l *Ledger) Usage(ctx context.Context, tenant string) (Usage, error) {
 
 // rebuildUsage counts every record into the usage bucket once, for a file
 // written before usage was kept; later writes keep it exact.
-func rebuildUsage(ctx context.Context, db *kv.DB) error {
+func (l *Ledger) rebuildUsage(ctx context.Context) error {
+	db := l.db
 	if db.ReadOnly() {
 		return nil
 	}
@@ -224,16 +226,14 @@ func rebuildUsage(ctx context.Context, db *kv.DB) error {
 			return nil
 		}
 		totals := map[string]Usage{}
-		if rb := recordsNS.Bucket(tx); rb != nil {
-			c := rb.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				scope, _, _ := splitRecordKey(k)
+		l.records.Scan(tx, "", func(_ recstore.Ref, scope, _ string, v []byte, ok bool) bool {
+			if ok {
 				u := totals[TenantOf(scope)]
-				u.Records++
-				u.Bytes += int64(len(v))
+				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
 				totals[TenantOf(scope)] = u
 			}
-		}
+			return true
+		})
 		for tenant, u := range totals {
 			if err := b.Put([]byte(tenant), encodeUsage(u)); err != nil {
 				return err

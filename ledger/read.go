@@ -3,8 +3,9 @@ package ledger
 import (
 	"context"
 	"iter"
-	"strings"
 
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -22,7 +23,7 @@ func (l *Ledger) GetTx(tx kv.Tx, scope, key string, includeExpired bool) (*Recor
 	if err := validate(scope, key); err != nil {
 		return nil, err
 	}
-	r, err := load(recordsNS.Bucket(tx), recordKey(nil, scope, key), true)
+	_, r, err := l.load(tx, scope, key, true)
 	if err != nil {
 		return nil, err
 	}
@@ -48,40 +49,36 @@ type ListOptions struct {
 	Limit int
 }
 
-// Records iterates records in (scope, key) order inside tx. A record that
-// fails to decode is yielded as a *RecordError (wrapping kv.ErrCorrupt) and
-// the iteration goes on; the caller may stop at any time.
+// Records iterates records inside tx: in expiry order on bbolt (the
+// records' log: a scope prefix filters, it does not seek, so a listing
+// reads every record), in (scope, key) order on a keyed store. A record
+// that fails to decode is yielded as a *RecordError (wrapping
+// kv.ErrCorrupt) and the iteration goes on; the caller may stop at any
+// time.
 func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 	return func(yield func(*Record, error) bool) {
-		b := recordsNS.Bucket(tx)
-		if b == nil {
-			return
-		}
 		now := l.now()
-		prefix := []byte(opts.ScopePrefix)
-		c := b.Cursor()
 		n := 0
-		for k, v := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), opts.ScopePrefix); k, v = c.Next() {
-			r, err := decodeRecord(k, v, opts.WithBody)
+		l.records.Scan(tx, opts.ScopePrefix, func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
+			if !ok {
+				return yield(nil, recordError(scope, key, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "damaged log entry: scope and key unreadable"}))
+			}
+			r, err := decodeRecordAs(scope, key, v, opts.WithBody)
 			if err != nil {
-				if !yield(nil, recordError(k, err)) {
-					return
-				}
-				continue
+				return yield(nil, recordError(scope, key, err))
 			}
 			expired := r.Expired(now)
 			if (expired && !opts.IncludeExpired && !opts.ExpiredOnly) || (opts.ExpiredOnly && !expired) {
-				continue
+				return true
 			}
 			if opts.Status != 0 && r.Status != opts.Status {
-				continue
+				return true
 			}
 			if !yield(r, nil) {
-				return
+				return false
 			}
-			if n++; opts.Limit > 0 && n >= opts.Limit {
-				return
-			}
-		}
+			n++
+			return opts.Limit <= 0 || n < opts.Limit
+		})
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekv/oncekv/internal/record"
-	"github.com/oncekv/oncekv/kv"
 )
 
 // Status is the state of an idempotency record.
@@ -102,22 +101,6 @@ const (
 	flagCompressed = 2
 )
 
-// recordKey is scope NUL key; scopes cannot contain NUL, keys are visible
-// ASCII, so the split is unambiguous and a scope prefix is a key prefix.
-func recordKey(dst []byte, scope, key string) []byte {
-	dst = append(dst, scope...)
-	dst = append(dst, 0)
-	return append(dst, key...)
-}
-
-func splitRecordKey(k []byte) (scope, key string, ok bool) {
-	i := bytes.IndexByte(k, 0)
-	if i < 0 {
-		return "", "", false
-	}
-	return string(k[:i]), string(k[i+1:]), true
-}
-
 // encodeRecord writes r into e. Bodies longer than threshold (when
 // threshold > 0) are compressed.
 func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
@@ -168,19 +151,10 @@ func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
 	return out
 }
 
-// decodeRecord decodes a stored record. With withBody false the response is
-// skipped (cheap look-ups for status and expiry); otherwise the body is
-// copied out (and decompressed), so the Record outlives the transaction.
-func decodeRecord(k, v []byte, withBody bool) (*Record, error) {
-	scope, key, ok := splitRecordKey(k)
-	if !ok {
-		return nil, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "record key has no scope separator"}
-	}
-	return decodeRecordAs(scope, key, v, withBody)
-}
-
-// decodeRecordAs is decodeRecord for a caller that already holds the
-// record's scope and key as strings (the hot look-up path).
+// decodeRecordAs decodes the stored record of (scope, key). With withBody
+// false the response is skipped (cheap look-ups for status and expiry);
+// otherwise the body is copied out (and decompressed), so the Record
+// outlives the transaction.
 func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error) {
 	var d record.Decoder
 	layout, err := d.Reset(record.KindIdempotency, v)

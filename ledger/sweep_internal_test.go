@@ -1,13 +1,16 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/retention"
@@ -33,20 +36,23 @@ func TestSweepRechecksRecordState(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-		b := recordsNS.Bucket(tx)
 		edit := func(key string, f func(r *Record)) {
-			rk := recordKey(nil, "acme|POST /x", key)
-			r, err := load(b, rk, true)
+			ref, r, err := l.load(tx, "acme|POST /x", key, true)
 			require.NoError(t, err)
 			prev := *r
 			f(r)
-			require.NoError(t, l.store(tx, b, rk, r, &prev))
+			require.NoError(t, l.store(ctx, tx, ref, r, &prev))
 		}
 		edit("live-lease", func(r *Record) { r.LeaseExpiresAt = t0.Add(10 * time.Hour) })
 		edit("fresh", func(r *Record) { r.ExpiresAt = t0.Add(48 * time.Hour) })
-		// "moved": a stale index entry at the old time is left behind.
+		// "moved": its log entry moves to its new expiry; a stale copy is
+		// left at the old place, where the record's expiry does not match.
 		edit("moved", func(r *Record) { r.ExpiresAt = t0.Add(30 * time.Minute) })
-		return expiryIdx.Put(tx, t0.Add(time.Hour), recordKey(nil, "acme|POST /x", "moved"))
+		ref, _, err := l.records.Get(tx, "acme|POST /x", "moved")
+		require.NoError(t, err)
+		log := keyspace.New(recordSpec.Name + ".log").Bucket(tx)
+		stale := binary.BigEndian.AppendUint64(nil, uint64(t0.Add(time.Hour).Unix())<<30|7)
+		return log.Put(stale, bytes.Clone(log.Get(ref.Cursor())))
 	}))
 	clock.Advance(2 * time.Hour)
 	st, err := retention.Sweep(ctx, db, nil, RecordKind)

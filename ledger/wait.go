@@ -57,9 +57,9 @@ func (w *waiters) notify(key string) {
 }
 
 // notifyOnCommit arranges for waiters on rk to be woken after tx commits.
-func (l *Ledger) notifyOnCommit(tx interface{ OnCommit(func()) }, rk []byte) {
-	key := string(rk)
-	tx.OnCommit(func() { l.waiters.notify(key) })
+func (l *Ledger) notifyOnCommit(tx interface{ OnCommit(func()) }, scope, key string) {
+	rk := scope + "\x00" + key
+	tx.OnCommit(func() { l.waiters.notify(rk) })
 }
 
 // Wait blocks until the claim described by ip (from a call that met an
@@ -75,15 +75,14 @@ func (l *Ledger) Wait(ctx context.Context, ip *InProgressError, until time.Time)
 		return false // nothing to wait on: not a claim this ledger can watch
 	}
 	l.waited.Add(1)
-	rk := string(recordKey(nil, ip.Scope, ip.Key))
-	ch, done := l.waiters.register(rk)
+	ch, done := l.waiters.register(ip.Scope + "\x00" + ip.Key)
 	defer done()
 
 	// The completion may have committed between the caller's look-up and
 	// registration above; look again now that a notification cannot be missed.
 	var cur *Record
 	_ = l.db.View(ctx, func(tx kv.Tx) error {
-		cur, _ = load(recordsNS.Bucket(tx), []byte(rk), false)
+		_, cur, _ = l.load(tx, ip.Scope, ip.Key, false)
 		return nil
 	})
 	if cur == nil || cur.Status != StatusInProgress || cur.Version != ip.Version {

@@ -35,6 +35,12 @@ const (
 
 	SweepBeforeCommit = "retention.sweep.before-commit"
 	SweepAfterCommit  = "retention.sweep.after-commit"
+
+	// The record log's directory: an entry added, not yet committed; the
+	// directory rebuilt at open; a migration batch committed.
+	RecstoreDirectoryAdded = "recstore.directory.added"
+	RecstoreRebuilt        = "recstore.rebuilt"
+	RecstoreMigrated       = "recstore.migrated"
 )
 
 // All lists every failpoint.
@@ -45,4 +51,5 @@ var All = []string{
 	TakeoverAfterCommit, ReconcileTakeoverAfterCommit, ProviderBeforeCall,
 	ProviderAfterCall, RecordBeforeCommit, RecordAfterCommit, OutboxAddAfterCommit,
 	RelayBeforePublish, RelayAfterPublish, RelayAfterMark, SweepBeforeCommit, SweepAfterCommit,
+	RecstoreDirectoryAdded, RecstoreRebuilt, RecstoreMigrated,
 }

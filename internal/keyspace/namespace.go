@@ -89,3 +89,15 @@ func StoredFormat(tx kv.Tx) (uint32, error) {
 	}
 	return record.DecodeFormat(v)
 }
+
+// StampFormat records format version v in the writable tx.
+func StampFormat(tx kv.Tx, v uint32) error {
+	if !tx.Writable() {
+		return ErrReadOnlyTx
+	}
+	b, err := Raw(tx).CreateBucketIfNotExists([]byte(record.MetaBucket))
+	if err != nil {
+		return err
+	}
+	return b.Put(record.FormatKey, record.EncodeFormat(v))
+}

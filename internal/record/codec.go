@@ -25,6 +25,7 @@ const (
 	KindIdempotency Kind = 0x10
 	KindInbox       Kind = 0x11
 	KindUsage       Kind = 0x12
+	KindLogEntry    Kind = 0x13
 	KindIntent      Kind = 0x20
 	KindOutbox      Kind = 0x21
 	KindKeyStore    Kind = 0x22
@@ -41,6 +42,8 @@ func (k Kind) String() string {
 		return "inbox"
 	case KindUsage:
 		return "usage"
+	case KindLogEntry:
+		return "log entry"
 	case KindIntent:
 		return "intent"
 	case KindOutbox:
@@ -56,6 +59,10 @@ func (k Kind) String() string {
 // recordMagic starts every encoded record. It makes a value written by other
 // code in an oncekv bucket fail loudly instead of decoding as garbage.
 const recordMagic = 0xB7
+
+// Magic is the first byte of every encoded record, for code that frames
+// records of its own (recstore's log entries).
+const Magic = recordMagic
 
 // headerLen is magic + kind + version; trailerLen is the CRC-32C.
 const (

@@ -2,6 +2,7 @@ package command
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,7 +53,7 @@ func TestCorruptAndNewerFiles(t *testing.T) {
 	kvtest.WriteFormat(t, newer, kv.FormatVersion+1)
 	_, stderr, code = run("stats", "--db", newer)
 	require.Equal(t, 1, code)
-	require.Contains(t, stderr, "has oncekv format version 2, this build reads up to 1")
+	require.Contains(t, stderr, fmt.Sprintf("has oncekv format version %d, this build reads up to %d", kv.FormatVersion+1, kv.FormatVersion))
 
 	_, stderr, code = run("keys", "--db", filepath.Join(dir, "missing.db"))
 	require.Equal(t, 1, code)

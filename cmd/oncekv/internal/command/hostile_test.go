@@ -13,7 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/inspect"
-	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -174,10 +174,11 @@ func TestStoredTextIsEscapedAndCorruptRecordsShown(t *testing.T) {
 	b, err := bolt.Open(src, 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket([]byte(record.ReservedPrefix + "ledger"))
-		k := []byte("acme|POST /v1/orders\x00create-1")
+		name, k, ok := recstore.Locate(kv.WrapTx(tx), recstore.Spec{Name: "ledger"}, "acme|POST /v1/orders", "create-1")
+		require.True(t, ok)
+		bk := tx.Bucket(name)
 		v := append([]byte(nil), bk.Get(k)...)
-		v[10] ^= 0xff
+		v[len(v)-10] ^= 0xff // in the stored response, not in the key
 		return bk.Put(k, v)
 	}))
 	require.NoError(t, b.Close())

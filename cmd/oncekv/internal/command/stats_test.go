@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/kv"
 )
 
 func TestStats(t *testing.T) {
@@ -15,7 +16,7 @@ func TestStats(t *testing.T) {
 	out, _, code := run("stats", "--db", db)
 	require.Equal(t, 0, code)
 	require.Regexp(t, `idempotency.completed\s+3`, out)
-	require.Regexp(t, `ledger\s+5\s+1`, out)
+	require.Regexp(t, `ledger\.log\s+5\s+1`, out)
 	require.Regexp(t, `TENANT\s+RECORDS\s+STORED BYTES\nacme\s+4\s+\d+\nglobex\s+1\s+\d+`, out, "usage per tenant (issue 13, item 9)")
 	out, _, _ = run("stats", "--db", db, "--json")
 	var st inspect.Stats
@@ -25,7 +26,7 @@ func TestStats(t *testing.T) {
 		"intent.succeeded": 1, "intent.needs_attention": 1, "intent.pending": 1,
 		"outbox.pending": 1, "outbox.published": 2, "outbox.quarantined": 1, "inbox.ids": 2,
 	}, st.Counts)
-	require.Equal(t, uint32(1), st.FormatVersion)
+	require.Equal(t, kv.FormatVersion, st.FormatVersion)
 	require.Positive(t, st.FileBytes)
 	require.Equal(t, 4096, st.PageSize)
 	require.Len(t, st.Tenants, 2)

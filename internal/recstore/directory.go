@@ -1,0 +1,124 @@
+package recstore
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+)
+
+// directory maps hash(scope, key) to the log positions that may hold the
+// record of (scope, key). It is authoritative for misses and a hint for
+// hits: every committed record has an entry (entries are added inside the
+// writing transaction, before the writer lock is released), and every hit
+// is verified against the record read in the caller's transaction, so an
+// entry left by a rolled-back transaction, a record swept away, a record
+// that moved, or another key with the same hash is never trusted.
+//
+// Entries are added in the writing transaction and removed only when that
+// can no longer be wrong: after the commit of the transaction that deleted
+// the record (OnCommit), or after the rollback of the managed transaction
+// that added them (Journal). Positions are never reused within a process,
+// so removing (hash, position) then can never remove a live record's entry.
+type directory struct {
+	seed maphash.Seed
+
+	mu sync.RWMutex
+	// one holds the first position of each hash: almost every hash has
+	// exactly one. more holds the rest (a record moving, a rolled-back
+	// insert, a collision).
+	one  map[uint64]uint64
+	more map[uint64][]uint64
+}
+
+func newDirectory(sizeHint int) *directory {
+	return &directory{seed: maphash.MakeSeed(), one: make(map[uint64]uint64, sizeHint), more: map[uint64][]uint64{}}
+}
+
+// hash is keyed per process (maphash's random seed), so a client cannot
+// choose keys that collide.
+func (d *directory) hash(scope, key string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(d.seed)
+	_, _ = h.WriteString(scope)
+	_ = h.WriteByte(0)
+	_, _ = h.WriteString(key)
+	return h.Sum64()
+}
+
+func (d *directory) hashBytes(scope, key []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(d.seed)
+	_, _ = h.Write(scope)
+	_ = h.WriteByte(0)
+	_, _ = h.Write(key)
+	return h.Sum64()
+}
+
+// candidates calls fn for every position recorded under h until fn
+// returns true. fn runs under the read lock: it must not call back into
+// the directory.
+func (d *directory) candidates(h uint64, fn func(pos uint64) bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	p, ok := d.one[h]
+	if !ok {
+		return
+	}
+	if fn(p) {
+		return
+	}
+	for _, p := range d.more[h] {
+		if fn(p) {
+			return
+		}
+	}
+}
+
+// add records that pos may hold the record of hash h.
+func (d *directory) add(h, pos uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.one[h]
+	switch {
+	case !ok:
+		d.one[h] = pos
+	case p == pos || slices.Contains(d.more[h], pos):
+	default:
+		d.more[h] = append(d.more[h], pos)
+	}
+}
+
+// remove forgets pos under h.
+func (d *directory) remove(h, pos uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rest := d.more[h]
+	if p, ok := d.one[h]; ok && p == pos {
+		if len(rest) == 0 {
+			delete(d.one, h)
+			return
+		}
+		d.one[h] = rest[0]
+		rest = rest[1:]
+	} else if i := slices.Index(rest, pos); i >= 0 {
+		rest = slices.Delete(rest, i, i+1)
+	} else {
+		return
+	}
+	if len(rest) == 0 {
+		delete(d.more, h)
+	} else {
+		d.more[h] = rest
+	}
+}
+
+// len returns the number of positions recorded.
+func (d *directory) len() (positions, extra int) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	extra = 0
+	for _, r := range d.more {
+		extra += len(r)
+	}
+	return len(d.one) + extra, extra
+}

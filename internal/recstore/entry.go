@@ -1,0 +1,58 @@
+package recstore
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+
+	"github.com/oncekv/oncekv/internal/record"
+)
+
+// A log entry wraps a record's value with the scope and key it belongs to,
+// under one checksum: magic, kind (log entry), layout 1, scope and key
+// (length-prefixed), the record's own encoded value (with its own header
+// and checksum), and a CRC-32C of everything before it. The keyed layout
+// stores the value alone (its bucket key names scope and key); so the same
+// value moves between the layouts unchanged, a damaged one included.
+const entryLayout = 1
+
+// wrap encodes an entry. The result is a fresh slice (bbolt keeps it until
+// the commit).
+func wrap(scope, key string, value []byte) []byte {
+	var e record.Encoder
+	e.Reset(record.KindLogEntry, entryLayout)
+	e.String(scope)
+	e.String(key)
+	e.Fixed(value)
+	return e.Finish()
+}
+
+// unwrap returns an entry's scope, key and value (aliasing v) without
+// checking the checksum: look-ups compare the identity, and check the
+// checksum only when it does not match (intact).
+func unwrap(v []byte) (scope, key, value []byte, ok bool) {
+	if len(v) < 3+4 || v[0] != record.Magic || v[1] != byte(record.KindLogEntry) || v[2] != entryLayout {
+		return nil, nil, nil, false
+	}
+	body := v[3 : len(v)-4]
+	n, w := binary.Uvarint(body)
+	if w <= 0 || n > uint64(len(body)-w) {
+		return nil, nil, nil, false
+	}
+	scope, body = body[w:w+int(n)], body[w+int(n):]
+	n, w = binary.Uvarint(body)
+	if w <= 0 || n > uint64(len(body)-w) {
+		return nil, nil, nil, false
+	}
+	key, value = body[w:w+int(n)], body[w+int(n):]
+	return scope, key, value, true
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// intact reports whether an entry's checksum holds.
+func intact(v []byte) bool {
+	if len(v) < 4 {
+		return false
+	}
+	return crc32.Checksum(v[:len(v)-4], castagnoli) == binary.LittleEndian.Uint32(v[len(v)-4:])
+}

@@ -1,0 +1,67 @@
+package recstore
+
+import (
+	"context"
+	"sync"
+)
+
+// Journal remembers the directory entries one managed call added, so that
+// the entries of a run that did not commit can be removed: group commit
+// re-runs a call's function when another call of its batch fails, and each
+// run adds its own entries. The managed form makes a Journal, passes it down
+// in the context (WithJournal), calls Undo at the start of every run and
+// after a failed call, and leaves the entries of the run that committed.
+//
+// The Tx forms, run in a caller's own transaction, have no Journal: if the
+// caller rolls back, its entries stay in the directory as stale hints
+// (harmless, since every hit is verified; they cost memory until the next
+// open).
+type Journal struct {
+	mu      sync.Mutex
+	entries []journaled
+}
+
+type journaled struct {
+	d   *directory
+	h   uint64
+	pos uint64
+}
+
+type journalKey struct{}
+
+// WithJournal returns ctx carrying j.
+func WithJournal(ctx context.Context, j *Journal) context.Context {
+	return context.WithValue(ctx, journalKey{}, j)
+}
+
+func journalFrom(ctx context.Context) *Journal {
+	if ctx == nil {
+		return nil
+	}
+	j, _ := ctx.Value(journalKey{}).(*Journal)
+	return j
+}
+
+func (j *Journal) note(d *directory, h, pos uint64) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	j.entries = append(j.entries, journaled{d, h, pos})
+	j.mu.Unlock()
+}
+
+// Undo removes every entry noted since the last Undo. The positions were
+// never committed and are never reused, so removing them is safe at any
+// time.
+func (j *Journal) Undo() {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, e := range j.entries {
+		e.d.remove(e.h, e.pos)
+	}
+	j.entries = j.entries[:0]
+}

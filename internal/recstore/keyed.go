@@ -1,0 +1,81 @@
+package recstore
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/kv"
+)
+
+// keyed is the direct layout: records under scope NUL key in bucket Name,
+// entries (expiry, scope NUL key) in the time index Name+".expiry". Backends
+// with several writers use it; so did every file of format 1.
+type keyed struct {
+	spec    Spec
+	records keyspace.Namespace
+	expiry  keyspace.TimeIndex
+}
+
+// Keyed returns the keyed layout of spec.
+func Keyed(spec Spec) Store {
+	return &keyed{spec: spec, records: keyspace.New(spec.Name), expiry: keyspace.NewTimeIndex(spec.Name + ".expiry")}
+}
+
+var _ Store = (*keyed)(nil)
+
+func (s *keyed) Layout() string  { return "keyed" }
+func (s *keyed) Stats() Stats    { return Stats{Layout: "keyed"} }
+
+func (s *keyed) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
+	b := s.records.Bucket(tx)
+	if b == nil {
+		return Ref{}, nil, nil
+	}
+	k := JoinKey(scope, key)
+	v := b.Get(k)
+	if v == nil {
+		return Ref{}, nil, nil
+	}
+	return Ref{key: k}, v, nil
+}
+
+func (s *keyed) Put(_ context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
+	b, err := s.records.Create(tx)
+	if err != nil {
+		return Ref{}, err
+	}
+	ref := prev
+	if ref.IsZero() {
+		ref = Ref{key: JoinKey(scope, key)}
+		prevExpiry = time.Time{}
+	}
+	if err := b.Put(ref.key, value); err != nil {
+		return Ref{}, err
+	}
+	return ref, s.expiry.Move(tx, prevExpiry, expiry, ref.key)
+}
+
+func (s *keyed) Delete(tx kv.Tx, _, _ string, ref Ref, expiry time.Time) error {
+	if b := s.records.Bucket(tx); b != nil {
+		if err := b.Delete(ref.key); err != nil {
+			return err
+		}
+	}
+	return s.expiry.Delete(tx, expiry, ref.key)
+}
+
+func (s *keyed) Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+	b := s.records.Bucket(tx)
+	if b == nil {
+		return
+	}
+	c := b.Cursor()
+	for k, v := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, v = c.Next() {
+		sc, ky, ok := splitKey(k)
+		if !fn(Ref{key: k}, string(sc), string(ky), v, ok) {
+			return
+		}
+	}
+}

@@ -1,0 +1,328 @@
+package recstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/kv"
+)
+
+// A log position is the record's expiry second (34 bits: to the year 2514)
+// followed by a counter (30 bits), stored big-endian: positions sort by
+// expiry, and the records one batch writes share the log's tail leaf.
+const (
+	ctrBits = 30
+	ctrMask = 1<<ctrBits - 1
+	maxSec  = 1<<(64-ctrBits) - 1
+)
+
+func expirySec(t time.Time) uint64 {
+	s := t.Unix()
+	switch {
+	case s < 0:
+		return 0
+	case s > maxSec:
+		return maxSec
+	}
+	return uint64(s)
+}
+
+func posKey(pos uint64) []byte { return binary.BigEndian.AppendUint64(nil, pos) }
+
+// posSec returns the expiry second of a position.
+func posSec(pos uint64) uint64 { return pos >> ctrBits }
+
+// logStore is the log layout of one kind in one open database.
+type logStore struct {
+	spec Spec
+	log  keyspace.Namespace
+	dir  *directory
+	ctr  atomic.Uint64
+
+	rebuilt     int
+	rebuildTime time.Duration
+	unreadable  atomic.Int64
+}
+
+var _ Store = (*logStore)(nil)
+
+func (s *logStore) Layout() string  { return "log" }
+
+func (s *logStore) Stats() Stats {
+	n, extra := s.dir.len()
+	return Stats{Layout: "log", Positions: n, Extra: extra, Rebuilt: s.rebuilt, RebuildTime: s.rebuildTime, Unreadable: int(s.unreadable.Load())}
+}
+
+// ErrDamagedRecord is returned (wrapped) when a look-up meets a record whose
+// checksum fails where its key should be.
+var ErrDamagedRecord = record.ErrCorrupt
+
+func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
+	b := s.log.Bucket(tx)
+	if b == nil {
+		return Ref{}, nil, nil
+	}
+	var (
+		found Ref
+		val   []byte
+		err   error
+	)
+	s.dir.candidates(s.dir.hash(scope, key), func(pos uint64) bool {
+		v := b.Get(posKey(pos))
+		if v == nil {
+			return false // a stale hint: rolled back, swept or moved
+		}
+		sc, k, payload, ok := unwrap(v)
+		if ok && string(sc) == scope && string(k) == key {
+			found, val = Ref{pos: pos}, payload
+			return true
+		}
+		if !ok || !intact(v) {
+			err = fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
+			return true
+		}
+		return false // another key with the same hash
+	})
+	return found, val, err
+}
+
+// newPos returns an unused log position for a record expiring at expiry.
+func (s *logStore) newPos(b kv.Bucket, expiry time.Time) uint64 {
+	sec := expirySec(expiry) << ctrBits
+	for {
+		pos := sec | (s.ctr.Add(1) & ctrMask)
+		if pos != 0 && b.Get(posKey(pos)) == nil {
+			return pos
+		}
+	}
+}
+
+func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
+	b, err := s.log.Create(tx)
+	if err != nil {
+		return Ref{}, err
+	}
+	if !prev.IsZero() && posSec(prev.pos) == expirySec(expiry) {
+		// Same place in expiry order: overwrite; the directory is unchanged.
+		return prev, b.Put(posKey(prev.pos), wrap(scope, key, value))
+	}
+	pos := s.newPos(b, expiry)
+	if err := b.Put(posKey(pos), wrap(scope, key, value)); err != nil {
+		return Ref{}, err
+	}
+	h := s.dir.hash(scope, key)
+	s.dir.add(h, pos) // visible to the next writer before this one releases the lock
+	journalFrom(ctx).note(s.dir, h, pos)
+	failpoint.Inject(failpoint.RecstoreDirectoryAdded)
+	if !prev.IsZero() {
+		if err := b.Delete(posKey(prev.pos)); err != nil {
+			return Ref{}, err
+		}
+		old := prev.pos
+		tx.OnCommit(func() { s.dir.remove(h, old) })
+	}
+	return Ref{pos: pos}, nil
+}
+
+func (s *logStore) Delete(tx kv.Tx, scope, key string, ref Ref, _ time.Time) error {
+	b := s.log.Bucket(tx)
+	if b == nil {
+		return nil
+	}
+	if err := b.Delete(posKey(ref.pos)); err != nil {
+		return err
+	}
+	h, pos := s.dir.hash(scope, key), ref.pos
+	tx.OnCommit(func() { s.dir.remove(h, pos) })
+	return nil
+}
+
+func (s *logStore) Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+	scanLog(tx, s.log, prefix, fn)
+}
+
+func scanLog(tx kv.Tx, log keyspace.Namespace, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+	b := log.Bucket(tx)
+	if b == nil {
+		return
+	}
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 {
+			if !fn(Ref{key: k}, "", "", v, false) {
+				return
+			}
+			continue
+		}
+		sc, ky, payload, ok := unwrap(v)
+		if !ok {
+			payload = v
+		} else if !strings.HasPrefix(string(sc), prefix) {
+			continue
+		}
+		if !fn(Ref{pos: binary.BigEndian.Uint64(k)}, string(sc), string(ky), payload, ok) {
+			return
+		}
+	}
+}
+
+// rebuild fills the directory from the log as tx sees it.
+func (s *logStore) rebuild(tx kv.Tx) {
+	start := time.Now()
+	n := 0
+	if b := s.log.Bucket(tx); b != nil {
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) != 8 {
+				s.unreadable.Add(1)
+				continue
+			}
+			sc, ky, _, ok := unwrap(v)
+			if !ok {
+				s.unreadable.Add(1) // reported by the consistency check
+				continue
+			}
+			s.dir.add(s.dir.hashBytes(sc, ky), binary.BigEndian.Uint64(k))
+			n++
+		}
+	}
+	failpoint.Inject(failpoint.RecstoreRebuilt)
+	s.rebuilt, s.rebuildTime = n, time.Since(start)
+}
+
+// The log stores of every open bbolt database, by handle and kind: every
+// Ledger (and every inbox) over one database shares one directory, and the
+// kinds' sweepers find it from a transaction. The handle is held weakly:
+// when a closed database is collected, its entry goes with it.
+var registry struct {
+	mu     sync.Mutex
+	stores map[weak.Pointer[bolt.DB]]map[string]*slot
+}
+
+// slot is one kind's log store in one database, built once. The registry's
+// lock is never held while a store is built (that takes the writer lock,
+// which a sweeping transaction holding... would wait for).
+type slot struct {
+	once  sync.Once
+	store atomic.Pointer[logStore]
+	err   error
+}
+
+// logOf returns the log store of name in the database behind tx, if this
+// process has opened (and finished building) it. It never blocks on a
+// build.
+func logOf(tx kv.Tx, name string) *logStore {
+	bt := kv.BoltTx(tx)
+	if bt == nil {
+		return nil
+	}
+	registry.mu.Lock()
+	sl := registry.stores[weak.Make(bt.DB())][name]
+	registry.mu.Unlock()
+	if sl == nil {
+		return nil
+	}
+	return sl.store.Load()
+}
+
+// Open returns the store of spec over db: the log with its directory on
+// bbolt (migrating records of the keyed layout first, when db is
+// writable), the keyed layout elsewhere. The directory is rebuilt the first
+// time a process opens the kind, under the writer lock (a read-only
+// database: in a read transaction, no writer can exist), and shared after
+// that. Do not call it inside a transaction of db.
+func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
+	bdb := db.Bolt()
+	if bdb == nil {
+		return Keyed(spec), nil
+	}
+	wk := weak.Make(bdb)
+	registry.mu.Lock()
+	if registry.stores == nil {
+		registry.stores = map[weak.Pointer[bolt.DB]]map[string]*slot{}
+	}
+	if registry.stores[wk] == nil {
+		registry.stores[wk] = map[string]*slot{}
+		runtime.AddCleanup(bdb, func(wk weak.Pointer[bolt.DB]) {
+			registry.mu.Lock()
+			delete(registry.stores, wk)
+			registry.mu.Unlock()
+		}, wk)
+	}
+	sl := registry.stores[wk][spec.Name]
+	if sl == nil {
+		sl = &slot{}
+		registry.stores[wk][spec.Name] = sl
+	}
+	registry.mu.Unlock()
+
+	sl.once.Do(func() {
+		s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), dir: newDirectory(0)}
+		if sl.err = migrateKeyed(ctx, db, s); sl.err != nil {
+			return
+		}
+		if err := rebuildIn(db, s); err != nil {
+			sl.err = fmt.Errorf("recstore: rebuild the %s directory: %w", spec.Name, err)
+			return
+		}
+		sl.store.Store(s)
+	})
+	if sl.err != nil {
+		registry.mu.Lock()
+		if registry.stores[wk][spec.Name] == sl {
+			delete(registry.stores[wk], spec.Name) // the next Open tries again
+		}
+		registry.mu.Unlock()
+		return nil, sl.err
+	}
+	return sl.store.Load(), nil
+}
+
+var errRollback = errors.New("recstore: rollback")
+
+func rebuildIn(db *kv.DB, s *logStore) error {
+	bdb := db.Bolt()
+	if db.ReadOnly() {
+		return bdb.View(func(btx *bolt.Tx) error { s.rebuild(kv.WrapTx(btx)); return nil })
+	}
+	// Under the writer lock, written nothing and rolled back: no record
+	// can be committed while the directory is filled.
+	err := bdb.Update(func(btx *bolt.Tx) error { s.rebuild(kv.WrapTx(btx)); return errRollback })
+	if errors.Is(err, errRollback) {
+		err = nil
+	}
+	return err
+}
+
+// LogBucket is the name of spec's log bucket, for tests and tools.
+func LogBucket(spec Spec) []byte { return keyspace.New(spec.Name + ".log").Bytes() }
+
+// positionOf returns the expiry second and counter of a log key.
+func positionOf(k []byte) (sec uint64, ok bool) {
+	if len(k) != 8 {
+		return 0, false
+	}
+	return posSec(binary.BigEndian.Uint64(k)), true
+}
+
+func secTime(sec uint64) time.Time {
+	if sec > math.MaxInt64 {
+		sec = math.MaxInt64
+	}
+	return time.Unix(int64(sec), 0).UTC()
+}
+

@@ -1,0 +1,101 @@
+// Package recstore keeps the records that are looked up by (scope, key) and
+// written once per request: idempotency records and inbox marks. It has two
+// layouts behind one interface, chosen by the backend:
+//
+//   - log (bbolt: one writer process). Records are appended to a bucket
+//     whose keys grow with the record's expiry (the expiry second, then a
+//     counter), so a batch's records share the tail leaf and the log is its
+//     own expiry index. An in-memory directory, rebuilt when the store is
+//     first used in a process, maps hash(scope, key) to log positions: a
+//     look-up costs a map probe and, on a hit, one Get of the tail-ordered
+//     key. This is Bitcask's key directory over an append-ordered log,
+//     inside bbolt's transactions.
+//   - keyed (etcd: several writers). Records live under scope NUL key, with
+//     a separate expiry index, and are looked up directly. This is also the
+//     layout of files written before the log (format 1); Migrate moves them.
+package recstore
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Spec describes one kind of record.
+type Spec struct {
+	// Name names the buckets: the log Name+".log", the keyed layout Name
+	// and Name+".expiry".
+	Name string
+}
+
+// Ref locates a record found by Get, for the Put or Delete that replaces it
+// in the same transaction.
+type Ref struct {
+	pos uint64 // log position
+	key []byte // keyed layout: the bucket key
+}
+
+// IsZero reports whether r locates nothing (no record was found).
+func (r Ref) IsZero() bool { return r.pos == 0 && r.key == nil }
+
+// Cursor returns r as bytes (the record's log position or bucket key).
+func (r Ref) Cursor() []byte {
+	if r.key != nil {
+		return r.key
+	}
+	return posKey(r.pos)
+}
+
+// Store finds, writes and removes one kind of record.
+type Store interface {
+	// Layout is "log" or "keyed".
+	Layout() string
+	// Get returns the record of (scope, key) visible in tx: where it is and
+	// its value (valid until tx ends), or a zero Ref and nil. Values are the
+	// kind's own encoding; the store frames them as it needs.
+	Get(tx kv.Tx, scope, key string) (Ref, []byte, error)
+	// Put stores value as the record of (scope, key), expiring at expiry,
+	// in place of prev (from Get; zero for a new record, prevExpiry its
+	// expiry). value must not change until tx ends. ctx may carry a Journal.
+	Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error)
+	// Delete removes the record at ref (found by Get or Scan).
+	Delete(tx kv.Tx, scope, key string, ref Ref, expiry time.Time) error
+	// Scan calls fn for every record whose scope starts with prefix (keyed:
+	// in scope order; log: in expiry order), until fn returns false. ok is
+	// false for an entry whose scope and key cannot be read (then v is the
+	// raw entry).
+	Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool)
+	// Stats describes the store in this process.
+	Stats() Stats
+}
+
+// Stats describes a store.
+type Stats struct {
+	Layout string // "log" or "keyed"
+	// Directory (log only): positions held, of them extra ones (a hash with
+	// more than one position), the records counted when the directory was
+	// rebuilt, how long that took, and unreadable values met.
+	Positions, Extra int
+	Rebuilt          int
+	RebuildTime      time.Duration
+	Unreadable       int
+}
+
+// splitKey splits a keyed-layout bucket key scope NUL key.
+func splitKey(k []byte) (scope, key []byte, ok bool) {
+	i := bytes.IndexByte(k, 0)
+	if i < 0 {
+		return nil, nil, false
+	}
+	return k[:i], k[i+1:], true
+}
+
+// JoinKey is the keyed-layout bucket key of (scope, key).
+func JoinKey(scope, key string) []byte {
+	k := make([]byte, 0, len(scope)+1+len(key))
+	k = append(k, scope...)
+	k = append(k, 0)
+	return append(k, key...)
+}
