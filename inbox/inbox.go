@@ -13,6 +13,7 @@ import (
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
 )
 
@@ -53,14 +54,14 @@ type Config struct {
 // redelivered message is recognised and only acknowledged.
 type Inbox struct {
 	db           *kv.DB
+	marks        recstore.Store
 	retention    time.Duration
 	retentionFor func(string) time.Duration
 }
 
-var (
-	inboxNS     = keyspace.New("inbox")
-	inboxExpiry = keyspace.NewTimeIndex("inbox.expiry")
-)
+// markSpec names the marks' buckets: the log "inbox.log" (bbolt), or
+// "inbox" with its index "inbox.expiry" (etcd, and files of format 1).
+var markSpec = recstore.Spec{Name: "inbox"}
 
 // New returns the inbox of db. cfg may be nil for defaults.
 func New(db *kv.DB, cfg *Config) (*Inbox, error) {
@@ -71,7 +72,11 @@ func New(db *kv.DB, cfg *Config) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *kv.DB", ErrInvalidConfig)
 	}
-	return &Inbox{db: db, retention: c.Retention, retentionFor: c.RetentionFor}, nil
+	marks, err := recstore.Open(context.Background(), db, markSpec)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: open the marks: %w", err)
+	}
+	return &Inbox{db: db, marks: marks, retention: c.Retention, retentionFor: c.RetentionFor}, nil
 }
 
 func (c *Config) withDefaults() Config {
@@ -107,8 +112,6 @@ func validName(kind, s string, limit int) error {
 	return nil
 }
 
-func inboxKey(consumer, id string) []byte { return []byte(consumer + "\x00" + id) }
-
 // Entry is a processed message ID.
 type Entry struct {
 	Consumer    string
@@ -127,7 +130,7 @@ func encodeInbox(processed, expires time.Time) []byte {
 	return e.Finish()
 }
 
-func decodeInbox(k, v []byte) (Entry, error) {
+func decodeInbox(consumer, id string, v []byte) (Entry, error) {
 	var d record.Decoder
 	layout, err := d.Reset(record.KindInbox, v)
 	if err != nil {
@@ -136,11 +139,7 @@ func decodeInbox(k, v []byte) (Entry, error) {
 	if layout != inboxLayout {
 		return Entry{}, d.Fail(fmt.Sprintf("unknown inbox layout %d", layout))
 	}
-	c, id, ok := strings.Cut(string(k), "\x00")
-	if !ok {
-		return Entry{}, d.Fail("inbox key without a consumer separator")
-	}
-	e := Entry{Consumer: c, MessageID: id, ProcessedAt: d.Time(), ExpiresAt: d.Time()}
+	e := Entry{Consumer: consumer, MessageID: id, ProcessedAt: d.Time(), ExpiresAt: d.Time()}
 	return e, d.Done()
 }
 
@@ -150,23 +149,26 @@ func decodeInbox(k, v []byte) (Entry, error) {
 // change and only acknowledge. The mark becomes durable with the caller's
 // commit; acknowledge the message only after that.
 func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err error) {
+	return in.mark(context.Background(), tx, consumer, id)
+}
+
+func (in *Inbox) mark(ctx context.Context, tx kv.Tx, consumer, id string) (duplicate bool, err error) {
 	if err := validName("consumer", consumer, MaxConsumerLen); err != nil {
 		return false, err
 	}
 	if err := validName("message ID", id, MaxMessageIDLen); err != nil {
 		return false, err
 	}
-	b, err := inboxNS.Create(tx)
+	ref, v, err := in.marks.Get(tx, consumer, id)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("inbox: %q/%q: %w", consumer, id, err)
 	}
-	k := inboxKey(consumer, id)
 	now := in.db.Clock().Now()
 	var prevExpiry time.Time
-	if v := b.Get(k); v != nil {
-		e, err := decodeInbox(k, v)
+	if v != nil {
+		e, err := decodeInbox(consumer, id, v)
 		if err != nil {
-			return false, fmt.Errorf("inbox: %q: %w", k, err)
+			return false, fmt.Errorf("inbox: %q/%q: %w", consumer, id, err)
 		}
 		if now.Before(e.ExpiresAt) {
 			return true, nil
@@ -180,10 +182,8 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 		}
 	}
 	exp := keyspace.ExpiryAt(now, d)
-	if err := b.Put(k, encodeInbox(now, exp)); err != nil {
-		return false, err
-	}
-	return false, inboxExpiry.Move(tx, prevExpiry, exp, k)
+	_, err = in.marks.Put(ctx, tx, consumer, id, ref, prevExpiry, exp, encodeInbox(now, exp))
+	return false, err
 }
 
 // Delivery is the outcome of Handle.
@@ -204,9 +204,12 @@ type Delivery struct {
 // through tx.
 func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.Tx) error) (Delivery, error) {
 	var d Delivery
-	err := in.db.Batch(ctx, func(tx kv.Tx) error {
+	j := &recstore.Journal{}
+	jctx := recstore.WithJournal(ctx, j)
+	err := in.db.Batch(jctx, func(tx kv.Tx) error {
+		j.Undo() // an earlier run of this call that did not commit
 		d = Delivery{}
-		dup, err := in.MarkTx(tx, consumer, id)
+		dup, err := in.mark(jctx, tx, consumer, id)
 		if err != nil {
 			return err
 		}
@@ -222,6 +225,7 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 		return nil
 	})
 	if err != nil {
+		j.Undo()
 		return Delivery{}, err
 	}
 	if !d.Duplicate {
@@ -237,53 +241,37 @@ func (in *Inbox) Seen(ctx context.Context, consumer, id string) (bool, error) {
 
 // SeenTx is Seen inside the caller's transaction.
 func (in *Inbox) SeenTx(tx kv.Tx, consumer, id string) (bool, error) {
-	b := inboxNS.Bucket(tx)
-	if b == nil {
-		return false, nil
+	_, v, err := in.marks.Get(tx, consumer, id)
+	if err != nil || v == nil {
+		return false, err
 	}
-	k := inboxKey(consumer, id)
-	v := b.Get(k)
-	if v == nil {
-		return false, nil
-	}
-	e, err := decodeInbox(k, v)
+	e, err := decodeInbox(consumer, id, v)
 	return err == nil && in.db.Clock().Now().Before(e.ExpiresAt), err
 }
 
 // Entries iterates the recorded message IDs of consumer ("" for all
-// consumers) in key order inside tx, expired ones included.
+// consumers) inside tx, expired ones included: in expiry order on bbolt,
+// in (consumer, ID) order on a keyed store.
 func Entries(tx kv.Tx, consumer string) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
-		b := inboxNS.Bucket(tx)
-		if b == nil {
-			return
-		}
-		prefix := ""
-		if consumer != "" {
-			prefix = consumer + "\x00"
-		}
-		c := b.Cursor()
-		for k, v := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, v = c.Next() {
-			if !yield(decodeInbox(k, v)) {
-				return
+		recstore.Scan(tx, markSpec, consumer, func(_ recstore.Ref, c, id string, v []byte, ok bool) bool {
+			if !ok {
+				return yield(Entry{}, fmt.Errorf("inbox: a damaged log entry: %w", record.ErrCorrupt))
 			}
-		}
+			if consumer != "" && c != consumer {
+				return true
+			}
+			return yield(decodeInbox(c, id, v))
+		})
 	}
 }
 
 // RecordKind is the kind of the processed-message IDs: pass it to
 // retention.Sweep to forget IDs past their window, and to kv.DB.Check to
 // verify them.
-var RecordKind kv.RecordKind = &keyspace.Kind[Entry]{
+var RecordKind kv.RecordKind = &recstore.Kind[Entry]{
+	Spec:      markSpec,
 	KindName:  "inbox",
-	Records:   inboxNS,
-	Expiry:    inboxExpiry,
-	Decode:    func(k, v []byte, _ bool) (Entry, error) { return decodeInbox(k, v) },
+	Decode:    func(c, id string, v []byte, _ bool) (Entry, error) { return decodeInbox(c, id, v) },
 	ExpiresAt: func(e Entry) time.Time { return e.ExpiresAt },
-	Remove: func(tx kv.Tx, b kv.Bucket, k []byte, e Entry) error {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-		return inboxExpiry.Delete(tx, e.ExpiresAt, k)
-	},
 }
