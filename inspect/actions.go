@@ -68,5 +68,5 @@ func (a *Actions) view(in *sideeffect.Intent, err error) (Intent, error) {
 	if err != nil {
 		return Intent{}, err
 	}
-	return New(a.DB).intentView(in), nil
+	return (&Inspector{db: a.DB, ShowBodies: true}).intentView(in), nil
 }

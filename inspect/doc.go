@@ -7,7 +7,8 @@
 // service — bbolt's file lock keeps a second process out of a live
 // database, so that is how a running service is inspected:
 //
-//	admin := &http.Server{Addr: "127.0.0.1:8081", Handler: inspect.Handler(db, inspect.HandlerOptions{})}
+//	h, err := inspect.Handler(db, inspect.HandlerOptions{})
+//	admin := &http.Server{Addr: "127.0.0.1:8081", Handler: h}
 //	go admin.ListenAndServe()
 //
 //	$ oncekv keys --addr http://127.0.0.1:8081

@@ -69,11 +69,14 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //	POST /intents/resolve?id=ID&state=succeeded|failed&result=R&reason=TEXT   token only
 //
 // Bad parameters answer 400. Serve it on a loopback address (see
-// ValidateAddr) or with a Token.
-func Handler(db *kv.DB, opts HandlerOptions) http.Handler {
-	in := New(db)
+// ValidateAddr) or with a Token. It fails as New does.
+func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
+	in, err := New(db)
+	if err != nil {
+		return nil, err
+	}
 	in.ShowBodies = false
-	full := New(db)
+	full := &Inspector{db: db, l: in.l, ShowBodies: true}
 	mux := http.NewServeMux()
 	serve := func(pattern string, fn func(r *http.Request, src *Inspector, admin bool) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -155,7 +158,7 @@ func Handler(db *kv.DB, opts HandlerOptions) http.Handler {
 		}
 		return act.Resolve(r.Context(), q(r, "id"), st, []byte(q(r, "result")), q(r, "reason"))
 	})
-	return mux
+	return mux, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

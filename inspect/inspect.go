@@ -57,10 +57,16 @@ type Inspector struct {
 
 var _ Source = (*Inspector)(nil)
 
-// New returns an Inspector of db (which may be read-only).
-func New(db *kv.DB) *Inspector {
-	l, _ := ledger.New(db, nil) // the default config is valid
-	return &Inspector{db: db, l: l, ShowBodies: true}
+// New returns an Inspector of db (which may be read-only). It fails when the
+// ledger's records cannot be opened: a read-only file of an older format
+// that needs `oncekv migrate` first (recstore.ErrNeedsMigration), or a
+// damaged one.
+func New(db *kv.DB) (*Inspector, error) {
+	l, err := ledger.New(db, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{db: db, l: l, ShowBodies: true}, nil
 }
 
 func optTime(t time.Time) *time.Time {

@@ -52,8 +52,8 @@ func fixture(t *testing.T) (*kv.DB, *sideeffect.Executor, string) {
 // it redacts bodies, payloads and provider error text.
 func TestHandlerMatchesFileAndRedacts(t *testing.T) {
 	db, x, id := fixture(t)
-	file := inspect.New(db)
-	srv := httptest.NewServer(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x}))
+	file := must(inspect.New(db))
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
 	defer srv.Close()
 	for _, tok := range []string{"", token} {
 		remote := &inspect.Client{BaseURL: srv.URL, Token: tok}
@@ -135,9 +135,9 @@ func TestHandlerRefusesWhatItMust(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
-	open := httptest.NewServer(inspect.Handler(db, inspect.HandlerOptions{}))
+	open := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{})))
 	defer open.Close()
-	guarded := httptest.NewServer(inspect.Handler(db, inspect.HandlerOptions{Token: token, AllowedHosts: []string{"admin.internal"}}))
+	guarded := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, AllowedHosts: []string{"admin.internal"}})))
 	defer guarded.Close()
 
 	code, _ := get(t, open, "/stats", "", "")
@@ -175,4 +175,11 @@ func TestHandlerRefusesWhatItMust(t *testing.T) {
 		require.ErrorContains(t, inspect.ValidateAddr(a, ""), "not loopback", a)
 		require.NoError(t, inspect.ValidateAddr(a, token))
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

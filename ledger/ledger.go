@@ -271,3 +271,35 @@ func (l *Ledger) takeable(r *Record, now time.Time) bool {
 	}
 	return l.cfg.RecoverOrphans && r.Owner != l.db.Incarnation()
 }
+
+// Stats describes the ledger's record store in this process.
+type Stats struct {
+	// Layout is "log" on bbolt (records in expiry order, an in-memory key
+	// directory) and "keyed" on a backend with several writers.
+	Layout string
+	// Records is the number of record positions the directory holds (log
+	// layout): one per record, plus briefly a second one for a record being
+	// moved, plus stale hints left by callers' own rolled-back transactions.
+	Records int
+	// DirectoryBytes estimates the directory's heap: about
+	// DirectoryBytesPerRecord per position.
+	DirectoryBytes int64
+	// Rebuilt is the number of records the directory was rebuilt from when
+	// this process first opened the database, and RebuildTime how long that
+	// took.
+	Rebuilt     int
+	RebuildTime time.Duration
+	// Waited counts the calls of Wait (duplicates that waited).
+	Waited int64
+}
+
+// DirectoryBytesPerRecord is the directory's measured heap per record (a Go
+// map of two 64-bit words, at its load factor): see bench/README.md.
+const DirectoryBytesPerRecord = 29
+
+// Stats returns the record store's figures.
+func (l *Ledger) Stats() Stats {
+	st := l.records.Stats()
+	return Stats{Layout: st.Layout, Records: st.Positions, DirectoryBytes: int64(st.Positions) * DirectoryBytesPerRecord,
+		Rebuilt: st.Rebuilt, RebuildTime: st.RebuildTime, Waited: l.waited.Load()}
+}

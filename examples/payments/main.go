@@ -98,7 +98,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		asrv := newServer(inspect.Handler(a.DB, inspect.HandlerOptions{Token: *adminToken, Executor: a.Executor}))
+		ah, err := inspect.Handler(a.DB, inspect.HandlerOptions{Token: *adminToken, Executor: a.Executor})
+		if err != nil {
+			return err
+		}
+		asrv := newServer(ah)
 		wg.Go(func() { _ = asrv.Serve(aln) })
 		defer func() { _ = asrv.Close() }()
 		mode := "read-only, loopback only, sensitive fields redacted"

@@ -37,7 +37,11 @@ func TestMain(m *testing.M) {
 		}
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		go func() {
-			_ = http.Serve(ln, inspect.Handler(db, inspect.HandlerOptions{Token: os.Getenv("HOLD_TOKEN")}))
+			h, err := inspect.Handler(db, inspect.HandlerOptions{Token: os.Getenv("HOLD_TOKEN")})
+			if err != nil {
+				panic(err)
+			}
+			_ = http.Serve(ln, h)
 		}()
 		fmt.Println("ready http://" + ln.Addr().String())
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')

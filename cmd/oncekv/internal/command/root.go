@@ -117,7 +117,7 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.PersistentFlags().StringVar(&o.db, "db", "", "database file")
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newDemo(o), newBench(o), newVersion(o))
+		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newDemo(o), newBench(o), newVersion(o))
 	return root
 }
 
@@ -176,7 +176,12 @@ func (o *options) source() (inspect.Source, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return inspect.New(db), func() { _ = db.Close() }, nil
+	in, err := inspect.New(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return in, func() { _ = db.Close() }, nil
 }
 
 // query runs q against the source of a read command (--addr or --db) and

@@ -1,0 +1,243 @@
+package recstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/goleak"
+
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/kv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	ctx  = context.Background()
+	spec = Spec{Name: "test"}
+	t0   = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	boom = errors.New("boom")
+)
+
+func open(t *testing.T) (*kv.DB, *logStore) {
+	t.Helper()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "r.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	s, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	return db, s.(*logStore)
+}
+
+func value(s string) []byte {
+	var e record.Encoder
+	e.Reset(record.KindInbox, 1)
+	e.String(s)
+	return e.Finish()
+}
+
+// get looks (scope, key) up in a read transaction.
+func get(t *testing.T, db *kv.DB, s Store, scope, key string) []byte {
+	t.Helper()
+	var out []byte
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		_, v, err := s.Get(tx, scope, key)
+		out = append([]byte(nil), v...)
+		if v == nil {
+			out = nil
+		}
+		return err
+	}))
+	return out
+}
+
+func put(t *testing.T, db *kv.DB, s Store, scope, key string, exp time.Time, v []byte) {
+	t.Helper()
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		ref, _, err := s.Get(tx, scope, key)
+		if err != nil {
+			return err
+		}
+		_, err = s.Put(ctx, tx, scope, key, ref, time.Time{}, exp, v)
+		return err
+	}))
+}
+
+func positions(s *logStore) int { n, _ := s.dir.len(); return n }
+
+// A record written, replaced at another expiry (it moves) and deleted is
+// found, found at its new place, and gone; the directory holds exactly the
+// live positions after each commit.
+func TestLogPutMoveDelete(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "k", t0, value("v1"))
+	require.Equal(t, value("v1"), get(t, db, s, "a", "k"))
+	require.Nil(t, get(t, db, s, "a", "other"))
+	require.Equal(t, 1, positions(s))
+
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		ref, _, err := s.Get(tx, "a", "k")
+		require.NoError(t, err)
+		moved, err := s.Put(ctx, tx, "a", "k", ref, t0, t0.Add(time.Hour), value("v2"))
+		require.NotEqual(t, ref.pos, moved.pos, "a later expiry is a later place in the log")
+		return err
+	}))
+	require.Equal(t, value("v2"), get(t, db, s, "a", "k"))
+	require.Equal(t, 1, positions(s), "the old position is forgotten after the commit")
+
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		ref, _, err := s.Get(tx, "a", "k")
+		require.NoError(t, err)
+		return s.Delete(tx, "a", "k", ref, t0.Add(time.Hour))
+	}))
+	require.Nil(t, get(t, db, s, "a", "k"))
+	require.Equal(t, 0, positions(s))
+}
+
+// A caller's own transaction that rolls back leaves an entry behind (oncekv
+// never sees the rollback), but no answer: the hit is verified against the
+// record, which is not there. A managed run's journal removes its entries.
+func TestRolledBackWritesLeaveNoAnswer(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	err := db.Bolt().Update(func(btx *bolt.Tx) error {
+		_, err := s.Put(ctx, kv.WrapTx(btx), "a", "k", Ref{}, time.Time{}, t0, value("lost"))
+		require.NoError(t, err)
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Nil(t, get(t, db, s, "a", "k"), "a rolled-back record is not found")
+	require.Equal(t, 1, positions(s), "the stale hint stays (the caller owned the transaction)")
+	put(t, db, s, "a", "k", t0, value("real"))
+	require.Equal(t, value("real"), get(t, db, s, "a", "k"))
+
+	j := &Journal{}
+	jctx := WithJournal(ctx, j)
+	err = db.Update(jctx, func(tx kv.Tx) error {
+		_, err := s.Put(jctx, tx, "b", "k", Ref{}, time.Time{}, t0, value("lost"))
+		require.NoError(t, err)
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	before := positions(s)
+	j.Undo()
+	require.Equal(t, before-1, positions(s), "the journal removed the rolled-back entry")
+	require.Nil(t, get(t, db, s, "b", "k"))
+}
+
+// A directory entry that points at another key's record (a hash collision,
+// or a stale position) is never trusted: the look-up compares the key.
+func TestHitsAreVerified(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "x", t0, value("x"))
+	var xpos uint64
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		ref, _, err := s.Get(tx, "a", "x")
+		xpos = ref.pos
+		return err
+	}))
+	// Pretend "a"/"y" hashes where "a"/"x" lives.
+	s.dir.add(s.dir.hash("a", "y"), xpos)
+	require.Nil(t, get(t, db, s, "a", "y"), "another key's record is not an answer")
+	put(t, db, s, "a", "y", t0, value("y"))
+	require.Equal(t, value("y"), get(t, db, s, "a", "y"), "the real record is found behind the false hint")
+	require.Equal(t, value("x"), get(t, db, s, "a", "x"))
+}
+
+// A damaged entry met where a key was expected is an error naming the
+// record, never a miss (which would run the work again).
+func TestDamagedEntryIsAnError(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "k", t0, value("v"))
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		b := btx.Bucket(LogBucket(spec))
+		k, v := b.Cursor().First()
+		bad := append([]byte(nil), v...)
+		bad[5] ^= 0xff // inside the scope
+		return b.Put(append([]byte(nil), k...), bad)
+	}))
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		_, _, err := s.Get(tx, "a", "k")
+		require.ErrorIs(t, err, record.ErrCorrupt)
+		require.ErrorContains(t, err, `"a"/"k"`)
+		return nil
+	}))
+}
+
+// Reopening rebuilds the directory from the log: every record is found,
+// and the rebuild is counted.
+func TestRebuildAtOpen(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "r.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	s, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	for i := range 500 {
+		put(t, db, s, fmt.Sprintf("s%d", i%7), fmt.Sprint(i), t0.Add(time.Duration(i%13)*time.Minute), value(fmt.Sprint(i)))
+	}
+	require.NoError(t, db.Close())
+
+	db, err = kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	s2, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	st := s2.Stats()
+	require.Equal(t, "log", st.Layout)
+	require.Equal(t, 500, st.Rebuilt)
+	require.Equal(t, 500, st.Positions)
+	for i := range 500 {
+		require.Equal(t, value(fmt.Sprint(i)), get(t, db, s2, fmt.Sprintf("s%d", i%7), fmt.Sprint(i)))
+	}
+	// Another Open in this process shares the store and its directory.
+	s3, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	require.Same(t, s2.(*logStore), s3.(*logStore))
+}
+
+// The log keys sort by expiry: the records of one second share the tail,
+// and Due walks them in expiry order.
+func TestLogIsExpiryOrdered(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	for i, m := range []int{30, 10, 20, 10} {
+		put(t, db, s, "a", fmt.Sprint(i), t0.Add(time.Duration(m)*time.Minute), value(fmt.Sprint(i)))
+	}
+	var keys []string
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		s.Scan(tx, "", func(_ Ref, _, key string, _ []byte, ok bool) bool {
+			require.True(t, ok)
+			keys = append(keys, key)
+			return true
+		})
+		return nil
+	}))
+	require.Equal(t, []string{"1", "3", "2", "0"}, keys)
+}
+
+// The keyed layout (format 1, and backends with several writers) is found,
+// moved and deleted through the same interface.
+func TestKeyedLayout(t *testing.T) {
+	t.Parallel()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "k.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	s := Keyed(spec)
+	put(t, db, s, "a", "k", t0, value("v"))
+	require.Equal(t, value("v"), get(t, db, s, "a", "k"))
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		require.True(t, keyspace.NewTimeIndex("test.expiry").Has(tx, t0, JoinKey("a", "k")))
+		return nil
+	}))
+}

@@ -1,0 +1,128 @@
+package ledger_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/oldformat"
+	"github.com/oncekv/oncekv/internal/recstore"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
+)
+
+// A file of format 1 is migrated when first opened for writing: every
+// record moves to the log in bounded batches and answers exactly as before
+// (replays byte for byte, a live claim still in progress, a damaged record
+// still an error, expired records still absent), the format becomes 2, and
+// a read-only open before the migration is refused with a message naming
+// `oncekv migrate` instead of misreading the file.
+func TestFormatOneFileIsMigrated(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
+	const n = 2300 // three migration batches
+	oldformat.WriteFormat1(t, path, func(l *ledger.Ledger, in *inbox.Inbox) {
+		for i := range n {
+			_, err := l.Do(ctx, req(fmt.Sprint(i), "x"), order(fmt.Sprint(i), nil))
+			require.NoError(t, err)
+		}
+		_, err := l.Claim(ctx, req("claimed", "x"))
+		require.NoError(t, err)
+		for i := range 10 {
+			_, err := in.Handle(ctx, "billing", fmt.Sprint(i), func(kv.Tx) error { return nil })
+			require.NoError(t, err)
+		}
+	})
+
+	ro, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	require.NoError(t, err)
+	_, err = ledger.New(ro, nil)
+	require.ErrorIs(t, err, recstore.ErrNeedsMigration)
+	require.ErrorContains(t, err, "oncekv migrate --db "+path)
+	require.NoError(t, ro.Close())
+
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	st := l.Stats()
+	require.Equal(t, "log", st.Layout)
+	require.Equal(t, n+1, st.Records)
+
+	for i := range n {
+		res, err := l.Do(ctx, req(fmt.Sprint(i), "x"), mustNotRun(t))
+		require.NoError(t, err)
+		require.True(t, res.Replayed)
+		require.Equal(t, fmt.Sprintf(`{"id":"%d","status":"pending"}`, i), string(res.Response.Body))
+	}
+	_, err = l.Do(ctx, req("claimed", "x"), mustNotRun(t))
+	require.ErrorIs(t, err, ledger.ErrInProgress, "a live claim moved with its lease")
+	for i := range 10 {
+		d, err := in.Handle(ctx, "billing", fmt.Sprint(i), func(kv.Tx) error { return fmt.Errorf("applied twice") })
+		require.NoError(t, err)
+		require.True(t, d.Duplicate)
+	}
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		v, err := keyspace.StoredFormat(tx)
+		require.Equal(t, uint32(2), v)
+		require.Nil(t, keyspace.New("ledger").Bucket(tx), "the keyed buckets are gone")
+		require.Nil(t, keyspace.New("ledger.expiry").Bucket(tx))
+		return err
+	}))
+	problems, err := db.Check(ctx, ledger.RecordKind, inbox.RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+// The directory is authoritative for misses only if every committed record
+// has an entry: the Tx form inside a caller's own bbolt transaction adds it
+// there, and a rollback of that transaction leaves no answer behind.
+func TestRolledBackCallerTxLeavesNoTrace(t *testing.T) {
+	t.Parallel()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "rb.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	err = db.Update(ctx, func(tx kv.Tx) error {
+		res, err := l.DoTx(ctx, tx, req("k", "x"), order("k", nil))
+		require.NoError(t, err)
+		require.False(t, res.Replayed)
+		return errRollback
+	})
+	require.ErrorIs(t, err, errRollback)
+
+	replay, err := l.Peek(ctx, req("k", "x"))
+	require.NoError(t, err)
+	require.Nil(t, replay, "nothing to replay after the rollback")
+	ran := false
+	res, err := l.Do(ctx, req("k", "x"), func(tx kv.Tx) (ledger.Response, error) {
+		ran = true
+		return order("k", nil)(tx)
+	})
+	require.NoError(t, err)
+	require.True(t, ran, "the work runs: the rolled-back attempt left no record")
+	require.False(t, res.Replayed)
+	again, err := l.Do(ctx, req("k", "x"), mustNotRun(t))
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	problems, err := db.Check(ctx, ledger.RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func mustNotRun(t *testing.T) ledger.Work {
+	return func(kv.Tx) (ledger.Response, error) {
+		t.Error("the work ran for a request that has a record")
+		return ledger.Response{}, fmt.Errorf("must not run")
+	}
+}
+
+var errRollback = fmt.Errorf("roll back")
