@@ -23,7 +23,7 @@ var (
 	ctx  = context.Background()
 	spec = Spec{Name: "test"}
 	t0   = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	boom = errors.New("boom")
+	errBoom = errors.New("errBoom")
 )
 
 func open(t *testing.T) (*kv.DB, *logStore) {
@@ -111,9 +111,9 @@ func TestRolledBackWritesLeaveNoAnswer(t *testing.T) {
 	err := db.Bolt().Update(func(btx *bolt.Tx) error {
 		_, err := s.Put(ctx, kv.WrapTx(btx), "a", "k", Ref{}, time.Time{}, t0, value("lost"))
 		require.NoError(t, err)
-		return boom
+		return errBoom
 	})
-	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, errBoom)
 	require.Nil(t, get(t, db, s, "a", "k"), "a rolled-back record is not found")
 	require.Equal(t, 1, positions(s), "the stale hint stays (the caller owned the transaction)")
 	put(t, db, s, "a", "k", t0, value("real"))
@@ -124,9 +124,9 @@ func TestRolledBackWritesLeaveNoAnswer(t *testing.T) {
 	err = db.Update(jctx, func(tx kv.Tx) error {
 		_, err := s.Put(jctx, tx, "b", "k", Ref{}, time.Time{}, t0, value("lost"))
 		require.NoError(t, err)
-		return boom
+		return errBoom
 	})
-	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, errBoom)
 	before := positions(s)
 	j.Undo()
 	require.Equal(t, before-1, positions(s), "the journal removed the rolled-back entry")
