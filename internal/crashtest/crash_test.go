@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("CRASH_DB") != "" {
 		os.Exit(child())
 	}
+	if path := os.Getenv("CRASH_MIGRATE"); path != "" {
+		os.Exit(migrateChild(path))
+	}
 	os.Exit(m.Run())
 }
 
