@@ -81,9 +81,12 @@ func (l *Ledger) Do(ctx context.Context, req Request, work Work) (Result, error)
 }
 
 func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error) {
-	// Fast path: replays, mismatches and conflicts need no write transaction.
-	if replay, err := l.Peek(ctx, req); replay != nil || err != nil {
-		return derefResult(replay), err
+	// Fast path: replays, mismatches and conflicts need no write
+	// transaction. A key the directory has never seen needs no look at all.
+	if l.records.MayHave(req.Scope, req.Key) {
+		if replay, err := l.Peek(ctx, req); replay != nil || err != nil {
+			return derefResult(replay), err
+		}
 	}
 
 	var res Result

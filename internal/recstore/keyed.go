@@ -25,8 +25,10 @@ func Keyed(spec Spec) Store {
 
 var _ Store = (*keyed)(nil)
 
-func (s *keyed) Layout() string  { return "keyed" }
-func (s *keyed) Stats() Stats    { return Stats{Layout: "keyed"} }
+func (s *keyed) Layout() string { return "keyed" }
+func (s *keyed) Stats() Stats   { return Stats{Layout: "keyed"} }
+
+func (s *keyed) MayHave(string, string) bool { return true }
 
 func (s *keyed) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 	b := s.records.Bucket(tx)

@@ -20,9 +20,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
-	ctx  = context.Background()
-	spec = Spec{Name: "test"}
-	t0   = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	ctx     = context.Background()
+	spec    = Spec{Name: "test"}
+	t0      = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	errBoom = errors.New("errBoom")
 )
 

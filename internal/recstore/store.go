@@ -69,6 +69,9 @@ type Store interface {
 	Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool)
 	// Stats describes the store in this process.
 	Stats() Stats
+	// MayHave reports whether (scope, key) may have a record. False is
+	// final; true means look (the keyed layout always says true).
+	MayHave(scope, key string) bool
 }
 
 // Stats describes a store.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -17,6 +18,7 @@ import (
 func newBench(o *options) *cobra.Command {
 	var cfg bench.HarnessConfig
 	var gobench bool
+	var cpuprofile string
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure durable idempotent writes against bare bbolt, in one run",
@@ -47,6 +49,17 @@ It prints ops/s, latency percentiles and the oncekv/bare throughput ratio;
 				bar = progressbar.NewOptions64(int64(2*cfg.Duration/time.Second), progressbar.OptionSetWriter(os.Stderr),
 					progressbar.OptionSetDescription("bench"), progressbar.OptionClearOnFinish())
 				cfg.Progress = func(done, total time.Duration) { _ = bar.Set64(int64(done / time.Second)) }
+			}
+			if cpuprofile != "" {
+				f, err := os.Create(cpuprofile)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = f.Close() }()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
 			}
 			rep, err := bench.RunHarness(cmd.Context(), cfg)
 			if bar != nil {
@@ -95,6 +108,7 @@ It prints ops/s, latency percentiles and the oncekv/bare throughput ratio;
 	f.BoolVar(&cfg.BoltBatch, "bolt-batch", false, "use bbolt's own DB.Batch (10ms delay by default) instead of oncekv's group commit")
 	f.IntVar(&cfg.Rounds, "rounds", 2, "alternations of the two workloads")
 	f.BoolVar(&gobench, "gobench", false, "print Go benchmark format (for benchstat)")
+	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	c.Flags().Lookup("sync").NoOptDefVal = "true"
 	return c
 }
