@@ -3,7 +3,7 @@
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-MODULES := ./... ./cmd/oncekv/... ./examples/...
+MODULES := ./... ./cmd/oncekv/... ./examples/... ./bench/chart/...
 
 test: ## run the tests of every module (the README's command)
 	go test $(MODULES)
@@ -34,10 +34,17 @@ lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 mutate: ## mutation testing with gremlins over the library packages (slow: about an hour)
 	./scripts/mutate.sh
 
+chart: ## rerun the client sweep (1-128 clients, 200k rows preloaded, durable) and redraw bench/throughput.svg (about 10 minutes)
+	go run ./cmd/oncekv bench --clients-list 1,2,4,8,16,32,64,128 --preload 200000 --duration 4s --keyed --bare-bolt-batch --json > $${TMPDIR:-/tmp}/oncekv-sweep.json
+	go run ./bench/chart -in $${TMPDIR:-/tmp}/oncekv-sweep.json -out bench/throughput.svg
+
+bench-postgres: ## compare with PostgreSQL (claim + insert + complete) on a throwaway server started by the test (needs the postgresql package)
+	ONCEKV_TEST_POSTGRES=1 go test -count=1 -run TestBenchAgainstPostgres -v ./cmd/oncekv/internal/command
+
 docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md from go list (needs Graphviz)
 	./scripts/pkggraph.sh
 
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate docs-graph ci
+.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate chart bench-postgres docs-graph ci

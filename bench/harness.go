@@ -13,27 +13,55 @@ import (
 	"sync/atomic"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
 
-// HarnessConfig configures a load run: the same settings drive the bare
-// bbolt workload and the oncekv one, in the same invocation.
+// HarnessConfig configures a load run: the same settings drive every
+// workload, in the same invocation.
 type HarnessConfig struct {
-	Dir          string        // where the two database files go (a temp dir if empty; removed after)
+	Dir          string        // where the database files go (a temp dir if empty; removed after)
 	Duration     time.Duration // per workload, split into alternating rounds
-	Rounds       int           // alternations of bare and oncekv (default 2)
+	Rounds       int           // alternations of the workloads (default 2)
 	Clients      int
 	PayloadBytes int  // business value size
 	ResponseSize int  // stored response body size
 	Sync         bool // fsync on commit (durable) or not
 	// Commit is "batch" (group commit) or "update" (one transaction per operation).
-	Commit        string
-	BatchDelay    time.Duration // kv.Options.MaxBatchDelay
-	BatchSize     int           // kv.Options.MaxBatchSize (0: default)
-	BoltBatch     bool          // use bbolt's own DB.Batch (10ms delay by default) instead of oncekv's group commit, for comparison
+	Commit     string
+	BatchDelay time.Duration // kv.Options.MaxBatchDelay
+	BatchSize  int           // kv.Options.MaxBatchSize (0: default)
+	// BoltBatch commits through bbolt's own DB.Batch (10ms delay by
+	// default) instead of oncekv's group commit, for comparison.
+	BoltBatch bool
+	// Preload fills every file with this many business rows (and the
+	// oncekv files with as many idempotency records) before measuring, so
+	// the trees have a realistic depth.
+	Preload int
+	// Keyed adds a workload "oncekv-keyed": the ledger on the layout of
+	// format 1 (records under their keys, with an expiry index), the one
+	// the record log replaced, in the same run.
+	Keyed bool
+	// BareBoltBatch adds a workload "bare-boltbatch": the bare write
+	// through bbolt's own DB.Batch.
+	BareBoltBatch bool
+	// Extra workloads run in the same rounds (oncekv bench --against-postgres).
+	Extra         []Workload
 	Progress      func(done, total time.Duration)
 	ResponseBytes []byte
+}
+
+// Workload is one side of a comparison.
+type Workload struct {
+	Name string
+	// Preload inserts n rows before measuring (may be nil).
+	Preload func(ctx context.Context, n int, payload []byte) error
+	// Op performs one operation; key is unique across the run.
+	Op func(ctx context.Context, key []byte, payload, response []byte) error
+	// Close releases the workload's resources (may be nil).
+	Close func() error
 }
 
 // Result is one workload's measurements.
@@ -45,16 +73,28 @@ type Result struct {
 	P50us       float64 `json:"p50_us"`
 	P99us       float64 `json:"p99_us"`
 	P999us      float64 `json:"p999_us"`
-	RatioToBare float64 `json:"ratio_to_bare,omitempty"` // throughput oncekv / bare
+	RatioToBare float64 `json:"ratio_to_bare"` // throughput of this workload / bare
 }
 
-// Report is a harness run.
+// Report is a harness run: the bare workload first, then oncekv, then the
+// comparisons asked for.
 type Report struct {
-	Config HarnessConfig `json:"-"`
-	Bare   Result        `json:"bare"`
-	OnceKV Result        `json:"oncekv"`
-	Ratio  float64       `json:"ratio"` // oncekv throughput / bare throughput
+	Config  HarnessConfig `json:"-"`
+	Results []Result      `json:"results"`
 }
+
+// Get returns the result of the named workload.
+func (r Report) Get(name string) Result {
+	for _, res := range r.Results {
+		if res.Name == name {
+			return res
+		}
+	}
+	return Result{}
+}
+
+// Ratio is oncekv's throughput over bare's.
+func (r Report) Ratio() float64 { return r.Get("oncekv").RatioToBare }
 
 type recorder struct {
 	mu   sync.Mutex
@@ -77,8 +117,47 @@ func pct(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[max(i, 0)].Nanoseconds()) / 1000
 }
 
-// RunHarness runs the bare and the oncekv workloads with identical settings,
-// in alternating rounds, and reports both and their ratio.
+const ordersBucket = "orders"
+
+// business is the write every workload does: one Put of payload under a
+// well-spread key.
+func business(tx kv.Tx, k, payload []byte) error {
+	b := tx.Bucket([]byte(ordersBucket))
+	if b == nil {
+		var err error
+		if b, err = tx.CreateBucketIfNotExists([]byte(ordersBucket)); err != nil {
+			return err
+		}
+	}
+	return b.Put(k, payload)
+}
+
+// preloadKey is the key of preloaded row i; measured operations use keys
+// from another space.
+func preloadKey(i int) []byte {
+	return binary.BigEndian.AppendUint64([]byte("p"), uint64(i)*0x9E3779B97F4A7C15)
+}
+
+// fill preloads n rows in transactions of 1,000 through put.
+func fill(ctx context.Context, db *kv.DB, n int, put func(tx kv.Tx, i int) error) error {
+	for i := 0; i < n; i += 1000 {
+		err := db.Update(ctx, func(tx kv.Tx) error {
+			for j := i; j < min(i+1000, n); j++ {
+				if err := put(tx, j); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunHarness runs the workloads with identical settings, in alternating
+// rounds, and reports each with its ratio to the bare one.
 func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	if cfg.Clients <= 0 || cfg.Duration <= 0 {
 		return Report{}, fmt.Errorf("bench: clients and duration must be positive")
@@ -102,102 +181,174 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		dir = d
 	}
 	opts := &kv.Options{NoSync: !cfg.Sync, MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize}
-	bareDB, err := kv.Open(filepath.Join(dir, "bare.db"), opts)
-	if err != nil {
-		return Report{}, err
+	open := func(name string) (*kv.DB, error) {
+		db, err := kv.Open(filepath.Join(dir, name+".db"), opts)
+		if err == nil && cfg.BatchDelay > 0 {
+			db.Bolt().MaxBatchDelay = cfg.BatchDelay
+		}
+		return db, err
 	}
-	defer func() { _ = bareDB.Close() }()
-	onceDB, err := kv.Open(filepath.Join(dir, "oncekv.db"), opts)
-	if err != nil {
-		return Report{}, err
-	}
-	defer func() { _ = onceDB.Close() }()
-	if cfg.BoltBatch {
-		for _, db := range []*kv.DB{bareDB, onceDB} {
-			if cfg.BatchDelay > 0 {
-				db.Bolt().MaxBatchDelay = cfg.BatchDelay
+
+	workloads := []Workload{}
+	defer func() {
+		for _, w := range workloads {
+			if w.Close != nil {
+				_ = w.Close()
 			}
 		}
-	}
-	l, err := ledger.New(onceDB, nil)
+	}()
+	bare, err := bareWorkload("bare", cfg, open, cfg.BoltBatch)
 	if err != nil {
 		return Report{}, err
 	}
+	workloads = append(workloads, bare)
+	once, err := onceWorkload(ctx, "oncekv", cfg, open, false)
+	if err != nil {
+		return Report{}, err
+	}
+	workloads = append(workloads, once)
+	if cfg.BareBoltBatch {
+		w, err := bareWorkload("bare-boltbatch", cfg, open, true)
+		if err != nil {
+			return Report{}, err
+		}
+		workloads = append(workloads, w)
+	}
+	if cfg.Keyed {
+		w, err := onceWorkload(ctx, "oncekv-keyed", cfg, open, true)
+		if err != nil {
+			return Report{}, err
+		}
+		workloads = append(workloads, w)
+	}
+	workloads = append(workloads, cfg.Extra...)
+
 	payload := make([]byte, cfg.PayloadBytes)
 	response := make([]byte, cfg.ResponseSize)
 	_, _ = rand.Read(payload)
 	for i := range response {
 		response[i] = 'a' + byte(i%26)
 	}
-	var seq atomic.Uint64
-	newKey := func() []byte {
-		n := seq.Add(1) * 0x9E3779B97F4A7C15
-		return binary.BigEndian.AppendUint64([]byte("k"), n)
-	}
-	business := func(tx kv.Tx, k []byte) error {
-		b := tx.Bucket([]byte("orders"))
-		if b == nil {
-			var err error
-			if b, err = tx.CreateBucketIfNotExists([]byte("orders")); err != nil {
-				return err
+	if cfg.Preload > 0 {
+		for _, w := range workloads {
+			if w.Preload != nil {
+				if err := w.Preload(ctx, cfg.Preload, payload); err != nil {
+					return Report{}, fmt.Errorf("bench: preload %s: %w", w.Name, err)
+				}
 			}
 		}
-		return b.Put(k, payload)
-	}
-	commit := func(db *kv.DB, fn func(kv.Tx) error) error {
-		switch {
-		case cfg.Commit == "update":
-			return db.Update(ctx, fn)
-		case cfg.BoltBatch:
-			return db.Bolt().Batch(func(btx *boltTx) error { return fn(kv.WrapTx(btx)) })
-		}
-		return db.Batch(ctx, fn)
-	}
-	bareOp := func() error {
-		k := newKey()
-		return commit(bareDB, func(tx kv.Tx) error { return business(tx, k) })
-	}
-	onceOp := func() error {
-		k := newKey()
-		req := ledger.Request{Scope: "bench|POST /v1/orders", Key: fmt.Sprintf("%x", k), Fingerprint: ledger.Fingerprint{1}}
-		work := func(tx kv.Tx) (ledger.Response, error) {
-			return ledger.Response{Status: 201, Body: response}, business(tx, k)
-		}
-		if cfg.Commit == "batch" && !cfg.BoltBatch {
-			_, err := l.Do(ctx, req, work)
-			return err
-		}
-		return commit(onceDB, func(tx kv.Tx) error { _, err := l.DoTx(ctx, tx, req, work); return err })
 	}
 
-	var bareRec, onceRec recorder
-	var bareTime, onceTime time.Duration
+	var seq atomic.Uint64
+	newKey := func() []byte {
+		return binary.BigEndian.AppendUint64([]byte("k"), seq.Add(1)*0x9E3779B97F4A7C15)
+	}
+	recs := make([]recorder, len(workloads))
+	took := make([]time.Duration, len(workloads))
 	per := cfg.Duration / time.Duration(cfg.Rounds)
-	total := 2 * cfg.Duration
+	total := time.Duration(len(workloads)) * cfg.Duration
 	var elapsed time.Duration
-	for r := 0; r < cfg.Rounds; r++ {
-		for _, w := range []struct {
-			op  func() error
-			rec *recorder
-			t   *time.Duration
-		}{{bareOp, &bareRec, &bareTime}, {onceOp, &onceRec, &onceTime}} {
-			took, err := drive(ctx, cfg.Clients, per, w.op, w.rec)
+	for range cfg.Rounds {
+		for i, w := range workloads {
+			d, err := drive(ctx, cfg.Clients, per, func() error { return w.Op(ctx, newKey(), payload, response) }, &recs[i])
 			if err != nil {
-				return Report{}, err
+				return Report{}, fmt.Errorf("bench: %s: %w", w.Name, err)
 			}
-			*w.t += took
+			took[i] += d
 			elapsed += per
 			if cfg.Progress != nil {
 				cfg.Progress(elapsed, total)
 			}
 		}
 	}
-	rep := Report{Config: cfg, Bare: summarize("bare", &bareRec, bareTime), OnceKV: summarize("oncekv", &onceRec, onceTime)}
-	if rep.Bare.OpsPerSec > 0 {
-		rep.Ratio = rep.OnceKV.OpsPerSec / rep.Bare.OpsPerSec
-		rep.OnceKV.RatioToBare = rep.Ratio
+	rep := Report{Config: cfg}
+	for i, w := range workloads {
+		rep.Results = append(rep.Results, summarize(w.Name, &recs[i], took[i]))
+	}
+	if bareOps := rep.Results[0].OpsPerSec; bareOps > 0 {
+		for i := range rep.Results {
+			rep.Results[i].RatioToBare = rep.Results[i].OpsPerSec / bareOps
+		}
 	}
 	return rep, nil
+}
+
+// bareWorkload is the baseline: the business write alone, through oncekv's
+// group commit (or bbolt's DB.Batch), on its own file.
+func bareWorkload(name string, cfg HarnessConfig, open func(string) (*kv.DB, error), boltBatch bool) (Workload, error) {
+	db, err := open(name)
+	if err != nil {
+		return Workload{}, err
+	}
+	return Workload{
+		Name: name,
+		Preload: func(ctx context.Context, n int, payload []byte) error {
+			return fill(ctx, db, n, func(tx kv.Tx, i int) error { return business(tx, preloadKey(i), payload) })
+		},
+		Op: func(ctx context.Context, k, payload, _ []byte) error {
+			fn := func(tx kv.Tx) error { return business(tx, k, payload) }
+			switch {
+			case cfg.Commit == "update":
+				return db.Update(ctx, fn)
+			case boltBatch:
+				return db.Bolt().Batch(func(btx *bolt.Tx) error { return fn(kv.WrapTx(btx)) })
+			}
+			return db.Batch(ctx, fn)
+		},
+		Close: db.Close,
+	}, nil
+}
+
+// onceWorkload is the same business write through the idempotency ledger
+// (look-up, business write, record with the stored response, one commit),
+// on its own file; keyed puts the ledger on the format-1 layout.
+func onceWorkload(ctx context.Context, name string, cfg HarnessConfig, open func(string) (*kv.DB, error), keyed bool) (Workload, error) {
+	db, err := open(name)
+	if err != nil {
+		return Workload{}, err
+	}
+	ldb := db
+	if keyed {
+		// A DB over a DB is not recognised as bbolt: the records stay under
+		// their keys, as before the log.
+		if ldb, err = kv.New(db, &kv.Options{MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize}); err != nil {
+			_ = db.Close()
+			return Workload{}, err
+		}
+	}
+	l, err := ledger.New(ldb, nil)
+	if err != nil {
+		_ = ldb.Close()
+		return Workload{}, err
+	}
+	request := func(k []byte) ledger.Request {
+		return ledger.Request{Scope: "bench|POST /v1/orders", Key: fmt.Sprintf("%x", k), Fingerprint: ledger.Fingerprint{1}}
+	}
+	return Workload{
+		Name: name,
+		Preload: func(ctx context.Context, n int, payload []byte) error {
+			resp := ledger.Response{Status: 201, Body: make([]byte, cfg.ResponseSize)}
+			return fill(ctx, ldb, n, func(tx kv.Tx, i int) error {
+				k := preloadKey(i)
+				_, err := l.DoTx(ctx, tx, request(k), func(tx kv.Tx) (ledger.Response, error) { return resp, business(tx, k, payload) })
+				return err
+			})
+		},
+		Op: func(ctx context.Context, k, payload, response []byte) error {
+			work := func(tx kv.Tx) (ledger.Response, error) {
+				return ledger.Response{Status: 201, Body: response}, business(tx, k, payload)
+			}
+			switch {
+			case cfg.Commit == "batch" && !cfg.BoltBatch:
+				_, err := l.Do(ctx, request(k), work)
+				return err
+			case cfg.BoltBatch:
+				return db.Bolt().Batch(func(btx *bolt.Tx) error { _, err := l.DoTx(ctx, kv.WrapTx(btx), request(k), work); return err })
+			}
+			return ldb.Update(ctx, func(tx kv.Tx) error { _, err := l.DoTx(ctx, tx, request(k), work); return err })
+		},
+		Close: ldb.Close,
+	}, nil
 }
 
 // drive runs op from c clients for d and records latencies.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -15,40 +17,75 @@ import (
 	"github.com/oncekv/oncekv/bench"
 )
 
+// benchRun is one client count of a bench invocation.
+type benchRun struct {
+	Clients int            `json:"clients"`
+	Results []bench.Result `json:"results"`
+	Ratio   float64        `json:"ratio"` // oncekv / bare throughput
+}
+
+// benchOutput is what --json prints: the settings, then one run per client
+// count. For a single client count the run's results and ratio are
+// repeated at the top level.
+type benchOutput struct {
+	CPUs         int            `json:"cpus"`
+	Seconds      float64        `json:"seconds_per_workload"`
+	Sync         bool           `json:"sync"`
+	Commit       string         `json:"commit"`
+	PayloadBytes int            `json:"payload_bytes"`
+	ResponseSize int            `json:"response_bytes"`
+	Preload      int            `json:"preload"`
+	Runs         []benchRun     `json:"runs"`
+	Results      []bench.Result `json:"results,omitempty"`
+	Ratio        float64        `json:"ratio,omitempty"`
+}
+
 func newBench(o *options) *cobra.Command {
 	var cfg bench.HarnessConfig
 	var gobench bool
-	var cpuprofile string
+	var cpuprofile, clientList, postgres string
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure durable idempotent writes against bare bbolt, in one run",
-		Long: `bench drives concurrent clients against two fresh database files with
-identical settings: one doing a bare business write (a Put of --payload
-bytes), the other the same write through the idempotency ledger (look-up,
-business write, record with a --response-byte stored response, expiry index,
-one commit). Rounds alternate between the two so both see the same machine.
-It prints ops/s, latency percentiles and the oncekv/bare throughput ratio;
---json for scripts, --gobench for benchstat.`,
+		Long: `bench drives concurrent clients against database files with identical
+settings: one doing a bare business write (a Put of --payload bytes), the
+other the same write through the idempotency ledger (look-up, business
+write, record with a --response-byte stored response, one commit). Rounds
+alternate between the workloads so all see the same machine. It prints
+ops/s, latency percentiles and each workload's throughput ratio to bare;
+--json for scripts (and bench/chart), --gobench for benchstat.
+
+--preload N fills every file with N rows (and records) first, so the trees
+have a realistic depth. --keyed adds the ledger on the layout it had before
+the record log (format 1), --bare-bolt-batch the bare write through bbolt's
+own DB.Batch, --against-postgres DSN the classic PostgreSQL pattern (claim
+insert, business insert, completion update, one transaction, synchronous
+commit) on a server you point it at. --clients-list 1,16,64 runs every
+workload at each client count.`,
 		Example: `  oncekv bench
-  oncekv bench --clients 64 --duration 10s
+  oncekv bench --clients 64 --duration 10s --preload 200000
+  oncekv bench --clients-list 1,4,16,64,128 --keyed --bare-bolt-batch --json > runs.json
+  oncekv bench --against-postgres postgres://bench@127.0.0.1:5432/bench --clients-list 1,16,64
   oncekv bench --sync=false --commit update --clients 1
   oncekv bench --gobench > new.txt && benchstat old.txt new.txt`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Clients <= 0 || cfg.Duration <= 0 {
-				return usagef("--clients and --duration must be positive")
+			clients := []int{cfg.Clients}
+			if clientList != "" {
+				clients = nil
+				for _, f := range strings.Split(clientList, ",") {
+					n, err := strconv.Atoi(strings.TrimSpace(f))
+					if err != nil || n <= 0 {
+						return usagef("--clients-list takes positive numbers separated by commas, not %q", clientList)
+					}
+					clients = append(clients, n)
+				}
+			}
+			if cfg.Clients <= 0 || cfg.Duration <= 0 || cfg.Preload < 0 {
+				return usagef("--clients and --duration must be positive, --preload not negative")
 			}
 			if cfg.Commit != "batch" && cfg.Commit != "update" {
 				return usagef("--commit must be batch or update")
-			}
-			if o.db != "" {
-				cfg.Dir = o.db
-			}
-			var bar *progressbar.ProgressBar
-			if f, ok := o.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !o.json && !gobench {
-				bar = progressbar.NewOptions64(int64(2*cfg.Duration/time.Second), progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionSetDescription("bench"), progressbar.OptionClearOnFinish())
-				cfg.Progress = func(done, total time.Duration) { _ = bar.Set64(int64(done / time.Second)) }
 			}
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)
@@ -61,37 +98,53 @@ It prints ops/s, latency percentiles and the oncekv/bare throughput ratio;
 				}
 				defer pprof.StopCPUProfile()
 			}
-			rep, err := bench.RunHarness(cmd.Context(), cfg)
-			if bar != nil {
-				_ = bar.Finish()
+			out := benchOutput{CPUs: runtime.NumCPU(), Seconds: cfg.Duration.Seconds(), Sync: cfg.Sync, Commit: cfg.Commit,
+				PayloadBytes: cfg.PayloadBytes, ResponseSize: cfg.ResponseSize, Preload: cfg.Preload}
+			for _, n := range clients {
+				run := cfg
+				run.Clients = n
+				if o.db != "" {
+					run.Dir = o.db
+				}
+				if postgres != "" {
+					w, err := postgresWorkload(cmd.Context(), postgres, n)
+					if err != nil {
+						return err
+					}
+					run.Extra = []bench.Workload{w}
+				}
+				var bar *progressbar.ProgressBar
+				if f, ok := o.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !o.json && !gobench {
+					bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(os.Stderr),
+						progressbar.OptionSetDescription(fmt.Sprintf("bench, %d clients", n)), progressbar.OptionClearOnFinish())
+					run.Progress = func(done, total time.Duration) {
+						bar.ChangeMax64(int64(total / time.Second))
+						_ = bar.Set64(int64(done / time.Second))
+					}
+				}
+				rep, err := bench.RunHarness(cmd.Context(), run)
+				if bar != nil {
+					_ = bar.Finish()
+				}
+				if err != nil {
+					return err
+				}
+				out.Runs = append(out.Runs, benchRun{Clients: n, Results: rep.Results, Ratio: rep.Ratio()})
 			}
-			if err != nil {
-				return err
+			if len(out.Runs) == 1 {
+				out.Results, out.Ratio = out.Runs[0].Results, out.Runs[0].Ratio
 			}
 			if gobench {
-				return writeGobench(o.out, cfg, rep)
+				return writeGobench(o.out, cfg, out)
 			}
-			out := struct {
-				Clients      int            `json:"clients"`
-				Seconds      float64        `json:"seconds_per_workload"`
-				Sync         bool           `json:"sync"`
-				Commit       string         `json:"commit"`
-				PayloadBytes int            `json:"payload_bytes"`
-				ResponseSize int            `json:"response_bytes"`
-				Results      []bench.Result `json:"results"`
-				Ratio        float64        `json:"ratio"`
-			}{cfg.Clients, cfg.Duration.Seconds(), cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize,
-				[]bench.Result{rep.Bare, rep.OnceKV}, rep.Ratio}
 			return o.emit(out, func(w io.Writer) {
-				fmt.Fprintf(w, "%d clients, %s per workload, sync=%t, commit=%s, payload %dB, response %dB, %d CPUs\n\n",
-					cfg.Clients, cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, runtime.NumCPU())
-				fmt.Fprintln(w, "WORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO")
-				for _, r := range out.Results {
-					ratio := "1.00"
-					if r.Name != "bare" {
-						ratio = fmt.Sprintf("%.2f", rep.Ratio)
+				fmt.Fprintf(w, "%s per workload, sync=%t, commit=%s, payload %dB, response %dB, preload %d, %d CPUs\n",
+					cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, cfg.Preload, runtime.NumCPU())
+				for _, r := range out.Runs {
+					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\n", r.Clients)
+					for _, res := range r.Results {
+						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare)
 					}
-					fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\n", r.Name, r.Ops, r.OpsPerSec, us(r.P50us), us(r.P99us), us(r.P999us), ratio)
 				}
 			})
 		},
@@ -99,14 +152,19 @@ It prints ops/s, latency percentiles and the oncekv/bare throughput ratio;
 	f := c.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "time per workload")
 	f.IntVar(&cfg.Clients, "clients", 64, "concurrent clients")
+	f.StringVar(&clientList, "clients-list", "", "run at each of these client counts (1,16,64), instead of --clients")
 	f.IntVar(&cfg.PayloadBytes, "payload", 200, "business value size in bytes")
 	f.IntVar(&cfg.ResponseSize, "response", 100, "stored response size in bytes")
+	f.IntVar(&cfg.Preload, "preload", 0, "rows (and records) in every file before measuring")
 	f.BoolVar(&cfg.Sync, "sync", true, "fsync every commit (durable)")
 	f.StringVar(&cfg.Commit, "commit", "batch", "batch (group commit) or update (a transaction per operation)")
 	f.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "group commit: wait this long for company (0: commit as soon as the writer is idle)")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "group commit: most operations per transaction (0: default 1000)")
-	f.BoolVar(&cfg.BoltBatch, "bolt-batch", false, "use bbolt's own DB.Batch (10ms delay by default) instead of oncekv's group commit")
-	f.IntVar(&cfg.Rounds, "rounds", 2, "alternations of the two workloads")
+	f.BoolVar(&cfg.BoltBatch, "bolt-batch", false, "commit both main workloads through bbolt's own DB.Batch (10ms delay by default)")
+	f.BoolVar(&cfg.BareBoltBatch, "bare-bolt-batch", false, "add the bare write through bbolt's own DB.Batch as a workload")
+	f.BoolVar(&cfg.Keyed, "keyed", false, "add the ledger on its format-1 layout (records under their keys), as before the record log")
+	f.StringVar(&postgres, "against-postgres", "", "add the classic PostgreSQL pattern on this server (a pgx DSN; tables oncekv_bench_* are created and emptied)")
+	f.IntVar(&cfg.Rounds, "rounds", 2, "alternations of the workloads")
 	f.BoolVar(&gobench, "gobench", false, "print Go benchmark format (for benchstat)")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	c.Flags().Lookup("sync").NoOptDefVal = "true"
@@ -117,19 +175,23 @@ func us(v float64) string {
 	return (time.Duration(v * float64(time.Microsecond))).Round(time.Microsecond).String()
 }
 
-// writeGobench prints the run in Go's benchmark format, one line per
-// workload, so benchstat can compare invocations.
-func writeGobench(w io.Writer, cfg bench.HarnessConfig, rep bench.Report) error {
-	name := fmt.Sprintf("clients=%d/sync=%t/commit=%s", cfg.Clients, cfg.Sync, cfg.Commit)
+// writeGobench prints the runs in Go's benchmark format, one line per
+// workload and a ratio line per run, so benchstat can compare invocations.
+func writeGobench(w io.Writer, cfg bench.HarnessConfig, out benchOutput) error {
 	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/oncekv/oncekv/cmd/oncekv\n", runtime.GOOS, runtime.GOARCH)
-	for _, r := range []bench.Result{rep.Bare, rep.OnceKV} {
-		nsPerOp := 0.0
-		if r.OpsPerSec > 0 {
-			nsPerOp = 1e9 / r.OpsPerSec
+	for _, run := range out.Runs {
+		name := fmt.Sprintf("clients=%d/sync=%t/commit=%s/preload=%d", run.Clients, cfg.Sync, cfg.Commit, cfg.Preload)
+		for _, r := range run.Results {
+			nsPerOp := 0.0
+			if r.OpsPerSec > 0 {
+				nsPerOp = 1e9 / r.OpsPerSec
+			}
+			fmt.Fprintf(w, "BenchmarkHarness/%s/%s-%d\t%d\t%.0f ns/op\t%.0f ops/s\t%.0f p50-us\t%.0f p99-us\t%.0f p99.9-us\n",
+				r.Name, name, runtime.GOMAXPROCS(0), r.Ops, nsPerOp, r.OpsPerSec, r.P50us, r.P99us, r.P999us)
 		}
-		fmt.Fprintf(w, "BenchmarkHarness/%s/%s-%d\t%d\t%.0f ns/op\t%.0f ops/s\t%.0f p50-us\t%.0f p99-us\t%.0f p99.9-us\n",
-			r.Name, name, runtime.GOMAXPROCS(0), r.Ops, nsPerOp, r.OpsPerSec, r.P50us, r.P99us, r.P999us)
+		if _, err := fmt.Fprintf(w, "BenchmarkHarness/ratio/%s-%d\t1\t%.3f oncekv/bare\n", name, runtime.GOMAXPROCS(0), run.Ratio); err != nil {
+			return err
+		}
 	}
-	_, err := fmt.Fprintf(w, "BenchmarkHarness/ratio/%s-%d\t1\t%.3f oncekv/bare\n", name, runtime.GOMAXPROCS(0), rep.Ratio)
-	return err
+	return nil
 }

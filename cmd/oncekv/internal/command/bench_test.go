@@ -33,7 +33,7 @@ func TestBench(t *testing.T) {
 
 	out, _, code = run("bench", "--duration", "200ms", "--clients", "2", "--sync=false", "--commit", "update", "--gobench")
 	require.Equal(t, 0, code)
-	require.Contains(t, out, "BenchmarkHarness/bare/clients=2/sync=false/commit=update-")
+	require.Contains(t, out, "BenchmarkHarness/bare/clients=2/sync=false/commit=update/preload=0-")
 	require.Contains(t, out, " ns/op")
 	require.Equal(t, 3, strings.Count(out, "BenchmarkHarness/"))
 

@@ -1,5 +1,0 @@
-package bench
-
-import bolt "go.etcd.io/bbolt"
-
-type boltTx = bolt.Tx
