@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -240,4 +242,25 @@ func TestKeyedLayout(t *testing.T) {
 		require.True(t, keyspace.NewTimeIndex("test.expiry").Has(tx, t0, JoinKey("a", "k")))
 		return nil
 	}))
+}
+
+// BenchmarkDirectoryHeap measures the directory's heap per record: a
+// million entries in a directory of its own.
+func BenchmarkDirectoryHeap(b *testing.B) {
+	const n = 1_000_000
+	var perEntry float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		d := newDirectory(0)
+		for i := range uint64(n) {
+			d.add(d.hash("acme|POST /v1/orders", strconv.FormatUint(i, 16)), i<<ctrBits|i)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perEntry = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+		runtime.KeepAlive(d)
+	}
+	b.ReportMetric(perEntry, "heap-B/record")
 }
