@@ -59,7 +59,6 @@ func BenchmarkOpen(b *testing.B) {
 					b.Fatalf("rebuilt %d records, want %d", st.Rebuilt, n)
 				}
 				rebuild += st.RebuildTime
-				runtime.KeepAlive(l)
 				if err := db.Close(); err != nil {
 					b.Fatal(err)
 				}
