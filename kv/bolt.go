@@ -64,6 +64,8 @@ func BoltTx(tx Tx) *bolt.Tx {
 		switch t := tx.(type) {
 		case *boltTx:
 			return (*bolt.Tx)(t)
+		case *guardedBolt:
+			return (*bolt.Tx)(t)
 		case interface{ Unwrap() Tx }:
 			tx = t.Unwrap()
 		default:

@@ -3,6 +3,8 @@ package kv
 import (
 	"bytes"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/oncekv/oncekv/internal/record"
 )
 
@@ -18,29 +20,53 @@ func isReserved(name []byte) bool { return bytes.HasPrefix(name, reservedPrefix)
 // reserved buckets through Unwrap.
 type guarded struct{ tx Tx }
 
-// guard wraps a backend transaction for callers. It is idempotent.
+// guard wraps a backend transaction for callers. It is idempotent. A bbolt
+// transaction gets a guard that is a conversion of *bbolt.Tx (no
+// allocation: a replay's read transaction is on the hot path).
 func guard(tx Tx) Tx {
-	if g, ok := tx.(*guarded); ok {
-		return g
+	switch t := tx.(type) {
+	case *guarded, *guardedBolt:
+		return t
+	case *boltTx:
+		return (*guardedBolt)(t)
 	}
 	return &guarded{tx: tx}
+}
+
+// guardedBolt is guarded for bbolt, as a conversion of its transaction.
+type guardedBolt bolt.Tx
+
+func (g *guardedBolt) raw() Tx                   { return (*boltTx)(g) }
+func (g *guardedBolt) Unwrap() Tx                { return g.raw() }
+func (g *guardedBolt) Bucket(name []byte) Bucket { return guardBucket(g.raw(), name) }
+func (g *guardedBolt) CreateBucketIfNotExists(n []byte) (Bucket, error) {
+	return guardCreate(g.raw(), n)
+}
+func (g *guardedBolt) Cursor() Cursor     { return &guardedCursor{c: g.raw().Cursor()} }
+func (g *guardedBolt) Writable() bool     { return g.raw().Writable() }
+func (g *guardedBolt) OnCommit(fn func()) { g.raw().OnCommit(fn) }
+
+func guardBucket(tx Tx, name []byte) Bucket {
+	if isReserved(name) {
+		return nil
+	}
+	return tx.Bucket(name)
+}
+
+func guardCreate(tx Tx, name []byte) (Bucket, error) {
+	if isReserved(name) {
+		return nil, ErrReservedName
+	}
+	return tx.CreateBucketIfNotExists(name)
 }
 
 // Unwrap returns the backend's transaction, reserved buckets included.
 func (g *guarded) Unwrap() Tx { return g.tx }
 
-func (g *guarded) Bucket(name []byte) Bucket {
-	if isReserved(name) {
-		return nil
-	}
-	return g.tx.Bucket(name)
-}
+func (g *guarded) Bucket(name []byte) Bucket { return guardBucket(g.tx, name) }
 
 func (g *guarded) CreateBucketIfNotExists(name []byte) (Bucket, error) {
-	if isReserved(name) {
-		return nil, ErrReservedName
-	}
-	return g.tx.CreateBucketIfNotExists(name)
+	return guardCreate(g.tx, name)
 }
 
 func (g *guarded) Cursor() Cursor     { return &guardedCursor{c: g.tx.Cursor()} }

@@ -81,8 +81,8 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 	switch {
 	case err != nil:
 		return Outcome{}, err
-	case a.replay != nil:
-		return Outcome{Replay: a.replay}, nil
+	case a.replayed:
+		return Outcome{Replay: a.replayResult()}, nil
 	}
 	if a.prev == nil {
 		if err := l.checkQuota(tx, req.Scope); err != nil {

@@ -84,8 +84,14 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	// Fast path: replays, mismatches and conflicts need no write
 	// transaction. A key the directory has never seen needs no look at all.
 	if l.records.MayHave(req.Scope, req.Key) {
-		if replay, err := l.Peek(ctx, req); replay != nil || err != nil {
-			return derefResult(replay), err
+		var a admission
+		err := l.db.View(ctx, func(tx kv.Tx) error {
+			var err error
+			a, err = l.admit(tx, req)
+			return err
+		})
+		if a.replayed || err != nil {
+			return a.replay, err
 		}
 	}
 
@@ -112,21 +118,23 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 // anything else.
 func (l *Ledger) Peek(ctx context.Context, req Request) (*Result, error) {
 	a, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (admission, error) { return l.admit(tx, req) })
-	return a.replay, err
+	return a.replayResult(), err
 }
 
 // PeekTx is Peek inside the caller's transaction. It writes nothing (in a
 // writable transaction it may create the ledger's bucket).
 func (l *Ledger) PeekTx(tx kv.Tx, req Request) (*Result, error) {
 	a, err := l.admit(tx, req)
-	return a.replay, err
+	return a.replayResult(), err
 }
 
-func derefResult(r *Result) Result {
-	if r == nil {
-		return Result{}
+// replayResult returns the replay found, or nil.
+func (a *admission) replayResult() *Result {
+	if !a.replayed {
+		return nil
 	}
-	return *r
+	r := a.replay
+	return &r
 }
 
 // batch runs fn under group commit. Rejections (mismatch, in progress, lease
@@ -143,7 +151,8 @@ type admission struct {
 	// prev is the stored record, live or expired; nil if there is none.
 	prev *Record
 	// replay is set when a live completed record has the same fingerprint.
-	replay *Result
+	replay   Result
+	replayed bool
 	// takeover is set when a live in-progress claim may be taken over.
 	takeover bool
 }
@@ -169,7 +178,7 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 	case !prev.Fingerprint.Equal(req.Fingerprint):
 		return a, mismatch(prev, req)
 	case prev.Status == StatusCompleted:
-		a.replay = &Result{Response: *prev.Response, Replayed: true, Version: prev.Version}
+		a.replay, a.replayed = Result{Response: *prev.Response, Replayed: true, Version: prev.Version}, true
 	case !l.takeable(prev, a.now):
 		return a, l.inProgress(prev, a.now)
 	default:
@@ -210,8 +219,8 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	switch {
 	case err != nil:
 		return Result{}, err
-	case a.replay != nil:
-		return *a.replay, nil
+	case a.replayed:
+		return a.replay, nil
 	case a.takeover:
 		// A dead two-phase claim: all of this path's work is inside the
 		// transaction, so running it now is safe. Wake its waiters.

@@ -164,7 +164,12 @@ func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error)
 	if layout != recordLayout {
 		return nil, d.Fail(fmt.Sprintf("unknown record layout %d", layout))
 	}
-	r := &Record{StoredBytes: len(v), Scope: scope, Key: key}
+	// One allocation for the record and its response: a replay needs both.
+	both := &struct {
+		Record
+		resp Response
+	}{Record: Record{StoredBytes: len(v), Scope: scope, Key: key}}
+	r := &both.Record
 	r.Status = Status(d.Byte())
 	copy(r.Fingerprint[:], d.Fixed(32))
 	r.Version = d.Uvarint()
@@ -198,7 +203,8 @@ func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error)
 	if !withBody {
 		return r, d.Err()
 	}
-	resp := &Response{Status: int(st)}
+	resp := &both.resp
+	resp.Status = int(st)
 	nh := d.Uvarint()
 	if nh > uint64(len(v)) {
 		return nil, d.Fail(fmt.Sprintf("%d headers in a %d-byte record", nh, len(v)))

@@ -2,6 +2,7 @@ package recstore
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"slices"
 	"sync"
 )
@@ -35,23 +36,14 @@ func newDirectory(sizeHint int) *directory {
 }
 
 // hash is keyed per process (maphash's random seed), so a client cannot
-// choose keys that collide.
+// choose keys that collide. Scope and key are hashed apart and mixed, so
+// ("a", "bc") and ("ab", "c") differ.
 func (d *directory) hash(scope, key string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(d.seed)
-	_, _ = h.WriteString(scope)
-	_ = h.WriteByte(0)
-	_, _ = h.WriteString(key)
-	return h.Sum64()
+	return bits.RotateLeft64(maphash.String(d.seed, scope)*0x9E3779B97F4A7C15, 31) ^ maphash.String(d.seed, key)
 }
 
 func (d *directory) hashBytes(scope, key []byte) uint64 {
-	var h maphash.Hash
-	h.SetSeed(d.seed)
-	_, _ = h.Write(scope)
-	_ = h.WriteByte(0)
-	_, _ = h.Write(key)
-	return h.Sum64()
+	return bits.RotateLeft64(maphash.Bytes(d.seed, scope)*0x9E3779B97F4A7C15, 31) ^ maphash.Bytes(d.seed, key)
 }
 
 // candidates calls fn for every position recorded under h until fn
