@@ -55,7 +55,9 @@ func TestCrashDuringMigration(t *testing.T) {
 	oldformat.WriteFormat1(t, path, func(l *ledger.Ledger, in *inbox.Inbox) {
 		for i := range n {
 			_, err := l.Do(ctx, ledger.Request{Scope: scope, Key: fmt.Sprint(i), Fingerprint: ledger.Fingerprint{1}},
-				func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte(fmt.Sprint(i))}, nil })
+				func(kv.Tx) (ledger.Response, error) {
+					return ledger.Response{Status: 201, Body: []byte(fmt.Sprint(i))}, nil
+				})
 			require.NoError(t, err)
 		}
 		for i := range 1500 {
@@ -99,7 +101,9 @@ func TestCrashDuringMigration(t *testing.T) {
 	require.Equal(t, n, l.Stats().Records, "every record once")
 	for i := range n {
 		res, err := l.Do(ctx, ledger.Request{Scope: scope, Key: fmt.Sprint(i), Fingerprint: ledger.Fingerprint{1}},
-			func(kv.Tx) (ledger.Response, error) { return ledger.Response{}, fmt.Errorf("record %d lost: the work ran again", i) })
+			func(kv.Tx) (ledger.Response, error) {
+				return ledger.Response{}, fmt.Errorf("record %d lost: the work ran again", i)
+			})
 		require.NoError(t, err)
 		require.Equal(t, fmt.Sprint(i), string(res.Response.Body))
 	}

@@ -7,6 +7,7 @@ package kvtest
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -25,15 +26,43 @@ func Open(t testing.TB, opts *kv.Options, checks ...kv.Checker) *kv.DB {
 	return OpenPath(t, filepath.Join(t.TempDir(), "test.db"), opts, checks...)
 }
 
-// OpenPath is Open at a caller-chosen path.
+// OpenPath is Open at a caller-chosen path. Opening the same path again
+// (after Close) reaches the same data.
+//
+// With ONCEKV_TEST_REMOTE set (see Serve), the database is a fresh backend
+// of that server, named by path, instead of a bbolt file: the test matrix
+// runs every package's tests on etcd this way.
 func OpenPath(t testing.TB, path string, opts *kv.Options, checks ...kv.Checker) *kv.DB {
 	t.Helper()
-	db, err := kv.Open(path, opts)
+	var db *kv.DB
+	var err error
+	if Remote() {
+		var b kv.Backend
+		if b, err = openRemote(path); err == nil {
+			db, err = kv.New(b, opts)
+		}
+	} else {
+		db, err = kv.Open(path, opts)
+	}
 	if err != nil {
 		t.Fatalf("kvtest: open %s: %v", path, err)
 	}
 	Cleanup(t, db, checks...)
 	return db
+}
+
+// Remote reports whether the tests run against a remote backend
+// (ONCEKV_TEST_REMOTE).
+func Remote() bool { return os.Getenv(EnvRemote) != "" }
+
+// RequireBolt skips the test unless db is a bbolt file: a test that works on
+// bbolt's own structures, or relies on one writer process, does not apply
+// to other backends.
+func RequireBolt(t testing.TB, db *kv.DB) {
+	t.Helper()
+	if db.Bolt() == nil {
+		t.Skipf("kvtest: needs a bbolt file; this run's backend is %s", db.Traits().Name)
+	}
 }
 
 // Cleanup checks db with the given checkers and closes it when the test

@@ -1,0 +1,479 @@
+package kvtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/rpc"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/kv"
+)
+
+// The remote protocol runs the test suites of oncekv's packages against
+// another backend without copying them: Serve, in a test of the backend's
+// own module (package etcdkv), serves backends over net/rpc on loopback;
+// the package tests, run with ONCEKV_TEST_REMOTE=host:port, open every
+// kvtest database on a fresh backend of the server instead of a bbolt file.
+// A transaction's function runs in the test process; each Get, Put and
+// cursor step is a call to the server, which holds the real transaction.
+// When the backend runs a function again (an optimistic conflict), the
+// server tells the client to run it again.
+
+// EnvRemote names the environment variable that points kvtest at a server.
+const EnvRemote = "ONCEKV_TEST_REMOTE"
+
+// Serve serves backends on ln until ln is closed. newBackend makes the
+// backend of a database name; the same name (a test's path, reopened)
+// reaches the same data.
+func Serve(ln net.Listener, newBackend func(name string) (kv.Backend, error)) error {
+	srv := rpc.NewServer()
+	if err := srv.RegisterName("KV", &remoteServer{newBackend: newBackend, txs: map[int64]*serverTx{}, backends: map[int64]kv.Backend{}}); err != nil {
+		return err
+	}
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go srv.ServeConn(conn)
+	}
+}
+
+// Wire types of the protocol.
+type (
+	// OpenArgs opens a database by name.
+	OpenArgs struct{ Name string }
+	// OpenReply carries the session and the backend's traits.
+	OpenReply struct {
+		Session      int64
+		Name         string
+		SingleWriter bool
+		GroupCommit  bool
+		MaxTxOps     int
+	}
+	// BeginArgs starts a transaction.
+	BeginArgs struct {
+		Session  int64
+		Writable bool
+	}
+	// OpArgs is one operation in a transaction.
+	OpArgs struct {
+		Tx     int64
+		Op     string // bucket, create, get, put, delete, seq, cursor, first, last, next, prev, seek, end, writable
+		Bucket []byte // nil for the top-level bucket list
+		Key    []byte
+		Value  []byte
+		Cursor int64
+		Commit bool
+	}
+	// OpReply is an operation's result.
+	OpReply struct {
+		Key, Value []byte
+		Found      bool
+		Seq        uint64
+		Cursor     int64
+		Err        string
+		// Restart asks the client to run its function again: the backend
+		// is running it again (an optimistic conflict).
+		Restart bool
+	}
+)
+
+type remoteServer struct {
+	newBackend func(string) (kv.Backend, error)
+	mu         sync.Mutex
+	next       int64
+	backends   map[int64]kv.Backend
+	byName     map[string]int64
+	txs        map[int64]*serverTx
+}
+
+// serverTx runs one backend transaction whose function takes its
+// operations from the client.
+type serverTx struct {
+	ops     chan serverOp
+	cursors map[int64]kv.Cursor
+	ncur    int64
+	done    chan error
+	// pendingEnd is the client's "end" call waiting for the outcome.
+	pendingEnd chan OpReply
+}
+
+type serverOp struct {
+	args  OpArgs
+	reply chan OpReply
+}
+
+func (s *remoteServer) Open(args OpenArgs, reply *OpenReply) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byName == nil {
+		s.byName = map[string]int64{}
+	}
+	id, ok := s.byName[args.Name]
+	if !ok {
+		b, err := s.newBackend(args.Name)
+		if err != nil {
+			return err
+		}
+		s.next++
+		id = s.next
+		s.backends[id], s.byName[args.Name] = b, id
+	}
+	tr := s.backends[id].Traits()
+	*reply = OpenReply{Session: id, Name: tr.Name, SingleWriter: tr.SingleWriter, GroupCommit: tr.GroupCommit, MaxTxOps: tr.MaxTxOps}
+	return nil
+}
+
+var errRemoteRollback = errors.New("kvtest: rolled back by the client")
+
+func (s *remoteServer) Begin(args BeginArgs, reply *int64) error {
+	s.mu.Lock()
+	b := s.backends[args.Session]
+	s.next++
+	id := s.next
+	t := &serverTx{ops: make(chan serverOp), cursors: map[int64]kv.Cursor{}, done: make(chan error, 1)}
+	s.txs[id] = t
+	s.mu.Unlock()
+	if b == nil {
+		return fmt.Errorf("kvtest: no session %d", args.Session)
+	}
+	run := b.View
+	if args.Writable {
+		run = b.Update
+	}
+	go func() {
+		err := run(context.Background(), func(tx kv.Tx) error { return t.serve(tx) })
+		if t.pendingEnd != nil { // the outcome of the client's commit
+			r := OpReply{}
+			if err != nil {
+				r.Err = err.Error()
+			}
+			t.pendingEnd <- r
+		}
+		t.done <- err
+		s.mu.Lock()
+		delete(s.txs, id)
+		s.mu.Unlock()
+	}()
+	*reply = id
+	return nil
+}
+
+// serve executes the client's operations until it ends the transaction.
+func (t *serverTx) serve(tx kv.Tx) error {
+	if t.pendingEnd != nil {
+		// The backend runs the function again: the client must too.
+		t.pendingEnd <- OpReply{Restart: true}
+		t.pendingEnd = nil
+		clear(t.cursors)
+	}
+	for op := range t.ops {
+		if op.args.Op == "end" {
+			if !op.args.Commit {
+				op.reply <- OpReply{}
+				return errRemoteRollback
+			}
+			t.pendingEnd = op.reply
+			return nil
+		}
+		// The backend's own transaction: a kv.DB served here guards the
+		// reserved names, which the client's kv.DB guards already.
+		op.reply <- t.exec(keyspace.Raw(tx), op.args)
+	}
+	return errRemoteRollback
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (t *serverTx) exec(tx kv.Tx, a OpArgs) OpReply {
+	bucket := func() kv.Bucket {
+		if a.Bucket == nil {
+			return nil
+		}
+		return tx.Bucket(a.Bucket)
+	}
+	step := func(k, v []byte) OpReply { return OpReply{Key: k, Value: v, Found: k != nil} }
+	switch a.Op {
+	case "writable":
+		return OpReply{Found: tx.Writable()}
+	case "bucket":
+		return OpReply{Found: tx.Bucket(a.Bucket) != nil}
+	case "create":
+		_, err := tx.CreateBucketIfNotExists(a.Bucket)
+		return OpReply{Found: err == nil, Err: errString(err)}
+	case "cursor":
+		var c kv.Cursor
+		if a.Bucket == nil {
+			c = tx.Cursor()
+		} else if b := bucket(); b != nil {
+			c = b.Cursor()
+		} else {
+			return OpReply{Err: "kvtest: no such bucket"}
+		}
+		t.ncur++
+		t.cursors[t.ncur] = c
+		return OpReply{Cursor: t.ncur}
+	case "first", "last", "next", "prev", "seek":
+		c := t.cursors[a.Cursor]
+		if c == nil {
+			return OpReply{Err: "kvtest: no such cursor"}
+		}
+		switch a.Op {
+		case "first":
+			return step(c.First())
+		case "last":
+			return step(c.Last())
+		case "next":
+			return step(c.Next())
+		case "prev":
+			return step(c.Prev())
+		}
+		return step(c.Seek(a.Key))
+	}
+	b := bucket()
+	if b == nil {
+		return OpReply{Err: "kvtest: no such bucket"}
+	}
+	switch a.Op {
+	case "get":
+		v := b.Get(a.Key)
+		return OpReply{Value: v, Found: v != nil}
+	case "put":
+		return OpReply{Err: errString(b.Put(a.Key, a.Value))}
+	case "delete":
+		return OpReply{Err: errString(b.Delete(a.Key))}
+	case "seq":
+		n, err := b.NextSequence()
+		return OpReply{Seq: n, Err: errString(err)}
+	}
+	return OpReply{Err: "kvtest: unknown operation " + a.Op}
+}
+
+func (s *remoteServer) Op(args OpArgs, reply *OpReply) error {
+	s.mu.Lock()
+	t := s.txs[args.Tx]
+	s.mu.Unlock()
+	if t == nil {
+		return fmt.Errorf("kvtest: no transaction %d", args.Tx)
+	}
+	ch := make(chan OpReply, 1)
+	select {
+	case t.ops <- serverOp{args: args, reply: ch}:
+	case err := <-t.done:
+		t.done <- err
+		return fmt.Errorf("kvtest: transaction %d ended: %v", args.Tx, err)
+	}
+	*reply = <-ch
+	return nil
+}
+
+// remoteBackend is the client side: a kv.Backend whose transactions run on
+// the server.
+type remoteBackend struct {
+	c       *rpc.Client
+	session int64
+	traits  kv.Traits
+	closed  atomic.Bool
+}
+
+var remoteClients struct {
+	mu sync.Mutex
+	c  map[string]*rpc.Client
+}
+
+// openRemote opens the named database on the server in EnvRemote.
+func openRemote(name string) (kv.Backend, error) {
+	return RemoteBackend(os.Getenv(EnvRemote), name)
+}
+
+// RemoteBackend opens the named database on the server at addr (see
+// Serve). One connection per address serves every backend.
+func RemoteBackend(addr, name string) (kv.Backend, error) {
+	remoteClients.mu.Lock()
+	c := remoteClients.c[addr]
+	if c == nil {
+		var err error
+		if c, err = rpc.Dial("tcp", addr); err != nil {
+			remoteClients.mu.Unlock()
+			return nil, fmt.Errorf("kvtest: remote backend at %s: %w", addr, err)
+		}
+		if remoteClients.c == nil {
+			remoteClients.c = map[string]*rpc.Client{}
+		}
+		remoteClients.c[addr] = c
+	}
+	remoteClients.mu.Unlock()
+	var r OpenReply
+	if err := c.Call("KV.Open", OpenArgs{Name: name}, &r); err != nil {
+		return nil, err
+	}
+	return &remoteBackend{c: c, session: r.Session, traits: kv.Traits{Name: r.Name, SingleWriter: r.SingleWriter, GroupCommit: r.GroupCommit, MaxTxOps: r.MaxTxOps}}, nil
+}
+
+func (b *remoteBackend) Traits() kv.Traits { return b.traits }
+func (b *remoteBackend) Close() error      { b.closed.Store(true); return nil }
+
+func (b *remoteBackend) View(ctx context.Context, fn func(kv.Tx) error) error {
+	return b.run(false, fn)
+}
+
+func (b *remoteBackend) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	return b.run(true, fn)
+}
+
+func (b *remoteBackend) run(writable bool, fn func(kv.Tx) error) (err error) {
+	var id int64
+	if err := b.c.Call("KV.Begin", BeginArgs{Session: b.session, Writable: writable}, &id); err != nil {
+		return err
+	}
+	for {
+		tx := &remoteTx{b: b, id: id, writable: writable}
+		ferr := func() (ferr error) {
+			defer func() {
+				if r := recover(); r != nil {
+					_, _ = tx.op(OpArgs{Op: "end"})
+					panic(r)
+				}
+			}()
+			return fn(tx)
+		}()
+		if ferr != nil {
+			_, _ = tx.op(OpArgs{Op: "end"})
+			return ferr
+		}
+		r, err := tx.op(OpArgs{Op: "end", Commit: true})
+		switch {
+		case err != nil:
+			return err
+		case r.Restart:
+			continue
+		case r.Err != "":
+			return errors.New(r.Err)
+		}
+		for _, h := range tx.onCommit {
+			h()
+		}
+		return nil
+	}
+}
+
+type remoteTx struct {
+	b        *remoteBackend
+	id       int64
+	writable bool
+	onCommit []func()
+}
+
+func (t *remoteTx) op(a OpArgs) (OpReply, error) {
+	a.Tx = t.id
+	var r OpReply
+	err := t.b.c.Call("KV.Op", a, &r)
+	return r, err
+}
+
+// must runs an operation whose failure the port cannot report (Get, cursor
+// steps): a broken connection ends the test process.
+func (t *remoteTx) must(a OpArgs) OpReply {
+	r, err := t.op(a)
+	if err != nil {
+		panic(fmt.Sprintf("kvtest: remote %s: %v", a.Op, err))
+	}
+	return r
+}
+
+func remoteErr(r OpReply, err error) error {
+	if err != nil {
+		return err
+	}
+	if r.Err != "" {
+		return errors.New(r.Err)
+	}
+	return nil
+}
+
+func (t *remoteTx) Bucket(name []byte) kv.Bucket {
+	if !t.must(OpArgs{Op: "bucket", Bucket: name}).Found {
+		return nil
+	}
+	return &remoteBucket{tx: t, name: append([]byte(nil), name...)}
+}
+
+func (t *remoteTx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
+	if err := remoteErr(t.op(OpArgs{Op: "create", Bucket: name})); err != nil {
+		return nil, err
+	}
+	return &remoteBucket{tx: t, name: append([]byte(nil), name...)}, nil
+}
+
+func (t *remoteTx) Cursor() kv.Cursor  { return t.cursor(nil) }
+func (t *remoteTx) Writable() bool     { return t.writable }
+func (t *remoteTx) OnCommit(fn func()) { t.onCommit = append(t.onCommit, fn) }
+
+func (t *remoteTx) cursor(bucket []byte) kv.Cursor {
+	r := t.must(OpArgs{Op: "cursor", Bucket: bucket})
+	return &remoteCursor{tx: t, id: r.Cursor}
+}
+
+type remoteBucket struct {
+	tx   *remoteTx
+	name []byte
+}
+
+func (b *remoteBucket) Get(key []byte) []byte {
+	r := b.tx.must(OpArgs{Op: "get", Bucket: b.name, Key: key})
+	if !r.Found {
+		return nil
+	}
+	if r.Value == nil {
+		return []byte{}
+	}
+	return r.Value
+}
+
+func (b *remoteBucket) Put(key, value []byte) error {
+	return remoteErr(b.tx.op(OpArgs{Op: "put", Bucket: b.name, Key: key, Value: value}))
+}
+
+func (b *remoteBucket) Delete(key []byte) error {
+	return remoteErr(b.tx.op(OpArgs{Op: "delete", Bucket: b.name, Key: key}))
+}
+
+func (b *remoteBucket) Cursor() kv.Cursor { return b.tx.cursor(b.name) }
+
+func (b *remoteBucket) NextSequence() (uint64, error) {
+	r, err := b.tx.op(OpArgs{Op: "seq", Bucket: b.name})
+	return r.Seq, remoteErr(r, err)
+}
+
+type remoteCursor struct {
+	tx *remoteTx
+	id int64
+}
+
+func (c *remoteCursor) step(op string, key []byte) ([]byte, []byte) {
+	r := c.tx.must(OpArgs{Op: op, Cursor: c.id, Key: key})
+	if !r.Found {
+		return nil, nil
+	}
+	if r.Key == nil {
+		r.Key = []byte{}
+	}
+	return r.Key, r.Value
+}
+
+func (c *remoteCursor) First() ([]byte, []byte)           { return c.step("first", nil) }
+func (c *remoteCursor) Last() ([]byte, []byte)            { return c.step("last", nil) }
+func (c *remoteCursor) Next() ([]byte, []byte)            { return c.step("next", nil) }
+func (c *remoteCursor) Prev() ([]byte, []byte)            { return c.step("prev", nil) }
+func (c *remoteCursor) Seek(seek []byte) ([]byte, []byte) { return c.step("seek", seek) }
