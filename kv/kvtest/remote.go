@@ -35,12 +35,29 @@ func Serve(ln net.Listener, newBackend func(name string) (kv.Backend, error)) er
 	if err := srv.RegisterName("KV", &remoteServer{newBackend: newBackend, txs: map[int64]*serverTx{}, backends: map[int64]kv.Backend{}}); err != nil {
 		return err
 	}
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for c := range conns {
+			_ = c.Close() // ends the connection's goroutines, here and in the client
+		}
+	}()
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			return err
 		}
-		go srv.ServeConn(conn)
+		mu.Lock()
+		conns[conn] = true
+		mu.Unlock()
+		go func() {
+			srv.ServeConn(conn)
+			mu.Lock()
+			delete(conns, conn)
+			mu.Unlock()
+		}()
 	}
 }
 
@@ -108,6 +125,9 @@ type serverOp struct {
 	args  OpArgs
 	reply chan OpReply
 }
+
+// Ping answers, so a client can tell a live connection from a dead one.
+func (s *remoteServer) Ping(int, *int) error { return nil }
 
 func (s *remoteServer) Open(args OpenArgs, reply *OpenReply) error {
 	s.mu.Lock()
@@ -302,6 +322,9 @@ func openRemote(name string) (kv.Backend, error) {
 func RemoteBackend(addr, name string) (kv.Backend, error) {
 	remoteClients.mu.Lock()
 	c := remoteClients.c[addr]
+	if c != nil && c.Call("KV.Ping", 0, new(int)) != nil {
+		c = nil // the server went away: dial again
+	}
 	if c == nil {
 		var err error
 		if c, err = rpc.Dial("tcp", addr); err != nil {
