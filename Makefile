@@ -3,7 +3,7 @@
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-MODULES := ./... ./cmd/oncekv/... ./examples/... ./bench/chart/...
+MODULES := ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./etcdkv/...
 
 test: ## run the tests of every module (the README's command)
 	go test $(MODULES)

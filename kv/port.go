@@ -38,6 +38,12 @@ type Traits struct {
 	// MaxTxOps bounds the writes one transaction may carry (0: no bound).
 	// Layers that write in bulk (sweeps, migrations) stay below it.
 	MaxTxOps int
+	// Watch, if set, returns a channel closed when the value under key in
+	// the top-level bucket changes (or ctx ends). A backend with several
+	// writers sets it, so that a caller waiting for another process's work
+	// (the ledger's waiters) is woken; a single-writer backend leaves it
+	// nil: in-process notifications see every write.
+	Watch func(ctx context.Context, bucket, key []byte) <-chan struct{}
 }
 
 // Tx is one transaction. It is only valid inside the function it was handed

@@ -1,0 +1,329 @@
+package etcdkv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// Defaults used when the corresponding Options field is zero.
+const (
+	// DefaultPrefix namespaces every key the backend writes.
+	DefaultPrefix = "/oncekv/"
+	// DefaultRequestTimeout bounds one etcd request.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultMaxAttempts bounds the runs of a transaction that keeps
+	// meeting conflicts.
+	DefaultMaxAttempts = 64
+	// DefaultSoloAfter is the attempt from which a losing transaction runs
+	// alone within its process.
+	DefaultSoloAfter = 4
+	// DefaultMaxTxOps is etcd's --max-txn-ops (128): the most compares, and
+	// separately the most writes, one transaction may send.
+	DefaultMaxTxOps = 128
+	// DefaultMaxRequestBytes stays below etcd's --max-request-bytes (1.5
+	// MiB), with room for the request's framing.
+	DefaultMaxRequestBytes = 1536*1024 - 64*1024
+)
+
+// Options configure a Backend. A nil *Options means all defaults.
+type Options struct {
+	// Prefix namespaces the backend's keys, so several databases (or
+	// tests) share one cluster. "" means DefaultPrefix.
+	Prefix string
+	// RequestTimeout bounds one etcd request. 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// MaxAttempts bounds the runs of a conflicting transaction; the last
+	// conflict is returned as ErrConflict. 0 means DefaultMaxAttempts.
+	MaxAttempts int
+	// SoloAfter: from this attempt on, a transaction that keeps losing runs
+	// alone within its process. 0 means DefaultSoloAfter.
+	SoloAfter int
+	// MaxTxOps is the cluster's --max-txn-ops. 0 means DefaultMaxTxOps.
+	MaxTxOps int
+	// MaxRequestBytes bounds a commit's request. 0 means
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.Prefix == "" {
+		r.Prefix = DefaultPrefix
+	}
+	if r.RequestTimeout == 0 {
+		r.RequestTimeout = DefaultRequestTimeout
+	}
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = DefaultMaxAttempts
+	}
+	if r.SoloAfter == 0 {
+		r.SoloAfter = DefaultSoloAfter
+	}
+	if r.MaxTxOps == 0 {
+		r.MaxTxOps = DefaultMaxTxOps
+	}
+	if r.MaxRequestBytes == 0 {
+		r.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	return r
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.RequestTimeout < 0, o.MaxAttempts < 0, o.SoloAfter < 0, o.MaxRequestBytes < 0:
+		return fmt.Errorf("%w: negative limit", ErrInvalidOptions)
+	case o.MaxTxOps < 8:
+		return fmt.Errorf("%w: MaxTxOps %d leaves no room for a transaction", ErrInvalidOptions, o.MaxTxOps)
+	}
+	return nil
+}
+
+// Backend is a kv.Backend over an etcd cluster. It is safe for concurrent
+// use; open one per process and database prefix.
+type Backend struct {
+	c     *clientv3.Client
+	owned bool
+	opts  Options
+	keys  keys
+
+	// solo lets a transaction that keeps losing run alone: every attempt
+	// holds it for reading, a solo attempt for writing.
+	solo sync.RWMutex
+
+	leaseMu   sync.Mutex
+	lease     clientv3.LeaseID
+	leaseFrom time.Time
+}
+
+var _ kv.Backend = (*Backend)(nil)
+
+// New returns a Backend over client. Close does not close client.
+func New(client *clientv3.Client, opts *Options) (*Backend, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &Backend{c: client, opts: o, keys: keys{prefix: o.Prefix}}, nil
+}
+
+// Open dials the endpoints (comma-separated URLs, as the CLI's --etcd
+// takes them) and returns a Backend that closes its client.
+func Open(endpoints string, opts *Options) (*Backend, error) {
+	o := opts.withDefaults()
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("%w: no etcd endpoints", ErrInvalidOptions)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: o.RequestTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("etcdkv: connect to %s: %w", endpoints, err)
+	}
+	b, err := New(c, &o)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	b.owned = true
+	return b, nil
+}
+
+// Client returns the etcd client.
+func (b *Backend) Client() *clientv3.Client { return b.c }
+
+// Traits reports several writers, no group commit, etcd's transaction
+// limit, and a watch for waiters.
+func (b *Backend) Traits() kv.Traits {
+	return kv.Traits{Name: "etcd", SingleWriter: false, GroupCommit: false, MaxTxOps: b.opts.MaxTxOps - reservedOps, Watch: b.watch}
+}
+
+// reservedOps are the writes a commit adds of its own: the commit marker
+// and up to a few delete generations.
+const reservedOps = 8
+
+// Close closes the client if Open dialled it.
+func (b *Backend) Close() error {
+	if b.owned {
+		return b.c.Close()
+	}
+	return nil
+}
+
+// View runs fn in a read-only transaction: every read at one revision.
+func (b *Backend) View(ctx context.Context, fn func(kv.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		t := b.begin(ctx, false)
+		err := fn(t)
+		if t.err != nil {
+			if retryable(t.err) && attempt < b.opts.MaxAttempts {
+				b.backoff(ctx, attempt)
+				continue
+			}
+			return t.err
+		}
+		return err
+	}
+}
+
+// Update runs fn in a serializable optimistic transaction: reads at one
+// revision, writes buffered (fn reads its own writes), committed as one
+// etcd Txn whose compares say nothing fn read has changed since. A
+// conflict runs fn again after a jittered backoff (fn must have no effect
+// outside the transaction); after SoloAfter attempts it runs alone within
+// the process. A commit whose outcome is unknown (the request timed out
+// after it was sent) is resolved by fencing it, never reported as a plain
+// failure: ErrCommitUnknown only when etcd cannot be reached to resolve it.
+func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	solo := false
+	defer func() {
+		if solo {
+			b.solo.Unlock()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		if !solo && attempt > b.opts.SoloAfter {
+			b.solo.Lock()
+			solo = true
+		}
+		if !solo {
+			b.solo.RLock()
+		}
+		committed, err := b.attempt(ctx, fn)
+		if !solo {
+			b.solo.RUnlock()
+		}
+		switch {
+		case err != nil && retryable(err) && attempt < b.opts.MaxAttempts:
+		case err != nil:
+			return err
+		case committed:
+			return nil
+		case attempt >= b.opts.MaxAttempts:
+			return fmt.Errorf("%w after %d attempts", ErrConflict, attempt)
+		}
+		b.backoff(ctx, attempt)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// attempt runs fn once and commits; false without an error is a conflict.
+func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error) (bool, error) {
+	t := b.begin(ctx, true)
+	err := fn(t)
+	if t.err != nil {
+		return false, t.err // a read failed: fn saw nothing it can rely on
+	}
+	if err != nil {
+		return false, err
+	}
+	ok, err := t.commit()
+	if ok {
+		for _, h := range t.onCommit {
+			h()
+		}
+	}
+	return ok, err
+}
+
+// backoff sleeps a jittered, growing delay before the next attempt.
+func (b *Backend) backoff(ctx context.Context, attempt int) {
+	ceiling := min(time.Millisecond<<min(attempt, 6), 64*time.Millisecond)
+	d := time.Duration(rand.Int64N(int64(ceiling)) + 1) //nolint:gosec // jitter, not a secret
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// markerLease returns a lease for commit markers: a new one each minute,
+// living five, never kept alive, so markers vanish a few minutes after
+// their commit whatever happens to this process.
+func (b *Backend) markerLease(ctx context.Context) (clientv3.LeaseID, error) {
+	b.leaseMu.Lock()
+	defer b.leaseMu.Unlock()
+	if b.lease != 0 && time.Since(b.leaseFrom) < time.Minute {
+		return b.lease, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	defer cancel()
+	resp, err := b.c.Grant(cctx, int64((5 * time.Minute).Seconds()))
+	if err != nil {
+		return 0, fmt.Errorf("etcdkv: lease for commit markers: %w", err)
+	}
+	b.lease, b.leaseFrom = resp.ID, time.Now()
+	return b.lease, nil
+}
+
+// watch implements kv.Traits.Watch: a channel closed when the key of
+// bucket changes (or ctx ends).
+func (b *Backend) watch(ctx context.Context, bucket, key []byte) <-chan struct{} {
+	ch := make(chan struct{})
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	w := b.c.Watch(wctx, b.keys.data(bucket, key))
+	go func() {
+		defer cancel()
+		defer close(ch)
+		select {
+		case <-w:
+		case <-ctx.Done():
+		}
+	}()
+	return ch
+}
+
+// Errors returned by the backend.
+var (
+	// ErrInvalidOptions is returned by New and Open for bad Options.
+	ErrInvalidOptions = errors.New("etcdkv: invalid options")
+	// ErrConflict is returned when a transaction kept meeting concurrent
+	// writers for Options.MaxAttempts runs.
+	ErrConflict = errors.New("etcdkv: transaction kept conflicting")
+	// ErrCommitUnknown is returned when a commit was sent, its answer was
+	// lost, and etcd could not be reached to settle whether it applied.
+	// The transaction may or may not have applied: read before redoing.
+	ErrCommitUnknown = errors.New("etcdkv: commit outcome unknown")
+)
+
+// TxTooLargeError reports a transaction that cannot fit in one etcd Txn:
+// more writes or compares than the cluster's --max-txn-ops, or a request
+// over --max-request-bytes. Nothing was written. Split the work into
+// smaller transactions.
+type TxTooLargeError struct {
+	Writes, Compares, Bytes int
+	MaxOps, MaxBytes        int
+}
+
+func (e *TxTooLargeError) Error() string {
+	return fmt.Sprintf("etcdkv: transaction too large for etcd: %d writes and %d compares (limit %d each), %d bytes (limit %d)",
+		e.Writes, e.Compares, e.MaxOps, e.Bytes, e.MaxBytes)
+}
+
+// Is makes errors.Is(err, kv.ErrTxTooLarge)-style checks possible through
+// ErrTxTooLarge.
+func (e *TxTooLargeError) Is(target error) bool { return target == ErrTxTooLarge }
+
+// ErrTxTooLarge matches every *TxTooLargeError.
+var ErrTxTooLarge = errors.New("etcdkv: transaction too large")

@@ -1,0 +1,2 @@
+// Package etcdkv is an oncekv backend over etcd v3.
+package etcdkv

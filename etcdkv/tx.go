@@ -1,0 +1,421 @@
+package etcdkv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// tx is one attempt of a transaction: reads at one revision (the first
+// read's), writes buffered, everything read remembered for the commit's
+// compares.
+type tx struct {
+	b        *Backend
+	ctx      context.Context
+	writable bool
+	rev      int64 // the read revision; 0 until the first read
+	err      error // the first failed read: the attempt is void
+
+	reads   map[string]read   // key → what was seen (compared at commit)
+	cache   map[string][]byte // key → value seen by a cursor (its range is compared)
+	writes  map[string]*write // key → the buffered write
+	ordered []string          // written keys, sorted
+	spans   []span            // key ranges a cursor saw entirely
+	scanned map[string][]byte // buckets scanned: their delete generation is compared
+	deleted map[string][]byte // buckets deleted in: their delete generation is bumped
+
+	onCommit []func()
+}
+
+type read struct {
+	val    []byte
+	modRev int64 // 0: absent
+}
+
+type write struct {
+	val []byte
+	del bool
+}
+
+type span struct{ lo, hi string }
+
+func (b *Backend) begin(ctx context.Context, writable bool) *tx {
+	return &tx{b: b, ctx: ctx, writable: writable, reads: map[string]read{}, cache: map[string][]byte{}, writes: map[string]*write{},
+		scanned: map[string][]byte{}, deleted: map[string][]byte{}}
+}
+
+var errReadOnly = errors.New("etcdkv: write in a read-only transaction")
+
+// call runs one request with the backend's timeout.
+func (t *tx) call(fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(t.ctx, t.b.opts.RequestTimeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+func (t *tx) fail(err error) {
+	if t.err == nil {
+		t.err = fmt.Errorf("etcdkv: read: %w", err)
+	}
+}
+
+// revOpts reads at the transaction's revision once it has one.
+func (t *tx) revOpts(opts ...clientv3.OpOption) []clientv3.OpOption {
+	if t.rev != 0 {
+		opts = append(opts, clientv3.WithRev(t.rev))
+	}
+	return opts
+}
+
+func (t *tx) setRev(h int64) {
+	if t.rev == 0 {
+		t.rev = h
+	}
+}
+
+// get returns the value of key as this transaction sees it.
+func (t *tx) get(key string) []byte {
+	if w, ok := t.writes[key]; ok {
+		if w.del {
+			return nil
+		}
+		return w.val
+	}
+	if r, ok := t.reads[key]; ok {
+		return r.val
+	}
+	if v, ok := t.cache[key]; ok {
+		return v
+	}
+	if t.err != nil {
+		return nil
+	}
+	var resp *clientv3.GetResponse
+	if err := t.call(func(ctx context.Context) (err error) {
+		resp, err = t.b.c.Get(ctx, key, t.revOpts()...)
+		return err
+	}); err != nil {
+		t.fail(err)
+		return nil
+	}
+	t.setRev(resp.Header.Revision)
+	r := read{}
+	if len(resp.Kvs) == 1 {
+		r.val, r.modRev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+		if r.val == nil {
+			r.val = []byte{}
+		}
+	}
+	t.reads[key] = r
+	return r.val
+}
+
+func (t *tx) put(key string, val []byte) error {
+	if !t.writable {
+		return errReadOnly
+	}
+	t.record(key, &write{val: append([]byte{}, val...)})
+	return nil
+}
+
+func (t *tx) del(key string) error {
+	if !t.writable {
+		return errReadOnly
+	}
+	t.record(key, &write{del: true})
+	return nil
+}
+
+func (t *tx) record(key string, w *write) {
+	if _, ok := t.writes[key]; !ok {
+		i, _ := slices.BinarySearch(t.ordered, key)
+		t.ordered = slices.Insert(t.ordered, i, key)
+	}
+	t.writes[key] = w
+}
+
+// The kv.Tx methods.
+
+var _ kv.Tx = (*tx)(nil)
+
+func (t *tx) Bucket(name []byte) kv.Bucket {
+	if t.get(t.b.keys.bucketMarker(name)) == nil {
+		return nil
+	}
+	return &bucket{t: t, name: append([]byte(nil), name...), prefix: t.b.keys.dataPrefix(name)}
+}
+
+func (t *tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
+	if len(name) == 0 {
+		return nil, errors.New("etcdkv: empty bucket name")
+	}
+	if t.get(t.b.keys.bucketMarker(name)) == nil {
+		if err := t.put(t.b.keys.bucketMarker(name), nil); err != nil {
+			return nil, err
+		}
+	}
+	return &bucket{t: t, name: append([]byte(nil), name...), prefix: t.b.keys.dataPrefix(name)}, nil
+}
+
+func (t *tx) Cursor() kv.Cursor {
+	lo, hi := t.b.keys.bucketsRange()
+	return &cursor{t: t, lo: lo, hi: hi, names: true}
+}
+
+func (t *tx) Writable() bool     { return t.writable }
+func (t *tx) OnCommit(fn func()) { t.onCommit = append(t.onCommit, fn) }
+
+type bucket struct {
+	t      *tx
+	name   []byte
+	prefix string
+}
+
+var _ kv.Bucket = (*bucket)(nil)
+
+func (b *bucket) Get(key []byte) []byte { return b.t.get(b.prefix + string(key)) }
+
+func (b *bucket) Put(key, value []byte) error {
+	if len(key) == 0 {
+		return errors.New("etcdkv: empty key")
+	}
+	return b.t.put(b.prefix+string(key), value)
+}
+
+func (b *bucket) Delete(key []byte) error {
+	if err := b.t.del(b.prefix + string(key)); err != nil {
+		return err
+	}
+	b.t.deleted[string(b.name)] = b.name
+	return nil
+}
+
+func (b *bucket) Cursor() kv.Cursor {
+	return &cursor{t: b.t, lo: b.prefix, hi: prefixEnd(b.prefix), bucket: b.name}
+}
+
+func (b *bucket) NextSequence() (uint64, error) {
+	k := b.t.b.keys.seq(b.name)
+	var n uint64
+	if v := b.t.get(k); v != nil {
+		var err error
+		if n, err = strconv.ParseUint(string(v), 10, 64); err != nil {
+			return 0, fmt.Errorf("etcdkv: sequence of %q: %w", b.name, err)
+		}
+	}
+	n++
+	return n, b.t.put(k, []byte(strconv.FormatUint(n, 10)))
+}
+
+// commit sends the writes as one etcd Txn, guarded by compares: every key
+// read still has the revision it was read at (or is still absent), no key
+// in a range a cursor saw changed after the read revision, and no bucket
+// scanned had a delete since. It reports false for a conflict.
+func (t *tx) commit() (bool, error) {
+	if len(t.writes) == 0 {
+		return true, nil
+	}
+	b := t.b
+	cmps := t.compares(false)
+	if len(cmps)+1 > b.opts.MaxTxOps {
+		cmps = t.compares(true) // per bucket, coarser: more conflicts, but it fits
+	}
+	id := newID()
+	marker := b.keys.marker(id)
+	cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(marker), "=", 0))
+
+	lease, err := b.markerLease(t.ctx)
+	if err != nil {
+		return false, err
+	}
+	ops := make([]clientv3.Op, 0, len(t.writes)+len(t.deleted)+1)
+	size := 0
+	for _, k := range t.ordered {
+		w := t.writes[k]
+		size += len(k) + len(w.val) + 16
+		if w.del {
+			ops = append(ops, clientv3.OpDelete(k))
+		} else {
+			ops = append(ops, clientv3.OpPut(k, string(w.val)))
+		}
+	}
+	for _, name := range t.deleted {
+		ops = append(ops, clientv3.OpPut(b.keys.delgen(name), id))
+	}
+	ops = append(ops, clientv3.OpPut(marker, "committed", clientv3.WithLease(lease)))
+	for i := range cmps {
+		pc := cmps[i].GetCompare()
+		size += len(pc.Key) + len(pc.RangeEnd) + 16
+	}
+	if len(ops) > b.opts.MaxTxOps || len(cmps) > b.opts.MaxTxOps || size > b.opts.MaxRequestBytes {
+		return false, &TxTooLargeError{Writes: len(ops), Compares: len(cmps), Bytes: size, MaxOps: b.opts.MaxTxOps, MaxBytes: b.opts.MaxRequestBytes}
+	}
+
+	var resp *clientv3.TxnResponse
+	err = t.call(func(ctx context.Context) (err error) {
+		resp, err = b.c.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		return err
+	})
+	if err == nil {
+		return resp.Succeeded, nil
+	}
+	if rejected(err) {
+		return false, fmt.Errorf("etcdkv: commit refused: %w", err)
+	}
+	// Sent, and no answer: settle it before anyone retries.
+	return b.resolve(t.ctx, marker, err)
+}
+
+// compares builds the commit's guards; coarse replaces the compares of the
+// values read in each bucket by one compare of the whole bucket.
+func (t *tx) compares(coarse bool) []clientv3.Cmp {
+	b := t.b
+	var cmps []clientv3.Cmp
+	spans := slices.Clone(t.spans)
+	coarsened := map[string]bool{}
+	keys := make([]string, 0, len(t.reads))
+	for k := range t.reads {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dataRoot := b.keys.prefix + "k"
+	for _, k := range keys {
+		if coarse && strings.HasPrefix(k, dataRoot) {
+			if bname, prefix, ok := b.keys.splitData(k); ok {
+				if !coarsened[prefix] {
+					coarsened[prefix] = true
+					spans = append(spans, span{prefix, prefixEnd(prefix)})
+					t.scanned[string(bname)] = bname
+				}
+				continue
+			}
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", t.reads[k].modRev))
+	}
+	for _, s := range mergeSpans(spans) {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.lo), "<", t.rev+1).WithRange(s.hi))
+	}
+	names := make([]string, 0, len(t.scanned))
+	for n := range t.scanned {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(b.keys.delgen([]byte(n))), "<", t.rev+1))
+	}
+	return cmps
+}
+
+// splitData returns the bucket and data prefix of a value's key.
+func (k keys) splitData(key string) ([]byte, string, bool) {
+	rest := key[len(k.prefix)+1:]
+	n, w := binary.Uvarint([]byte(rest))
+	if w <= 0 || int(n) > len(rest)-w {
+		return nil, "", false
+	}
+	name := []byte(rest[w : w+int(n)])
+	return name, key[:len(k.prefix)+1+w+int(n)], true
+}
+
+func mergeSpans(spans []span) []span {
+	if len(spans) == 0 {
+		return nil
+	}
+	slices.SortFunc(spans, func(a, b span) int { return strings.Compare(a.lo, b.lo) })
+	out := []span{spans[0]}
+	for _, s := range spans[1:] {
+		last := &out[len(out)-1]
+		if s.lo <= last.hi {
+			if s.hi > last.hi {
+				last.hi = s.hi
+			}
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// resolve settles a commit whose answer was lost. It writes the commit's
+// marker as "aborted" unless the marker exists: if the fence lands, the
+// original Txn (which requires the marker to be absent) can never apply;
+// if the marker exists, its value says what happened.
+func (b *Backend) resolve(ctx context.Context, marker string, cause error) (bool, error) {
+	lease, _ := b.markerLease(ctx)
+	var last error
+	for attempt := 1; attempt <= 5; attempt++ {
+		var resp *clientv3.TxnResponse
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.RequestTimeout)
+		var put clientv3.Op
+		if lease != 0 {
+			put = clientv3.OpPut(marker, "aborted", clientv3.WithLease(lease))
+		} else {
+			put = clientv3.OpPut(marker, "aborted")
+		}
+		resp, last = b.c.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)).Then(put).Else(clientv3.OpGet(marker)).Commit()
+		cancel()
+		if last == nil {
+			if resp.Succeeded {
+				return false, nil // fenced: it never applied, and never will
+			}
+			kvs := resp.Responses[0].GetResponseRange().GetKvs()
+			return len(kvs) == 1 && string(kvs[0].Value) == "committed", nil
+		}
+		b.backoff(ctx, attempt+3)
+	}
+	return false, fmt.Errorf("%w: %w (and settling it: %w)", ErrCommitUnknown, cause, last)
+}
+
+// rejected reports a commit error the server answered before applying
+// anything (a request too large, too many operations).
+func rejected(err error) bool {
+	if errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return true
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.OutOfRange:
+			return true
+		}
+	}
+	return false
+}
+
+// retryable reports failures worth another attempt: the read revision was
+// compacted away, or etcd was briefly unreachable while nothing had been
+// written.
+func retryable(err error) bool {
+	if errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrFutureRev) {
+		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+			return true
+		}
+	}
+	return false
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:]) + strconv.FormatInt(time.Now().UnixNano()&0xffff, 36)
+}
