@@ -94,7 +94,7 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 	c.Version = a.next()
 	if a.takeover {
 		c.Takeover, c.PreviousOwner, c.CreatedAt = true, a.prev.Owner, a.prev.CreatedAt
-		c.Orphaned = a.prev.Owner != l.db.Incarnation()
+		c.Orphaned = l.db.Traits().SingleWriter && a.prev.Owner != l.db.Incarnation()
 	}
 	c.LeaseExpiresAt = now.Add(l.cfg.Lease)
 	rec := &Record{

@@ -269,7 +269,10 @@ func (l *Ledger) takeable(r *Record, now time.Time) bool {
 	if !r.leaseLive(now) {
 		return true
 	}
-	return l.cfg.RecoverOrphans && r.Owner != l.db.Incarnation()
+	// Another incarnation's claim is a dead process's only where one
+	// process owns the store; with several writers it is another
+	// replica's, live until its lease ends.
+	return l.cfg.RecoverOrphans && l.db.Traits().SingleWriter && r.Owner != l.db.Incarnation()
 }
 
 // Stats describes the ledger's record store in this process.

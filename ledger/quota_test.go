@@ -116,6 +116,7 @@ func TestByteQuota(t *testing.T) {
 // ledger first opens it for writing.
 func TestUsageIsCountedForOlderFiles(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireLocal(t, "removes the counters from the bbolt file")
 	path := t.TempDir() + "/old.db"
 	db, err := kv.Open(path, &kv.Options{NoSync: true})
 	require.NoError(t, err)

@@ -315,6 +315,7 @@ func producerChild(path string) {
 // committed event, and nothing uncommitted.
 func TestProducerKilledBeforePublish(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireLocal(t, "the producer is killed over its own bbolt file")
 	path := filepath.Join(t.TempDir(), "producer.db")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "PRODUCER_DB="+path)

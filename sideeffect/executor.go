@@ -247,7 +247,9 @@ func (x *Executor) takeOverTx(tx kv.Tx, id string, reconciling bool) (attempt, e
 		return a, nil
 	case in.State == StateNeedsAttention:
 		return a, fmt.Errorf("%w: %s (%s %s): %s", ErrNeedsAttention, id, in.Kind, in.Subject, in.LastError)
-	case now.Before(in.LeaseExpiresAt) && in.Owner == x.db.Incarnation():
+	case now.Before(in.LeaseExpiresAt) && (in.Owner == x.db.Incarnation() || !x.db.Traits().SingleWriter):
+		// Held by an attempt of this process, or (several writers) of
+		// another replica; one process's other owners are dead ones.
 		return a, fmt.Errorf("%w: %s", ErrBusy, id)
 	}
 	prev := *in

@@ -38,8 +38,10 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 			ids = append(ids, string(e.Key))
 		}
 		// Attempts left running by a dead process: bbolt's lock means only
-		// this process writes, so any other owner is gone.
-		if ib := inflightNS.Bucket(tx); ib != nil {
+		// this process writes, so any other owner is gone. With several
+		// writers, another owner is another replica: its attempt becomes
+		// due when its lease ends, through the due index.
+		if ib := inflightNS.Bucket(tx); ib != nil && x.db.Traits().SingleWriter {
 			inc := x.db.Incarnation()
 			c := ib.Cursor()
 			for k, owner := c.First(); k != nil && len(ids) < maxPerPass; k, owner = c.Next() {

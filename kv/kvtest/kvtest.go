@@ -55,6 +55,26 @@ func OpenPath(t testing.TB, path string, opts *kv.Options, checks ...kv.Checker)
 // (ONCEKV_TEST_REMOTE).
 func Remote() bool { return os.Getenv(EnvRemote) != "" }
 
+// RequireLocal skips the test in a remote run (ONCEKV_TEST_REMOTE): the
+// test works on bbolt's own file (raw pages, a process killed over it) or
+// on what only one writer process allows; why says which.
+func RequireLocal(t testing.TB, why string) {
+	t.Helper()
+	if Remote() {
+		t.Skipf("kvtest: not on a remote backend: %s", why)
+	}
+}
+
+// RequireSingleWriter skips the test unless db's backend has one writer
+// process (bbolt): a test of what only that allows (a dead incarnation's
+// claims taken over at once) does not apply to several writers.
+func RequireSingleWriter(t testing.TB, db *kv.DB) {
+	t.Helper()
+	if !db.Traits().SingleWriter {
+		t.Skipf("kvtest: needs one writer process; this run's backend (%s) has several", db.Traits().Name)
+	}
+}
+
 // RequireBolt skips the test unless db is a bbolt file: a test that works on
 // bbolt's own structures, or relies on one writer process, does not apply
 // to other backends.

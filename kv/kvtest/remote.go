@@ -307,45 +307,33 @@ type remoteBackend struct {
 	closed  atomic.Bool
 }
 
-var remoteClients struct {
-	mu sync.Mutex
-	c  map[string]*rpc.Client
-}
-
 // openRemote opens the named database on the server in EnvRemote.
 func openRemote(name string) (kv.Backend, error) {
 	return RemoteBackend(os.Getenv(EnvRemote), name)
 }
 
 // RemoteBackend opens the named database on the server at addr (see
-// Serve). One connection per address serves every backend.
+// Serve), on a connection of its own that Close closes.
 func RemoteBackend(addr, name string) (kv.Backend, error) {
-	remoteClients.mu.Lock()
-	c := remoteClients.c[addr]
-	if c != nil && c.Call("KV.Ping", 0, new(int)) != nil {
-		c = nil // the server went away: dial again
+	c, err := rpc.Dial("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("kvtest: remote backend at %s: %w", addr, err)
 	}
-	if c == nil {
-		var err error
-		if c, err = rpc.Dial("tcp", addr); err != nil {
-			remoteClients.mu.Unlock()
-			return nil, fmt.Errorf("kvtest: remote backend at %s: %w", addr, err)
-		}
-		if remoteClients.c == nil {
-			remoteClients.c = map[string]*rpc.Client{}
-		}
-		remoteClients.c[addr] = c
-	}
-	remoteClients.mu.Unlock()
 	var r OpenReply
 	if err := c.Call("KV.Open", OpenArgs{Name: name}, &r); err != nil {
+		_ = c.Close()
 		return nil, err
 	}
 	return &remoteBackend{c: c, session: r.Session, traits: kv.Traits{Name: r.Name, SingleWriter: r.SingleWriter, GroupCommit: r.GroupCommit, MaxTxOps: r.MaxTxOps}}, nil
 }
 
 func (b *remoteBackend) Traits() kv.Traits { return b.traits }
-func (b *remoteBackend) Close() error      { b.closed.Store(true); return nil }
+func (b *remoteBackend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	return b.c.Close()
+}
 
 func (b *remoteBackend) View(ctx context.Context, fn func(kv.Tx) error) error {
 	return b.run(false, fn)
