@@ -29,8 +29,9 @@ type cursor struct {
 }
 
 type entry struct {
-	key string
-	val []byte
+	key    string
+	val    []byte
+	createRev int64
 }
 
 var _ kv.Cursor = (*cursor)(nil)
@@ -46,6 +47,24 @@ func (c *cursor) out(key string) ([]byte, []byte) {
 	}
 	v := c.t.get(key)
 	return k, v
+}
+
+// Revision returns the revision of the commit that created the current key
+// (0 for a key this transaction wrote, or none): the relay orders an outbox
+// written by several processes by it. A later update of the key (an
+// attempt counted) does not move it.
+func (c *cursor) Revision() int64 {
+	if c.cur == "" {
+		return 0
+	}
+	if _, ok := c.t.writes[c.cur]; ok {
+		return 0
+	}
+	i, found := slices.BinarySearchFunc(c.window, c.cur, func(e entry, k string) int { return cmpStr(e.key, k) })
+	if found {
+		return c.window[i].createRev
+	}
+	return 0
 }
 
 func (c *cursor) First() ([]byte, []byte) { return c.out(c.after(c.lo, true)) }
@@ -247,7 +266,7 @@ func (c *cursor) fetch(lo, hi string, descend bool) []entry {
 		if v == nil {
 			v = []byte{}
 		}
-		out = append(out, entry{key: string(kv.Key), val: v})
+		out = append(out, entry{key: string(kv.Key), val: v, createRev: kv.CreateRevision})
 	}
 	return out
 }

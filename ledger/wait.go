@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -96,10 +97,25 @@ func (l *Ledger) Wait(ctx context.Context, ip *InProgressError, until time.Time)
 	if d <= 0 {
 		return time.Now().Before(until)
 	}
+	// With several writers the completion may come from another process:
+	// watch the record too, and look again now and then, since a watch
+	// begun after the look above can miss a change made in between.
+	var changed <-chan struct{}
+	if tr := l.db.Traits(); !tr.SingleWriter {
+		if tr.Watch != nil {
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			bucket, key := recstore.KeyOf(recordSpec, ip.Scope, ip.Key)
+			changed = tr.Watch(wctx, bucket, key)
+		}
+		d = min(d, time.Second)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ch:
+		return true
+	case <-changed:
 		return true
 	case <-t.C:
 		return time.Now().Before(until)

@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -197,8 +198,7 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	// bbolt has one writer at a time, so sequence order is commit order.
-	if seq, err = b.NextSequence(); err != nil {
+	if seq, err = o.nextSeq(tx, b); err != nil {
 		return 0, false, err
 	}
 	ev.Seq, ev.State, ev.CreatedAt = seq, EventPending, o.db.Clock().Now()
@@ -213,6 +213,37 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	tx.OnCommit(o.notify)
 	return seq, true, nil
 }
+
+// nextSeq numbers a new event. bbolt has one writer at a time, so the
+// bucket's sequence follows commit order. With several writers a shared
+// counter would be a hot key every producer conflicts on: the event gets a
+// random number instead, and the relay orders by the store's commit
+// revision (revisioned).
+func (o *Outbox) nextSeq(tx kv.Tx, b kv.Bucket) (uint64, error) {
+	if o.db.Traits().SingleWriter {
+		return b.NextSequence()
+	}
+	for {
+		var r [8]byte
+		_, _ = rand.Read(r[:])
+		seq := binary.BigEndian.Uint64(r[:]) >> 1
+		k := seqKey(seq)
+		taken := false
+		for _, ns := range []keyspace.Namespace{outboxNS, publishedNS, quarantineNS} {
+			if bk := ns.Bucket(tx); bk != nil && bk.Get(k) != nil {
+				taken = true
+			}
+		}
+		if seq != 0 && !taken {
+			return seq, nil
+		}
+	}
+}
+
+// revisioned is implemented by the cursors of backends with several
+// writers (etcd): the revision of the commit that created the current key,
+// which orders commits across processes.
+type revisioned interface{ Revision() int64 }
 
 // forgetIfExpired removes the published event at seq s if its retention has
 // passed: an expired event counts as absent, whether or not a sweep has

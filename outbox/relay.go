@@ -1,11 +1,14 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -199,7 +202,7 @@ func (r *Relay) due() ([]Event, time.Duration, error) {
 	var wait time.Duration
 	err := r.o.db.View(context.Background(), func(tx kv.Tx) error {
 		now := r.o.db.Clock().Now()
-		for ev, err := range Events(tx, EventPending) {
+		for ev, err := range pendingInOrder(tx, r.o.db.Traits().SingleWriter) {
 			if err != nil {
 				return err
 			}
@@ -215,6 +218,49 @@ func (r *Relay) due() ([]Event, time.Duration, error) {
 		return nil
 	})
 	return batch, wait, err
+}
+
+// pendingInOrder yields the pending events in commit order: sequence order
+// on a single-writer store; with several writers, the order of the
+// revisions at which the events were committed (the whole queue is read
+// and sorted: a relay's queue is short).
+func pendingInOrder(tx kv.Tx, singleWriter bool) iter.Seq2[*Event, error] {
+	if singleWriter {
+		return Events(tx, EventPending)
+	}
+	return func(yield func(*Event, error) bool) {
+		b := outboxNS.Bucket(tx)
+		if b == nil {
+			return
+		}
+		type queued struct {
+			rev int64
+			ev  *Event
+		}
+		var q []queued
+		c := b.Cursor()
+		rc, _ := c.(revisioned)
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			ev, err := decodeEvent(k, v)
+			if err != nil {
+				if !yield(nil, err) {
+					return
+				}
+				continue
+			}
+			var rev int64
+			if rc != nil {
+				rev = rc.Revision()
+			}
+			q = append(q, queued{rev, ev})
+		}
+		slices.SortStableFunc(q, func(a, b queued) int { return cmp.Compare(a.rev, b.rev) })
+		for _, e := range q {
+			if !yield(e.ev, nil) {
+				return
+			}
+		}
+	}
 }
 
 // markPublished moves acknowledged events to the published bucket.

@@ -18,6 +18,13 @@ type keyed struct {
 	expiry  keyspace.TimeIndex
 }
 
+// KeyOf returns the bucket and key under which the keyed layout keeps the
+// record of (scope, key): what a watch on a backend with several writers
+// (kv.Traits.Watch) follows.
+func KeyOf(spec Spec, scope, key string) (bucket, k []byte) {
+	return keyspace.New(spec.Name).Bytes(), JoinKey(scope, key)
+}
+
 // Keyed returns the keyed layout of spec.
 func Keyed(spec Spec) Store {
 	return &keyed{spec: spec, records: keyspace.New(spec.Name), expiry: keyspace.NewTimeIndex(spec.Name + ".expiry")}

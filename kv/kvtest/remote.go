@@ -94,6 +94,7 @@ type (
 		Found      bool
 		Seq        uint64
 		Cursor     int64
+		Revision   int64 // the cursor's Revision(), when the backend's cursors have one
 		Err        string
 		// Restart asks the client to run its function again: the backend
 		// is running it again (an optimistic conflict).
@@ -223,7 +224,14 @@ func (t *serverTx) exec(tx kv.Tx, a OpArgs) OpReply {
 		}
 		return tx.Bucket(a.Bucket)
 	}
-	step := func(k, v []byte) OpReply { return OpReply{Key: k, Value: v, Found: k != nil} }
+	var cur kv.Cursor
+	step := func(k, v []byte) OpReply {
+		r := OpReply{Key: k, Value: v, Found: k != nil}
+		if rc, ok := cur.(interface{ Revision() int64 }); ok && k != nil {
+			r.Revision = rc.Revision()
+		}
+		return r
+	}
 	switch a.Op {
 	case "writable":
 		return OpReply{Found: tx.Writable()}
@@ -249,6 +257,7 @@ func (t *serverTx) exec(tx kv.Tx, a OpArgs) OpReply {
 		if c == nil {
 			return OpReply{Err: "kvtest: no such cursor"}
 		}
+		cur = c
 		switch a.Op {
 		case "first":
 			return step(c.First())
@@ -468,12 +477,17 @@ func (b *remoteBucket) NextSequence() (uint64, error) {
 }
 
 type remoteCursor struct {
-	tx *remoteTx
-	id int64
+	tx  *remoteTx
+	id  int64
+	rev int64
 }
+
+// Revision passes on the server cursor's revision (0 when it has none).
+func (c *remoteCursor) Revision() int64 { return c.rev }
 
 func (c *remoteCursor) step(op string, key []byte) ([]byte, []byte) {
 	r := c.tx.must(OpArgs{Op: op, Cursor: c.id, Key: key})
+	c.rev = r.Revision
 	if !r.Found {
 		return nil, nil
 	}
