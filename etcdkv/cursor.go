@@ -29,8 +29,8 @@ type cursor struct {
 }
 
 type entry struct {
-	key    string
-	val    []byte
+	key       string
+	val       []byte
 	createRev int64
 }
 

@@ -18,7 +18,7 @@ import (
 
 // matrixPackages are the library packages whose own test suites run on
 // etcd: unchanged, through kvtest's remote protocol (ONCEKV_TEST_REMOTE).
-var matrixPackages = []string{"./ledger", "./conditional", "./inbox", "./outbox", "./sideeffect", "./retention"}
+var matrixPackages = []string{"./ledger", "./conditional", "./inbox", "./outbox", "./sideeffect", "./retention", "./internal/crashtest"}
 
 func init() {
 	if p := os.Getenv("ONCEKV_MATRIX_PACKAGES"); p != "" {
@@ -27,10 +27,12 @@ func init() {
 }
 
 // TestLibrarySuitesOnEtcd runs the test suites of the ledger, conditional,
-// inbox, outbox, sideeffect and retention packages with every kvtest
-// database on a fresh etcd backend (a prefix of its own on one cluster) —
-// a test matrix, not copies of the tests. Tests that need a bbolt file or
-// one writer process skip themselves there (kvtest.RequireBolt).
+// inbox, outbox, sideeffect and retention packages, and the ledger's
+// porcupine linearizability check (three replicas, restarts), with every
+// kvtest database on a fresh etcd backend (a prefix of its own on one
+// three-member cluster) — a test matrix, not copies of the tests. Tests
+// that need a bbolt file or one writer process skip themselves there
+// (kvtest.RequireLocal, RequireBolt).
 func TestLibrarySuitesOnEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go test on six packages")

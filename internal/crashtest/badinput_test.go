@@ -33,6 +33,7 @@ import (
 // show the failed reads wrote nothing).
 func TestLibraryBadInputs(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireLocal(t, "flips bytes in the bbolt file")
 	ctx := context.Background()
 	db := kvtest.Open(t, &kv.Options{NoSync: true}, inspect.Checkers()...)
 	l, _ := ledger.New(db, nil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -112,18 +114,22 @@ var ledgerModel = porcupine.Model{
 // across three crashes (the database closed under running requests and
 // reopened by a new incarnation), and checks it with porcupine: one winner
 // per key, replays equal the first response, stale versions rejected.
+//
+// On a backend with several writers (the etcd test matrix) the clients are
+// spread over three replicas of the ledger — three handles on one store —
+// and the crashes restart one replica at a time.
 func TestLedgerIsLinearizable(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "lin.db")
-	open := func() *ledger.Ledger {
-		db, err := kv.Open(path, &kv.Options{NoSync: true})
-		require.NoError(t, err)
-		l, err := ledger.New(db, &ledger.Config{Lease: 2 * time.Millisecond, Retention: time.Hour})
-		require.NoError(t, err)
-		return l
+	replicas, lease := 1, 2*time.Millisecond
+	if kvtest.Remote() {
+		replicas, lease = 3, 20*time.Millisecond // every call is a few network round trips
 	}
-	var cur atomic.Pointer[ledger.Ledger]
-	cur.Store(open())
+	open := func() *ledger.Ledger { return openLin(t, path, lease) }
+	cur := make([]atomic.Pointer[ledger.Ledger], replicas)
+	for i := range cur {
+		cur[i].Store(open())
+	}
 
 	var mu sync.Mutex
 	var history []porcupine.Operation
@@ -142,7 +148,7 @@ func TestLedgerIsLinearizable(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(c), 99))
 			for i := range opsPerClient {
 				progress.Add(1)
-				l := cur.Load()
+				l := cur[c%replicas].Load()
 				body := fmt.Sprintf("c%d-%d", c, i)
 				if rng.IntN(3) == 0 {
 					key := fmt.Sprintf("do-%d-%d", i/10, rng.IntN(4))
@@ -188,9 +194,9 @@ func TestLedgerIsLinearizable(t *testing.T) {
 					continue
 				}
 				if rng.IntN(2) == 0 {
-					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // sometimes past the lease
+					time.Sleep(time.Duration(rng.IntN(3)) * lease / 2) // sometimes past the lease
 				}
-				l = cur.Load()
+				l = cur[c%replicas].Load()
 				cin := lInput{op: "complete", key: key, ver: o.Claim.Version, body: body}
 				call = time.Now().UnixNano()
 				_, err = l.Complete(ctx, o.Claim, ledger.Response{Status: 200, Body: []byte(body)}, nil)
@@ -217,20 +223,21 @@ func TestLedgerIsLinearizable(t *testing.T) {
 			}
 			break
 		}
-		cur.Store(open2(t, path, cur.Load()))
+		r := &cur[k%replicas]
+		r.Store(open2(t, path, r.Load(), lease))
 	}
 	<-done
 	// Whatever the scheduling did above, one stale completion for certain:
 	// client 0 claims, its lease runs out, client 1 takes the key over, and
 	// client 0's completion must be rejected.
 	{
-		l := cur.Load()
+		l := cur[0].Load()
 		req := ledger.Request{Scope: "s|POST /2p", Key: "stale-for-certain", Fingerprint: ledger.Fingerprint{2}}
 		call := time.Now().UnixNano()
 		o, err := l.Claim(ctx, req)
 		require.NoError(t, err)
 		record(0, lInput{op: "claim", key: req.Key}, call, lOutput{kind: "claimed", ver: o.Claim.Version})
-		time.Sleep(5 * time.Millisecond) // past the 2ms lease
+		time.Sleep(lease + 3*time.Millisecond) // past the lease
 		call = time.Now().UnixNano()
 		o2, err := l.Claim(ctx, req)
 		require.NoError(t, err)
@@ -241,7 +248,9 @@ func TestLedgerIsLinearizable(t *testing.T) {
 		require.ErrorIs(t, err, ledger.ErrLeaseLost)
 		record(0, lInput{op: "complete", key: req.Key, ver: o.Claim.Version, body: "stale"}, call, lOutput{kind: "lost"})
 	}
-	require.NoError(t, cur.Load().DB().Close())
+	for i := range cur {
+		require.NoError(t, cur[i].Load().DB().Close())
+	}
 
 	kinds := map[string]int{}
 	for _, op := range history {
@@ -256,11 +265,27 @@ func TestLedgerIsLinearizable(t *testing.T) {
 
 // open2 closes the old handle (a crash: requests in flight fail) and opens
 // the file again, as a restarted process would.
-func open2(t *testing.T, path string, old *ledger.Ledger) *ledger.Ledger {
+func open2(t *testing.T, path string, old *ledger.Ledger, lease time.Duration) *ledger.Ledger {
 	require.NoError(t, old.DB().Close())
-	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	return openLin(t, path, lease)
+}
+
+// openLin opens a ledger on the file at path, or, in the etcd test matrix,
+// on the remote store of that name (another replica when it is open
+// already).
+func openLin(t *testing.T, path string, lease time.Duration) *ledger.Ledger {
+	var db *kv.DB
+	var err error
+	if kvtest.Remote() {
+		var b kv.Backend
+		if b, err = kvtest.RemoteBackend(os.Getenv(kvtest.EnvRemote), path); err == nil {
+			db, err = kv.New(b, &kv.Options{NoSync: true})
+		}
+	} else {
+		db, err = kv.Open(path, &kv.Options{NoSync: true})
+	}
 	require.NoError(t, err)
-	l, err := ledger.New(db, &ledger.Config{Lease: 2 * time.Millisecond, Retention: time.Hour})
+	l, err := ledger.New(db, &ledger.Config{Lease: lease, Retention: time.Hour})
 	require.NoError(t, err)
 	return l
 }

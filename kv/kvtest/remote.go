@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
@@ -194,7 +195,13 @@ func (t *serverTx) serve(tx kv.Tx) error {
 		t.pendingEnd = nil
 		clear(t.cursors)
 	}
-	for op := range t.ops {
+	for {
+		var op serverOp
+		select {
+		case op = <-t.ops:
+		case <-time.After(remoteIdle):
+			return errRemoteAbandoned // the client went away mid-transaction
+		}
 		if op.args.Op == "end" {
 			if !op.args.Commit {
 				op.reply <- OpReply{}
@@ -207,8 +214,13 @@ func (t *serverTx) serve(tx kv.Tx) error {
 		// reserved names, which the client's kv.DB guards already.
 		op.reply <- t.exec(keyspace.Raw(tx), op.args)
 	}
-	return errRemoteRollback
 }
+
+// remoteIdle ends a transaction whose client sent nothing for this long: a
+// test process that died mid-transaction must not hold the backend.
+const remoteIdle = 5 * time.Second
+
+var errRemoteAbandoned = errors.New("kvtest: transaction abandoned by its client")
 
 func errString(err error) string {
 	if err == nil {
@@ -314,6 +326,9 @@ type remoteBackend struct {
 	session int64
 	traits  kv.Traits
 	closed  atomic.Bool
+
+	mu   sync.Mutex
+	open map[int64]bool // transactions under way, rolled back by Close
 }
 
 // openRemote opens the named database on the server in EnvRemote.
@@ -337,9 +352,20 @@ func RemoteBackend(addr, name string) (kv.Backend, error) {
 }
 
 func (b *remoteBackend) Traits() kv.Traits { return b.traits }
+
+// Close rolls back the transactions under way (a test's "crash"; their
+// functions then fail with kv.ErrClosed) and closes the connection.
 func (b *remoteBackend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
+	}
+	b.mu.Lock()
+	open := b.open
+	b.open = nil
+	b.mu.Unlock()
+	for id := range open {
+		var r OpReply
+		_ = b.c.Call("KV.Op", OpArgs{Tx: id, Op: "end"}, &r)
 	}
 	return b.c.Close()
 }
@@ -353,10 +379,24 @@ func (b *remoteBackend) Update(ctx context.Context, fn func(kv.Tx) error) error 
 }
 
 func (b *remoteBackend) run(writable bool, fn func(kv.Tx) error) (err error) {
+	if b.closed.Load() {
+		return kv.ErrClosed
+	}
 	var id int64
 	if err := b.c.Call("KV.Begin", BeginArgs{Session: b.session, Writable: writable}, &id); err != nil {
-		return err
+		return b.callErr(err)
 	}
+	b.mu.Lock()
+	if b.open == nil {
+		b.open = map[int64]bool{}
+	}
+	b.open[id] = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.open, id)
+		b.mu.Unlock()
+	}()
 	for {
 		tx := &remoteTx{b: b, id: id, writable: writable}
 		ferr := func() (ferr error) {
@@ -368,6 +408,10 @@ func (b *remoteBackend) run(writable bool, fn func(kv.Tx) error) (err error) {
 			}()
 			return fn(tx)
 		}()
+		if tx.err != nil {
+			_, _ = tx.op(OpArgs{Op: "end"})
+			return b.callErr(tx.err)
+		}
 		if ferr != nil {
 			_, _ = tx.op(OpArgs{Op: "end"})
 			return ferr
@@ -375,7 +419,7 @@ func (b *remoteBackend) run(writable bool, fn func(kv.Tx) error) (err error) {
 		r, err := tx.op(OpArgs{Op: "end", Commit: true})
 		switch {
 		case err != nil:
-			return err
+			return b.callErr(err)
 		case r.Restart:
 			continue
 		case r.Err != "":
@@ -393,6 +437,15 @@ type remoteTx struct {
 	id       int64
 	writable bool
 	onCommit []func()
+	err      error // a call that failed: the transaction is void
+}
+
+// callErr reports a failed call as kv.ErrClosed once the backend is closed.
+func (b *remoteBackend) callErr(err error) error {
+	if b.closed.Load() || errors.Is(err, rpc.ErrShutdown) {
+		return kv.ErrClosed
+	}
+	return err
 }
 
 func (t *remoteTx) op(a OpArgs) (OpReply, error) {
@@ -403,11 +456,15 @@ func (t *remoteTx) op(a OpArgs) (OpReply, error) {
 }
 
 // must runs an operation whose failure the port cannot report (Get, cursor
-// steps): a broken connection ends the test process.
+// steps): the failure voids the transaction, which then ends with it.
 func (t *remoteTx) must(a OpArgs) OpReply {
+	if t.err != nil {
+		return OpReply{}
+	}
 	r, err := t.op(a)
 	if err != nil {
-		panic(fmt.Sprintf("kvtest: remote %s: %v", a.Op, err))
+		t.err = err
+		return OpReply{}
 	}
 	return r
 }
