@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/oncekv/oncekv/kv"
 )
@@ -134,7 +135,9 @@ func Open(endpoints string, opts *Options) (*Backend, error) {
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("%w: no etcd endpoints", ErrInvalidOptions)
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: o.RequestTimeout})
+	// The client's own log (a warning per retried call while a leader is
+	// elected) is silenced: what matters reaches the caller as an error.
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: o.RequestTimeout, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("etcdkv: connect to %s: %w", endpoints, err)
 	}

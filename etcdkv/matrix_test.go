@@ -7,10 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/oncekv/oncekv/etcdkv"
+	"github.com/oncekv/oncekv/etcdkv/embedded"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
@@ -32,38 +34,60 @@ func init() {
 // kvtest database on a fresh etcd backend (a prefix of its own on one
 // three-member cluster) — a test matrix, not copies of the tests. Tests
 // that need a bbolt file or one writer process skip themselves there
-// (kvtest.RequireLocal, RequireBolt).
+// (kvtest.RequireLocal, RequireBolt). With -short (CI's profile) the
+// suites run with -short too and shrink their largest fills; make
+// etcd-long runs them whole.
 func TestLibrarySuitesOnEtcd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go test on six packages")
-	}
 	c := etcdtest.Start(t, etcdtest.Options{Members: 3})
+	runSuites(t, c, nil, matrixPackages...)
+}
+
+// runSuites runs go test on the library's packages with every kvtest
+// database on its own prefix of cluster c; wrap, if set, wraps each
+// backend before it is served.
+func runSuites(t *testing.T, c *embedded.Cluster, wrap func(name string, b kv.Backend) kv.Backend, args ...string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n atomic.Int64
+	var mu sync.Mutex
 	var backends []*etcdkv.Backend
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		_ = kvtest.Serve(ln, func(name string) (kv.Backend, error) {
 			b, err := etcdkv.Open(c.Endpoints(), &etcdkv.Options{Prefix: fmt.Sprintf("/matrix/%d/", n.Add(1))})
-			if err == nil {
-				backends = append(backends, b)
+			if err != nil {
+				return nil, err
 			}
-			return b, err
+			mu.Lock()
+			backends = append(backends, b)
+			mu.Unlock()
+			if wrap != nil {
+				return wrap(name, b), nil
+			}
+			return b, nil
 		})
 	}()
-	t.Cleanup(func() {
+	defer func() {
 		_ = ln.Close()
+		<-served
+		mu.Lock()
+		defer mu.Unlock()
 		for _, b := range backends {
 			_ = b.Close()
 		}
-	})
+	}()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"test", "-count=1", "-timeout=5m"}, matrixPackages...)
+	args = append([]string{"test", "-count=1", "-timeout=5m"}, args...)
+	if testing.Short() {
+		args = append(args, "-short")
+	}
 	if v := os.Getenv("ONCEKV_MATRIX_VERBOSE"); v != "" {
 		args = append(args, "-v")
 	}
