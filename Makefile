@@ -5,11 +5,17 @@ help: ## show the targets
 
 MODULES := ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./etcdkv/...
 
-test: ## run the tests of every module (the README's command)
-	go test $(MODULES)
+test: ## run the tests of every module (the README's command, then the etcd suite's short profile)
+	go test ./... ./cmd/oncekv/... ./examples/... ./bench/chart/...
+	go test -short ./etcdkv/...
 
 race: ## run the tests under the race detector
-	go test -race -count=1 $(MODULES)
+	go test -race -count=1 ./... ./cmd/oncekv/... ./examples/... ./bench/chart/...
+	go test -race -short -count=1 -skip 'TestLibrarySuitesOnEtcd|TestLedgerLinearizableThroughEtcdFaults' ./etcdkv/...
+
+etcd-long: ## the etcd suite's long profile: the library's suites on a 3-member cluster at full size, the fault tests, the payments replicas
+	go test -count=1 -timeout 30m -v ./etcdkv/...
+	ONCEKV_REPLICAS_LONG=1 go test -count=1 -timeout 30m -v -run Replicas ./examples/payments/...
 
 fuzz-smoke: ## run every fuzz target for 20s (CI profile)
 	./scripts/fuzz.sh 20s
@@ -47,4 +53,4 @@ docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md fr
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate chart bench-postgres docs-graph ci
+.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate chart bench-postgres docs-graph etcd-long ci

@@ -98,4 +98,3 @@ func TestLedgerLinearizableThroughEtcdFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/etcdkv/embedded"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
@@ -26,6 +27,7 @@ import (
 // CHILD=provider the test binary runs that program with CHILD_ARGS (JSON),
 // so tests drive real processes they can SIGKILL.
 func TestMain(m *testing.M) {
+	embedded.RunMemberIfAsked() // an etcd member of the replicas tests, in a process of its own
 	if child := os.Getenv("CHILD"); child != "" {
 		var args []string
 		if err := json.Unmarshal([]byte(os.Getenv("CHILD_ARGS")), &args); err != nil {

@@ -6,6 +6,16 @@
 //	curl -s -X POST 127.0.0.1:8080/v1/orders -H 'Authorization: Bearer sk_test_acme' \
 //	  -H 'Idempotency-Key: order-ext-1' -H 'Content-Type: application/json' \
 //	  -d '{"external_ref":"ext-1","amount_cents":2500,"currency":"eur"}'
+//
+// Several replicas behind a load balancer share one ledger in etcd, and
+// one provider:
+//
+//	go run ./examples/payments/provider -addr 127.0.0.1:9090 &
+//	go run ./examples/payments -etcd http://127.0.0.1:2379 -provider http://127.0.0.1:9090 -addr 127.0.0.1:8081 &
+//	go run ./examples/payments -etcd http://127.0.0.1:2379 -provider http://127.0.0.1:9090 -addr 127.0.0.1:8082 &
+//
+// (oncekv demo --replicas 3 runs that whole arrangement, etcd included,
+// in one process.)
 package main
 
 import (
@@ -25,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/examples/payments/app"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
@@ -44,8 +55,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	dbPath := fs.String("db", "payments.db", "bbolt file")
+	etcd := fs.String("etcd", "", "etcd endpoints, comma-separated (e.g. http://127.0.0.1:2379): keep the state in etcd instead of -db, so several replicas serve one ledger (give them one -provider)")
+	etcdPrefix := fs.String("etcd-prefix", "/payments/", "the keys' prefix in etcd (one per service)")
 	providerURL := fs.String("provider", "", "payment provider base URL (default: an in-process fake provider)")
 	apiKeys := fs.String("api-keys", app.DefaultAPIKeys, "API keys: key=tenant,key=tenant")
+	lease := fs.Duration("lease", 30*time.Second, "how long a claim (a request in progress) is held before another process or replica may take it over")
+	callTimeout := fs.Duration("call-timeout", 15*time.Second, "bound on one provider call")
 	verbose := fs.Bool("v", false, "log every idempotent request")
 	webhook := fs.String("webhook", "", "URL that receives the outbox events (default: log them)")
 	admin := fs.String("admin", "", "serve the admin endpoint (oncekv --addr) on this address, e.g. 127.0.0.1:8081 (off by default); a non-loopback address needs -admin-token")
@@ -82,8 +97,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		*providerURL = url
 	}
 
-	a, err := app.New(app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger, Webhook: *webhook})
+	cfg := app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger, Webhook: *webhook,
+		Lease: *lease, CallTimeout: *callTimeout}
+	store := *dbPath
+	if *etcd != "" {
+		b, err := etcdkv.Open(*etcd, &etcdkv.Options{Prefix: *etcdPrefix})
+		if err != nil {
+			return err
+		}
+		cfg.Backend, store = b, "etcd "+*etcd+" prefix "+*etcdPrefix
+	}
+	a, err := app.New(cfg)
 	if err != nil {
+		if cfg.Backend != nil {
+			_ = cfg.Backend.Close()
+		}
 		return err
 	}
 	defer func() { _ = a.Close() }()
@@ -116,7 +144,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	srv := newServer(a.Handler)
-	fmt.Fprintf(out, "payments listening on http://%s (db %s, provider %s)\n", ln.Addr(), *dbPath, *providerURL)
+	fmt.Fprintf(out, "payments listening on http://%s (db %s, provider %s)\n", ln.Addr(), store, *providerURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -33,15 +33,24 @@ const DefaultAPIKeys = "sk_test_acme=acme,sk_test_globex=globex" //nolint:gosec 
 
 // Config configures the service.
 type Config struct {
-	DBPath      string            // bbolt file
+	DBPath string // bbolt file (unless Backend is set)
+	// Backend, if set, holds the service's state instead of the file at
+	// DBPath: an etcd backend (etcdkv.Open) lets several replicas of the
+	// service share one ledger. App.Close closes it.
+	Backend     kv.Backend
 	ProviderURL string            // the payment provider's base URL
 	APIKeys     map[string]string // API key -> tenant
 	Logger      *slog.Logger      // nil discards
 	NoSync      bool              // for demos and benchmarks only
 	// Provider overrides the HTTP provider client (tests).
 	Provider sideeffect.Provider
-	// Grace and Lease tune the reconciler; zero means 5s and 30s.
+	// Grace and Lease tune the reconciler; zero means 5s and 30s. Lease
+	// is also how long another replica waits before it takes over a claim
+	// whose replica died.
 	Grace, Lease time.Duration
+	// CallTimeout bounds one provider call; zero means 15s. A charge
+	// intent's lease is Lease plus twice this.
+	CallTimeout time.Duration
 	// Webhook, if set, receives the outbox events (order.paid); otherwise
 	// the relay logs them.
 	Webhook string
@@ -128,7 +137,17 @@ func New(cfg Config) (*App, error) {
 	if cfg.Lease == 0 {
 		cfg.Lease = 30 * time.Second
 	}
-	db, err := kv.Open(cfg.DBPath, &kv.Options{NoSync: cfg.NoSync, Clock: cfg.Clock})
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = 15 * time.Second
+	}
+	opts := &kv.Options{NoSync: cfg.NoSync, Clock: cfg.Clock}
+	var db *kv.DB
+	var err error
+	if cfg.Backend != nil {
+		db, err = kv.New(cfg.Backend, opts)
+	} else {
+		db, err = kv.Open(cfg.DBPath, opts)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +182,7 @@ func (a *App) build() error {
 		Handlers: map[string]sideeffect.Handler{"charge": {
 			Provider: provider, OnSucceeded: a.paid, OnFailed: a.paymentFailed,
 		}},
-		Grace: a.cfg.Grace, Lease: a.cfg.Lease + 30*time.Second, CallTimeout: 15 * time.Second,
+		Grace: a.cfg.Grace, Lease: a.cfg.Lease + 2*a.cfg.CallTimeout, CallTimeout: a.cfg.CallTimeout,
 		Backoff: sideeffect.Backoff{Base: time.Second, Cap: 30 * time.Second}, Logger: a.log,
 	})
 	if err != nil {
