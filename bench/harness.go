@@ -140,9 +140,13 @@ func preloadKey(i int) []byte {
 
 // fill preloads n rows in transactions of 1,000 through put.
 func fill(ctx context.Context, db *kv.DB, n int, put func(tx kv.Tx, i int) error) error {
-	for i := 0; i < n; i += 1000 {
+	chunk := 1000
+	if m := db.Traits().MaxTxOps; m > 0 {
+		chunk = max(1, m/4) // a few writes per row on a backend with a per-transaction limit
+	}
+	for i := 0; i < n; i += chunk {
 		err := db.Update(ctx, func(tx kv.Tx) error {
-			for j := i; j < min(i+1000, n); j++ {
+			for j := i; j < min(i+chunk, n); j++ {
 				if err := put(tx, j); err != nil {
 					return err
 				}
@@ -197,25 +201,25 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 			}
 		}
 	}()
-	bare, err := bareWorkload("bare", cfg, open, cfg.BoltBatch)
+	bare, err := BareWorkload("bare", cfg, open, cfg.BoltBatch)
 	if err != nil {
 		return Report{}, err
 	}
 	workloads = append(workloads, bare)
-	once, err := onceWorkload(ctx, "oncekv", cfg, open, false)
+	once, err := LedgerWorkload(ctx, "oncekv", cfg, open, false)
 	if err != nil {
 		return Report{}, err
 	}
 	workloads = append(workloads, once)
 	if cfg.BareBoltBatch {
-		w, err := bareWorkload("bare-boltbatch", cfg, open, true)
+		w, err := BareWorkload("bare-boltbatch", cfg, open, true)
 		if err != nil {
 			return Report{}, err
 		}
 		workloads = append(workloads, w)
 	}
 	if cfg.Keyed {
-		w, err := onceWorkload(ctx, "oncekv-keyed", cfg, open, true)
+		w, err := LedgerWorkload(ctx, "oncekv-keyed", cfg, open, true)
 		if err != nil {
 			return Report{}, err
 		}
@@ -273,9 +277,10 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	return rep, nil
 }
 
-// bareWorkload is the baseline: the business write alone, through oncekv's
-// group commit (or bbolt's DB.Batch), on its own file.
-func bareWorkload(name string, cfg HarnessConfig, open func(string) (*kv.DB, error), boltBatch bool) (Workload, error) {
+// BareWorkload is the baseline: the business write alone, through oncekv's
+// group commit (or bbolt's DB.Batch), on its own database from open (a
+// bbolt file, or another backend: oncekv bench --against-etcd).
+func BareWorkload(name string, cfg HarnessConfig, open func(string) (*kv.DB, error), boltBatch bool) (Workload, error) {
 	db, err := open(name)
 	if err != nil {
 		return Workload{}, err
@@ -299,10 +304,11 @@ func bareWorkload(name string, cfg HarnessConfig, open func(string) (*kv.DB, err
 	}, nil
 }
 
-// onceWorkload is the same business write through the idempotency ledger
+// LedgerWorkload is the same business write through the idempotency ledger
 // (look-up, business write, record with the stored response, one commit),
-// on its own file; keyed puts the ledger on the format-1 layout.
-func onceWorkload(ctx context.Context, name string, cfg HarnessConfig, open func(string) (*kv.DB, error), keyed bool) (Workload, error) {
+// on its own database from open; keyed puts the ledger on the format-1
+// layout.
+func LedgerWorkload(ctx context.Context, name string, cfg HarnessConfig, open func(string) (*kv.DB, error), keyed bool) (Workload, error) {
 	db, err := open(name)
 	if err != nil {
 		return Workload{}, err

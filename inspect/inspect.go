@@ -283,13 +283,15 @@ func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]In
 
 // Stats counts records per kind and state and reports storage.
 func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
-	b := i.db.Bolt()
-	st := Stats{Path: i.db.Path(), PageSize: b.Info().PageSize, Counts: map[string]int{}, Buckets: []Bucket{}, Tenants: []TenantUsage{}}
-	if fi, err := os.Stat(i.db.Path()); err == nil {
-		st.FileBytes = fi.Size()
+	st := Stats{Path: i.db.Path(), Backend: i.db.Traits().Name, Counts: map[string]int{}, Buckets: []Bucket{}, Tenants: []TenantUsage{}}
+	if b := i.db.Bolt(); b != nil {
+		st.PageSize = b.Info().PageSize
+		if fi, err := os.Stat(i.db.Path()); err == nil {
+			st.FileBytes = fi.Size()
+		}
+		ds := b.Stats()
+		st.FreePages, st.PendingPages, st.FreeBytes = ds.FreePageN, ds.PendingPageN, ds.FreeAlloc
 	}
-	ds := b.Stats()
-	st.FreePages, st.PendingPages, st.FreeBytes = ds.FreePageN, ds.PendingPageN, ds.FreeAlloc
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		var err error
 		if st.FormatVersion, err = keyspace.StoredFormat(tx); err != nil {
@@ -332,6 +334,17 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 		}
 		bt := kv.BoltTx(tx)
 		for _, ns := range keyspace.List(tx, "") {
+			if bt == nil { // another backend: keys counted, no pages
+				if bk := ns.Bucket(tx); bk != nil {
+					n := 0
+					c := bk.Cursor()
+					for k, _ := c.First(); k != nil; k, _ = c.Next() {
+						n++
+					}
+					st.Buckets = append(st.Buckets, Bucket{Name: ns.Name(), Keys: n})
+				}
+				continue
+			}
 			bk := bt.Bucket(ns.Bytes())
 			if bk == nil {
 				continue

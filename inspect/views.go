@@ -98,7 +98,10 @@ type Bucket struct {
 
 // Stats counts records per kind and state, and reports storage.
 type Stats struct {
-	Path          string         `json:"path,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Backend is the store's kind (kv.Traits.Name): "bbolt", "etcd". The
+	// file and page figures are bbolt's only.
+	Backend       string         `json:"backend,omitempty"`
 	FileBytes     int64          `json:"file_bytes"`
 	PageSize      int            `json:"page_size"`
 	FreePages     int            `json:"free_pages"`

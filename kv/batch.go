@@ -32,7 +32,7 @@ import (
 // while the call waits for its batch cancels it before it runs; once running
 // it is not interrupted.
 func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
-	if err := db.usable(ctx); err != nil {
+	if err := db.writable(ctx); err != nil {
 		return err
 	}
 	if !db.traits.GroupCommit {

@@ -37,8 +37,9 @@ type Options struct {
 	// process. 0 means DefaultLockTimeout. Negative values are invalid.
 	LockTimeout time.Duration
 
-	// ReadOnly opens the file with a shared lock; writes fail. Read-only opens
-	// never stamp the format record.
+	// ReadOnly opens the file with a shared lock; writes fail (with
+	// bbolt's errors.ErrDatabaseReadOnly, whatever the backend). Read-only
+	// opens never stamp the format record.
 	ReadOnly bool
 
 	// NoSync skips fsync on commit. A crash can then lose or corrupt recent
@@ -284,7 +285,7 @@ func (db *DB) ReadOnly() bool { return db.opts.ReadOnly }
 // the error returned (or the panic propagated). ctx is checked before the
 // transaction starts; a running transaction is not interrupted.
 func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
-	if err := db.usable(ctx); err != nil {
+	if err := db.writable(ctx); err != nil {
 		return err
 	}
 	err := db.backend.Update(ctx, func(t Tx) error {
@@ -307,6 +308,15 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 		return err
 	}
 	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(guard(t)) }))
+}
+
+// writable is usable for a write: a read-only DB over a backend other
+// than bbolt (which refuses by itself) refuses here.
+func (db *DB) writable(ctx context.Context) error {
+	if db.opts.ReadOnly && db.bolt == nil {
+		return fmt.Errorf("kv: %s was opened read-only: %w", db.path, berrors.ErrDatabaseReadOnly)
+	}
+	return db.usable(ctx)
 }
 
 func (db *DB) usable(ctx context.Context) error {

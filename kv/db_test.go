@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
@@ -294,4 +295,27 @@ func TestManualClock(t *testing.T) {
 	require.Equal(t, t0, db.Clock().Now())
 	c.Advance(time.Hour)
 	require.Equal(t, t0.Add(time.Hour), db.Clock().Now())
+}
+
+// A read-only DB over a backend other than a bbolt file refuses writes
+// with the error a read-only file gives, and still reads.
+func TestReadOnlyOverAnyBackend(t *testing.T) {
+	t.Parallel()
+	inner := kvtest.Open(t, nil)
+	require.NoError(t, inner.Update(context.Background(), func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("k"), []byte("v"))
+	}))
+	ro, err := kv.New(inner, &kv.Options{ReadOnly: true})
+	require.NoError(t, err)
+	err = ro.Update(context.Background(), func(tx kv.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("k"), []byte("w")) })
+	require.ErrorIs(t, err, berrors.ErrDatabaseReadOnly)
+	require.ErrorIs(t, ro.Batch(context.Background(), func(kv.Tx) error { return nil }), berrors.ErrDatabaseReadOnly)
+	require.NoError(t, ro.View(context.Background(), func(tx kv.Tx) error {
+		require.Equal(t, "v", string(tx.Bucket([]byte("b")).Get([]byte("k"))))
+		return nil
+	}))
 }

@@ -22,6 +22,9 @@ the files while the service is stopped.`,
 		Example: `  oncekv compact --db payments.db --out payments.compact.db`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.etcd != "" {
+				return usagef("compact works on a bbolt file; etcd compacts its own history (auto-compaction, or etcdctl compact and defrag)")
+			}
 			if out == "" {
 				return usagef("--out FILE is required")
 			}

@@ -64,8 +64,8 @@ endpoint (--addr with --token).`,
 // (--db, opened for writing).
 func operate(o *options, act func(op inspect.Operator) (inspect.Intent, error)) (inspect.Intent, error) {
 	if o.addr != "" {
-		if o.db != "" {
-			return inspect.Intent{}, usagef("use --db or --addr, not both")
+		if o.db != "" || o.etcd != "" {
+			return inspect.Intent{}, usagef("use --db, --etcd or --addr, not two of them")
 		}
 		return act(o.client())
 	}

@@ -52,7 +52,7 @@ func TestKeys(t *testing.T) {
 	require.Equal(t, 2, code)
 	_, stderr, code = run("keys")
 	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "--db FILE is required")
+	require.Contains(t, stderr, "--db FILE (or --etcd ENDPOINTS) is required")
 	out, _, code = run("keys", "--help")
 	require.Equal(t, 0, code)
 	require.True(t, strings.Contains(out, "Examples:") || strings.Contains(out, "Example"))

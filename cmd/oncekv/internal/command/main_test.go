@@ -64,13 +64,19 @@ func run(args ...string) (stdout, stderr string, code int) {
 // ago, the other records expire in 30 minutes.
 func fixture(t *testing.T) string {
 	t.Helper()
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "fixture.db")
 	clock := kvtest.NewManualClock(time.Now().Add(-150 * time.Minute))
 	db, err := kv.Open(path, &kv.Options{Clock: clock, NoSync: true})
 	require.NoError(t, err)
 	defer db.Close()
+	populate(t, db, clock)
+	return path
+}
 
+// populate writes the fixture's records into db, whose clock is clock.
+func populate(t *testing.T, db *kv.DB, clock *kvtest.ManualClock) {
+	t.Helper()
+	ctx := context.Background()
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour, Lease: time.Minute})
 	do := func(scope, key string, status int, body []byte) {
 		_, err := l.Do(ctx, ledger.Request{Scope: scope, Key: key, Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
@@ -83,7 +89,7 @@ func fixture(t *testing.T) string {
 	do("acme|POST /v1/orders", "create-1", 201, []byte(`{"id":"ord_1"}`))
 	do("acme|POST /v1/orders", "create-2", 200, []byte(`{"id":"ord_2"}`))
 	do("globex|POST /v1/orders", "create-1", 201, []byte{0x00, 0xff, 0x10})
-	_, err = l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders/{id}/pay", Key: "pay-1", Fingerprint: ledger.Fingerprint{2}})
+	_, err := l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/orders/{id}/pay", Key: "pay-1", Fingerprint: ledger.Fingerprint{2}})
 	require.NoError(t, err)
 
 	in, _ := inbox.New(db, nil)
@@ -129,5 +135,4 @@ func fixture(t *testing.T) string {
 		{Name: "by_ref", Key: func(o order) ([]byte, bool) { return []byte(o.Ref), true }}}})
 	_, err = tbl.Insert(ctx, "ord_1", order{Ref: "ext-1"})
 	require.NoError(t, err)
-	return path
 }

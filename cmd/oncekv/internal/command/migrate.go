@@ -59,13 +59,13 @@ file with records until it is migrated).`,
 				To      uint32  `json:"to_format"`
 				Records int     `json:"idempotency_records"`
 				Seconds float64 `json:"seconds"`
-			}{o.db, before, after, st.Records, time.Since(start).Seconds()}
+			}{o.where(), before, after, st.Records, time.Since(start).Seconds()}
 			return o.emit(res, func(w io.Writer) {
 				if before == after {
-					fmt.Fprintf(w, "%s is already at format %d (%d idempotency records)\n", o.db, after, st.Records)
+					fmt.Fprintf(w, "%s is already at format %d (%d idempotency records)\n", o.where(), after, st.Records)
 					return
 				}
-				fmt.Fprintf(w, "%s migrated from format %d to %d: %d idempotency records in the log (%.2fs)\n", o.db, before, after, st.Records, res.Seconds)
+				fmt.Fprintf(w, "%s migrated from format %d to %d: %d idempotency records in the log (%.2fs)\n", o.where(), before, after, st.Records, res.Seconds)
 			})
 		},
 	}

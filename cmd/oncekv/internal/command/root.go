@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -40,6 +41,9 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // options are the flags every command shares.
 type options struct {
 	db    string
+	etcd  string // endpoints: the database is on etcd (etcdkv) instead of a file
+	// etcdPrefix is the service's prefix on etcd (etcdkv.Options.Prefix).
+	etcdPrefix string
 	json  bool
 	addr  string
 	token string
@@ -94,6 +98,9 @@ stored on behalf of others (provider errors) is printed escaped.
 
 Commands other than demo open only an existing oncekv file: an empty or
 foreign file is refused untouched, a damaged one is reported (exit 1).
+--etcd ENDPOINTS works wherever --db does, on the database a service keeps
+on an etcd cluster (package etcdkv; --etcd-prefix names it), except compact:
+etcd compacts its own history.
 
 A running service holds its file's lock. Commands then take --addr to query
 the service's admin endpoint (inspect.Handler) instead of the file, and
@@ -115,6 +122,8 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.SetVersionTemplate("oncekv {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&o.db, "db", "", "database file")
+	root.PersistentFlags().StringVar(&o.etcd, "etcd", "", "etcd endpoints (http://127.0.0.1:2379,...): the database a service keeps on etcd, instead of --db")
+	root.PersistentFlags().StringVar(&o.etcdPrefix, "etcd-prefix", etcdkv.DefaultPrefix, "with --etcd: the service's key prefix (etcdkv.Options.Prefix)")
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
 		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newDemo(o), newBench(o), newVersion(o))
@@ -140,10 +149,16 @@ func lockedHelp(path string) string {
 		"or stop the service first", path)
 }
 
-// open opens --db for reading (or writing), with a short lock timeout.
+// open opens --db (or --etcd) for reading (or writing), with a short
+// lock timeout.
 func (o *options) open(write bool) (*kv.DB, error) {
-	if o.db == "" {
-		return nil, usagef("--db FILE is required")
+	switch {
+	case o.db != "" && o.etcd != "":
+		return nil, usagef("use --db or --etcd, not both")
+	case o.etcd != "":
+		return o.openEtcd(write)
+	case o.db == "":
+		return nil, usagef("--db FILE (or --etcd ENDPOINTS) is required")
 	}
 	if _, err := os.Stat(o.db); err != nil {
 		return nil, fmt.Errorf("open %s: %w", o.db, err)
@@ -163,12 +178,35 @@ func (o *options) open(write bool) (*kv.DB, error) {
 	return db, nil
 }
 
+// where names the database for messages: the file, or the etcd prefix.
+func (o *options) where() string {
+	if o.etcd != "" {
+		return fmt.Sprintf("etcd %s prefix %s", o.etcd, o.etcdPrefix)
+	}
+	return o.db
+}
+
+// openEtcd opens the database on etcd: an existing one only
+// (RequireFormat), read-only unless write.
+func (o *options) openEtcd(write bool) (*kv.DB, error) {
+	b, err := etcdkv.Open(o.etcd, &etcdkv.Options{Prefix: o.etcdPrefix})
+	if err != nil {
+		return nil, err
+	}
+	db, err := kv.New(b, &kv.Options{ReadOnly: !write, RequireFormat: true})
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("%s: %w", o.where(), err)
+	}
+	return db, nil
+}
+
 // source returns what read commands query: the admin endpoint with --addr,
 // else the file. The returned func closes it.
 func (o *options) source() (inspect.Source, func(), error) {
 	if o.addr != "" {
-		if o.db != "" {
-			return nil, nil, usagef("use --db or --addr, not both")
+		if o.db != "" || o.etcd != "" {
+			return nil, nil, usagef("use --db, --etcd or --addr, not two of them")
 		}
 		return o.client(), func() {}, nil
 	}

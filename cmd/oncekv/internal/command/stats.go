@@ -24,8 +24,12 @@ func newStats(o *options) *cobra.Command {
 				return err
 			}
 			return o.emit(st, func(w io.Writer) {
-				fmt.Fprintf(w, "file\t%s (%d bytes, page size %d, format %d)\n", dash(st.Path), st.FileBytes, st.PageSize, st.FormatVersion)
-				fmt.Fprintf(w, "free pages\t%d (%d bytes; %d pending release)\n", st.FreePages, st.FreeBytes, st.PendingPages)
+				if st.PageSize == 0 { // not a bbolt file: no pages to report
+					fmt.Fprintf(w, "store\t%s on %s (format %d)\n", dash(st.Path), dash(st.Backend), st.FormatVersion)
+				} else {
+					fmt.Fprintf(w, "file\t%s (%d bytes, page size %d, format %d)\n", dash(st.Path), st.FileBytes, st.PageSize, st.FormatVersion)
+					fmt.Fprintf(w, "free pages\t%d (%d bytes; %d pending release)\n", st.FreePages, st.FreeBytes, st.PendingPages)
+				}
 				names := make([]string, 0, len(st.Counts))
 				for n := range st.Counts {
 					names = append(names, n)
