@@ -64,7 +64,7 @@ func TestCommandsOnEtcd(t *testing.T) {
 	require.Contains(t, out, "ok: no problems found")
 	require.Equal(t, rev, etcdRevision(t, eps), "read commands wrote to etcd")
 
-	out, stderr, code = on("sweep")
+	_, stderr, code = on("sweep")
 	require.Equal(t, 0, code, stderr)
 	out, _, _ = on("keys", "--expired")
 	require.NotContains(t, out, "old-1", "swept")

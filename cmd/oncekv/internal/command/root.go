@@ -40,15 +40,15 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // options are the flags every command shares.
 type options struct {
-	db    string
-	etcd  string // endpoints: the database is on etcd (etcdkv) instead of a file
+	db   string
+	etcd string // endpoints: the database is on etcd (etcdkv) instead of a file
 	// etcdPrefix is the service's prefix on etcd (etcdkv.Options.Prefix).
 	etcdPrefix string
-	json  bool
-	addr  string
-	token string
-	out   io.Writer // results: tables or one JSON document
-	diag  io.Writer // progress and notes (stderr), never mixed into --json output
+	json       bool
+	addr       string
+	token      string
+	out        io.Writer // results: tables or one JSON document
+	diag       io.Writer // progress and notes (stderr), never mixed into --json output
 }
 
 // Main runs the CLI with args and returns the exit code.
