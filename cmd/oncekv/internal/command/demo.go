@@ -3,7 +3,6 @@ package command
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/oncekv/oncekv/examples/payments/app"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
@@ -30,6 +28,7 @@ type demoConfig struct {
 	lose, dup, concurrent      float64 // client-side transport faults
 	providerFail, providerLose float64 // provider faults
 	seed                       uint64
+	replicas                   int // service replicas, on etcd when more than one
 }
 
 func newDemo(o *options) *cobra.Command {
@@ -45,14 +44,28 @@ duplicates and concurrent duplicates, against a provider that fails before
 charging and loses responses after charging. Clients retry with their same
 keys. The summary counts operations, attempts, replays, conflicts, provider
 charges, duplicates and lost operations (both must be 0), and latency; the
-database is left for inspection. Exit 1 if anything was duplicated or lost.`,
+database is left for inspection. Exit 1 if anything was duplicated or lost.
+
+--replicas 3 runs three replicas of the service behind a load balancer that
+spreads every request, retries and duplicates included, over them; their
+state is on etcd: a three-member cluster embedded in this process (its
+leader is killed a third of the way through and comes back at two thirds),
+or the cluster at --etcd. --etcd alone runs one replica on it.`,
 		Example: `  oncekv demo
   oncekv demo --ops 1000 --clients 16
-  oncekv demo --db demo.db && oncekv keys --db demo.db --limit 5`,
+  oncekv demo --db demo.db && oncekv keys --db demo.db --limit 5
+  oncekv demo --replicas 3
+  oncekv demo --replicas 3 --etcd http://127.0.0.1:2379 && oncekv keys --etcd http://127.0.0.1:2379 --etcd-prefix /oncekv-demo/`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.ops <= 0 || cfg.clients <= 0 {
-				return usagef("--ops and --clients must be positive")
+			if cfg.ops <= 0 || cfg.clients <= 0 || cfg.replicas <= 0 {
+				return usagef("--ops, --clients and --replicas must be positive")
+			}
+			if o.db != "" && (o.etcd != "" || cfg.replicas > 1) {
+				return usagef("--db is one process's file: with --replicas or --etcd the state is on etcd")
+			}
+			if o.etcd != "" && !cmd.Flags().Changed("etcd-prefix") {
+				o.etcdPrefix = demoPrefix
 			}
 			return runDemo(cmd.Context(), o, cfg)
 		},
@@ -66,8 +79,12 @@ database is left for inspection. Exit 1 if anything was duplicated or lost.`,
 	f.Float64Var(&cfg.providerFail, "provider-fail", 0.05, "fraction of provider calls failing before charging")
 	f.Float64Var(&cfg.providerLose, "provider-lose", 0.10, "fraction of provider calls that charge, then drop the response")
 	f.Uint64Var(&cfg.seed, "seed", uint64(time.Now().UnixNano()), "seed of every fault")
+	f.IntVar(&cfg.replicas, "replicas", 1, "service replicas behind a load balancer, sharing one ledger on etcd (embedded unless --etcd)")
 	return c
 }
+
+// demoPrefix is the demo's etcd prefix unless --etcd-prefix says otherwise.
+const demoPrefix = "/oncekv-demo/"
 
 type serverHandle struct {
 	srv  *http.Server
@@ -94,29 +111,31 @@ func (s *serverHandle) close() {
 
 // demoResult is the summary, printed as a table or JSON.
 type demoResult struct {
-	DB              string  `json:"db"`
-	Operations      int     `json:"operations"`
-	Clients         int     `json:"clients"`
-	Attempts        int64   `json:"attempts"`
-	LostResponses   int64   `json:"lost_responses"`
-	Replays         int64   `json:"replays"`
-	Conflicts       int64   `json:"conflicts"`
-	ProviderCharges int     `json:"provider_charges"`
-	Duplicates      int     `json:"duplicates"`
-	Lost            int     `json:"lost"`
-	P50MS           float64 `json:"p50_ms"`
-	P99MS           float64 `json:"p99_ms"`
-	Seconds         float64 `json:"seconds"`
-	Inspect         string  `json:"inspect"`
+	DB              string   `json:"db"`
+	Replicas        int      `json:"replicas"`
+	Faults          []string `json:"etcd_faults,omitempty"` // what happened to the etcd cluster during the run
+	Operations      int      `json:"operations"`
+	Clients         int      `json:"clients"`
+	Attempts        int64    `json:"attempts"`
+	LostResponses   int64    `json:"lost_responses"`
+	Replays         int64    `json:"replays"`
+	Conflicts       int64    `json:"conflicts"`
+	ProviderCharges int      `json:"provider_charges"`
+	Duplicates      int      `json:"duplicates"`
+	Lost            int      `json:"lost"`
+	P50MS           float64  `json:"p50_ms"`
+	P99MS           float64  `json:"p99_ms"`
+	Seconds         float64  `json:"seconds"`
+	Inspect         string   `json:"inspect"`
 }
 
 func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
+	dir, err := os.MkdirTemp("", "oncekv-demo-")
+	if err != nil {
+		return err
+	}
 	dbPath := o.db
 	if dbPath == "" {
-		dir, err := os.MkdirTemp("", "oncekv-demo-")
-		if err != nil {
-			return err
-		}
 		dbPath = filepath.Join(dir, "payments.db")
 	}
 	providerPath := strings.TrimSuffix(dbPath, filepath.Ext(dbPath)) + "-provider.db"
@@ -131,34 +150,17 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 	}
 	defer psrv.close()
 
-	a, err := app.New(app.Config{DBPath: dbPath, ProviderURL: psrv.url, Grace: time.Second, Lease: 5 * time.Second})
-	if errors.Is(err, kv.ErrLocked) {
-		return errors.New(lockedHelp(dbPath))
-	}
+	st, err := startDemoStore(o, cfg, dir)
 	if err != nil {
 		return err
 	}
-	runCtx, stopApp := context.WithCancel(ctx)
-	appDone := make(chan error, 1)
-	go func() { appDone <- a.Run(runCtx) }()
-	waitApp := func() {
-		if err := <-appDone; err != nil && !errors.Is(err, context.Canceled) {
-			fmt.Fprintln(o.diag, "demo: payments background work:", err)
-		}
-	}
-	asrv, err := serve(a.Handler)
+	defer st.close()
+	svc, err := startReplicas(ctx, o, st, cfg.replicas, psrv.url)
 	if err != nil {
-		stopApp()
-		waitApp()
-		_ = a.Close()
 		return err
 	}
-	shutdown := func() {
-		asrv.close()
-		stopApp()
-		waitApp()
-		_ = a.Close()
-	}
+	defer svc.close()
+	a := svc.apps[0]
 
 	tr := &faultTransport{base: &http.Transport{MaxIdleConnsPerHost: cfg.clients * 2}, lose: cfg.lose, dup: cfg.dup, concurrent: cfg.concurrent,
 		rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0xdeadbeef))} //nolint:gosec // fault dice, seeded for reproducible runs
@@ -176,9 +178,10 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 		wg.Go(func() {
 			for i := range work {
 				t0 := time.Now()
-				orderIDs[i], failures[i] = payOne(ctx, client, policy, asrv.url, i)
+				orderIDs[i], failures[i] = payOne(ctx, client, policy, svc.url, i)
 				latencies[i] = time.Since(t0)
 				progress.add()
+				st.faults(progress.done.Load(), cfg.ops)
 			}
 		})
 	}
@@ -194,12 +197,18 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 	elapsed := time.Since(start)
 
 	// Count charges per order at the provider, and check every order.
-	res := demoResult{DB: dbPath, Operations: cfg.ops, Clients: cfg.clients, Attempts: tr.attempts.Load(), LostResponses: tr.lost.Load(),
+	res := demoResult{DB: dbPath, Replicas: cfg.replicas, Operations: cfg.ops, Clients: cfg.clients, Attempts: tr.attempts.Load(), LostResponses: tr.lost.Load(),
 		Replays: tr.replays.Load(), Conflicts: tr.conflicts.Load(), Seconds: elapsed.Seconds(),
 		Inspect: "oncekv keys --db " + dbPath + " --limit 10"}
+	if st.etcd != "" {
+		res.DB, res.Faults = st.describe(), st.done()
+		res.Inspect = fmt.Sprintf("oncekv keys --etcd %s --etcd-prefix %s --limit 10", st.etcd, o.etcdPrefix)
+		if st.cluster != nil {
+			res.Inspect = "(the embedded etcd cluster stops with the demo: run etcd and pass --etcd to keep the state)"
+		}
+	}
 	charges, err := providerCharges(psrv.url)
 	if err != nil {
-		shutdown()
 		return err
 	}
 	perOrder := map[string]int{}
@@ -222,13 +231,18 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 			res.Lost++
 		}
 	}
-	shutdown()
 	slices.Sort(latencies)
 	res.P50MS = float64(latencies[len(latencies)/2].Microseconds()) / 1000
 	res.P99MS = float64(latencies[min(len(latencies)-1, len(latencies)*99/100)].Microseconds()) / 1000
 
 	err = o.emit(res, func(w io.Writer) {
 		fmt.Fprintf(w, "operations\t%d logical payments (create an order, pay it) by %d clients in %.1fs\n", res.Operations, res.Clients, res.Seconds)
+		if res.Replicas > 1 || len(res.Faults) > 0 {
+			fmt.Fprintf(w, "replicas\t%d behind a load balancer, state on %s\n", res.Replicas, res.DB)
+		}
+		for _, f := range res.Faults {
+			fmt.Fprintf(w, "etcd fault\t%s\n", f)
+		}
 		fmt.Fprintf(w, "attempts\t%d HTTP requests sent (%d responses lost on the way back, duplicates sent on purpose)\n", res.Attempts, res.LostResponses)
 		fmt.Fprintf(w, "replays\t%d answered from the idempotency record\n", res.Replays)
 		fmt.Fprintf(w, "conflicts\t%d answered 409 while the first attempt was in progress\n", res.Conflicts)

@@ -33,3 +33,26 @@ func TestDemo(t *testing.T) {
 	_, _, code = run("check", "--db", db)
 	require.Equal(t, 0, code)
 }
+
+// demo --replicas 3: three replicas behind a load balancer on an embedded
+// three-member etcd cluster whose leader is killed mid-run and comes back;
+// zero duplicates, zero lost.
+func TestDemoReplicas(t *testing.T) {
+	t.Parallel()
+	out, stderr, code := run("demo", "--replicas", "3", "--ops", "60", "--clients", "6", "--seed", "2", "--json")
+	require.Equal(t, 0, code, stderr)
+	var res demoResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, 3, res.Replicas)
+	require.Zero(t, res.Duplicates)
+	require.Zero(t, res.Lost)
+	require.Equal(t, 60, res.ProviderCharges)
+	require.Len(t, res.Faults, 2, "the leader was killed, then restarted")
+	require.Contains(t, res.Faults[0], "killed")
+	require.Contains(t, res.Faults[1], "restarted")
+	require.Contains(t, res.DB, "etcd")
+
+	_, stderr, code = run("demo", "--replicas", "3", "--db", filepath.Join(t.TempDir(), "x.db"))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "the state is on etcd")
+}
