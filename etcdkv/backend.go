@@ -106,6 +106,11 @@ type Backend struct {
 	leaseMu   sync.Mutex
 	lease     clientv3.LeaseID
 	leaseFrom time.Time
+
+	// buckets are the bucket names known to exist. The port deletes no
+	// bucket, so once seen a marker is read (and compared) no more: a
+	// round trip less per bucket a transaction opens.
+	buckets sync.Map
 }
 
 var _ kv.Backend = (*Backend)(nil)
@@ -242,6 +247,9 @@ func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error) (bool, erro
 	}
 	ok, err := t.commit()
 	if ok {
+		for _, name := range t.created {
+			b.buckets.Store(name, true)
+		}
 		for _, h := range t.onCommit {
 			h()
 		}

@@ -38,6 +38,7 @@ type tx struct {
 	scanned map[string][]byte // buckets scanned: their delete generation is compared
 	deleted map[string][]byte // buckets deleted in: their delete generation is bumped
 
+	created  []string // buckets this transaction creates
 	onCommit []func()
 }
 
@@ -153,20 +154,37 @@ func (t *tx) record(key string, w *write) {
 var _ kv.Tx = (*tx)(nil)
 
 func (t *tx) Bucket(name []byte) kv.Bucket {
-	if t.get(t.b.keys.bucketMarker(name)) == nil {
+	if !t.exists(name) {
 		return nil
 	}
 	return &bucket{t: t, name: append([]byte(nil), name...), prefix: t.b.keys.dataPrefix(name)}
+}
+
+// exists reports whether bucket name exists for this transaction: known
+// to the backend already, or its marker read (and compared at commit).
+func (t *tx) exists(name []byte) bool {
+	if _, ok := t.b.buckets.Load(string(name)); ok {
+		return true
+	}
+	marker := t.b.keys.bucketMarker(name)
+	if t.get(marker) == nil {
+		return false
+	}
+	if r, ok := t.reads[marker]; ok && r.modRev != 0 { // committed, not this transaction's own write
+		t.b.buckets.Store(string(name), true)
+	}
+	return true
 }
 
 func (t *tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
 	if len(name) == 0 {
 		return nil, errors.New("etcdkv: empty bucket name")
 	}
-	if t.get(t.b.keys.bucketMarker(name)) == nil {
+	if !t.exists(name) {
 		if err := t.put(t.b.keys.bucketMarker(name), nil); err != nil {
 			return nil, err
 		}
+		t.created = append(t.created, string(name))
 	}
 	return &bucket{t: t, name: append([]byte(nil), name...), prefix: t.b.keys.dataPrefix(name)}, nil
 }

@@ -28,8 +28,8 @@ var RecordKind kv.RecordKind = &recstore.Kind[*Record]{
 		}
 		return ""
 	},
-	Removed: func(tx kv.Tx, scope string, _ *Record, v []byte) error {
-		return account(tx, scope, -1, -int64(len(v)))
+	Removed: func(tx kv.Tx, scope string, r *Record, v []byte) error {
+		return account(tx, scope, r.Key, -1, -int64(len(v)))
 	},
 	CheckRecord: func(_ kv.Tx, scope, key string, r *Record, report func(string)) {
 		if r.Status == StatusInProgress && r.ExpiresAt.Before(r.LeaseExpiresAt) {

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -111,23 +112,62 @@ func decodeUsage(v []byte) (Usage, error) {
 	return u, d.Done()
 }
 
+// A tenant's usage is kept in up to usageShards counters under the keys
+// tenant+"\x00"+shard (a scope never holds a NUL), each record counted in
+// the one its scope and key hash to. One counter per tenant was a key
+// every request of the tenant wrote: on a backend with several writers
+// (etcd) their transactions all conflicted on it. A counter alone may be
+// negative (a record counted, before shards, under the bare tenant key and
+// removed since); only the sum is a usage.
+const usageShards = 256
+
+// usageKey is the key of the counter that counts the record scope/key.
+func usageKey(scope, key string) []byte {
+	h := uint32(2166136261) // FNV-1a over scope, NUL, key
+	for i := 0; i < len(scope); i++ {
+		h = (h ^ uint32(scope[i])) * 16777619
+	}
+	h *= 16777619
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	tenant := TenantOf(scope)
+	k := make([]byte, 0, len(tenant)+2)
+	k = append(k, tenant...)
+	return append(k, 0, byte(h%usageShards))
+}
+
+// usageTenant returns the tenant a usage key counts for.
+func usageTenant(k []byte) []byte {
+	if i := bytes.IndexByte(k, 0); i >= 0 {
+		return k[:i]
+	}
+	return k
+}
+
+// usageOf sums a tenant's counters.
 func usageOf(b kv.Bucket, tenant string) (Usage, error) {
 	if b == nil {
 		return Usage{}, nil
 	}
-	v := b.Get([]byte(tenant))
-	if v == nil {
-		return Usage{}, nil
+	var sum Usage
+	c := b.Cursor()
+	for k, v := c.Seek([]byte(tenant)); k != nil && string(usageTenant(k)) == tenant; k, v = c.Next() {
+		u, err := decodeUsage(v)
+		if err != nil {
+			return Usage{}, fmt.Errorf("ledger: usage of tenant %q: %w", clip(tenant), err)
+		}
+		sum.Records, sum.Bytes = sum.Records+u.Records, sum.Bytes+u.Bytes
 	}
-	u, err := decodeUsage(v)
-	if err != nil {
-		return Usage{}, fmt.Errorf("ledger: usage of tenant %q: %w", clip(tenant), err)
-	}
-	return u, nil
+	return sum.clamped(), nil
 }
 
-// account adds (records, bytes) to the usage of scope's tenant in tx.
-func account(tx kv.Tx, scope string, records, bytes int64) error {
+func (u Usage) clamped() Usage { return Usage{Records: max(u.Records, 0), Bytes: max(u.Bytes, 0)} }
+
+// account adds (records, bytes) to the usage of scope's tenant in tx, in
+// the counter of the record scope/key. It reads and writes that counter
+// only.
+func account(tx kv.Tx, scope, key string, records, bytes int64) error {
 	if records == 0 && bytes == 0 {
 		return nil
 	}
@@ -135,16 +175,18 @@ func account(tx kv.Tx, scope string, records, bytes int64) error {
 	if err != nil {
 		return err
 	}
-	tenant := TenantOf(scope)
-	u, err := usageOf(b, tenant)
-	if err != nil {
-		return err
+	k := usageKey(scope, key)
+	var u Usage
+	if v := b.Get(k); v != nil {
+		if u, err = decodeUsage(v); err != nil {
+			return fmt.Errorf("ledger: usage of tenant %q: %w", clip(TenantOf(scope)), err)
+		}
 	}
-	u.Records, u.Bytes = max(u.Records+records, 0), max(u.Bytes+bytes, 0)
+	u.Records, u.Bytes = u.Records+records, u.Bytes+bytes
 	if u.Records == 0 && u.Bytes == 0 {
-		return b.Delete([]byte(tenant))
+		return b.Delete(k)
 	}
-	return b.Put([]byte(tenant), encodeUsage(u))
+	return b.Put(k, encodeUsage(u))
 }
 
 // checkQuota rejects a new record for scope's tenant when it is at its
@@ -180,18 +222,31 @@ func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
 		if b == nil {
 			return
 		}
+		// A tenant's counters are adjacent: NUL sorts before any byte.
+		var tenant []byte
+		var sum Usage
 		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(k) > 0 && k[0] == 0 {
+		for k, v := c.First(); ; k, v = c.Next() {
+			if k != nil && len(k) > 0 && k[0] == 0 {
 				continue // markers
+			}
+			if tenant != nil && (k == nil || !bytes.Equal(usageTenant(k), tenant)) {
+				if !yield(string(tenant), sum.clamped()) {
+					return
+				}
+				tenant = nil
+			}
+			if k == nil {
+				return
 			}
 			u, err := decodeUsage(v)
 			if err != nil {
 				continue // reported by the consistency check
 			}
-			if !yield(string(k), u) {
-				return
+			if tenant == nil {
+				tenant, sum = bytes.Clone(usageTenant(k)), Usage{}
 			}
+			sum.Records, sum.Bytes = sum.Records+u.Records, sum.Bytes+u.Bytes
 		}
 	}
 }
@@ -226,16 +281,17 @@ func (l *Ledger) rebuildUsage(ctx context.Context) error {
 			return nil
 		}
 		totals := map[string]Usage{}
-		l.records.Scan(tx, "", func(_ recstore.Ref, scope, _ string, v []byte, ok bool) bool {
+		l.records.Scan(tx, "", func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
 			if ok {
-				u := totals[TenantOf(scope)]
+				k := string(usageKey(scope, key))
+				u := totals[k]
 				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
-				totals[TenantOf(scope)] = u
+				totals[k] = u
 			}
 			return true
 		})
-		for tenant, u := range totals {
-			if err := b.Put([]byte(tenant), encodeUsage(u)); err != nil {
+		for k, u := range totals {
+			if err := b.Put([]byte(k), encodeUsage(u)); err != nil {
 				return err
 			}
 		}

@@ -247,7 +247,7 @@ func fill(t *testing.T, l *ledger.Ledger, prefix string, n int) {
 	t.Helper()
 	chunk := 1000
 	if m := l.DB().Traits().MaxTxOps; m > 0 {
-		chunk = max(1, m/2) // a record and, once per transaction, its tenant's usage
+		chunk = max(1, m/4) // a record, its expiry index entry and its usage counter
 	}
 	for i := 0; i < n; i += chunk {
 		require.NoError(t, l.DB().Update(ctx, func(tx kv.Tx) error {

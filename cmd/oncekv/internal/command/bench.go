@@ -43,7 +43,7 @@ type benchOutput struct {
 func newBench(o *options) *cobra.Command {
 	var cfg bench.HarnessConfig
 	var gobench bool
-	var cpuprofile, clientList, postgres string
+	var cpuprofile, clientList, postgres, etcd string
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure durable idempotent writes against bare bbolt, in one run",
@@ -60,12 +60,15 @@ have a realistic depth. --keyed adds the ledger on the layout it had before
 the record log (format 1), --bare-bolt-batch the bare write through bbolt's
 own DB.Batch, --against-postgres DSN the classic PostgreSQL pattern (claim
 insert, business insert, completion update, one transaction, synchronous
-commit) on a server you point it at. --clients-list 1,16,64 runs every
+commit) on a server you point it at, --against-etcd the bare write and the
+ledger on etcd (the cluster at ENDPOINTS, or "embedded": three members in
+this process, fsync as --sync says). --clients-list 1,16,64 runs every
 workload at each client count.`,
 		Example: `  oncekv bench
   oncekv bench --clients 64 --duration 10s --preload 200000
   oncekv bench --clients-list 1,4,16,64,128 --keyed --bare-bolt-batch --json > runs.json
   oncekv bench --against-postgres postgres://bench@127.0.0.1:5432/bench --clients-list 1,16,64
+  oncekv bench --against-etcd embedded --clients-list 1,16,64
   oncekv bench --sync=false --commit update --clients 1
   oncekv bench --gobench > new.txt && benchstat old.txt new.txt`,
 		Args: noArgs,
@@ -98,6 +101,14 @@ workload at each client count.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			var eb *etcdBench
+			if etcd != "" {
+				var err error
+				if eb, err = startEtcdBench(etcd, cfg.Sync); err != nil {
+					return err
+				}
+				defer eb.close()
+			}
 			out := benchOutput{CPUs: runtime.NumCPU(), Seconds: cfg.Duration.Seconds(), Sync: cfg.Sync, Commit: cfg.Commit,
 				PayloadBytes: cfg.PayloadBytes, ResponseSize: cfg.ResponseSize, Preload: cfg.Preload}
 			for _, n := range clients {
@@ -112,6 +123,13 @@ workload at each client count.`,
 						return err
 					}
 					run.Extra = []bench.Workload{w}
+				}
+				if eb != nil {
+					ws, err := eb.workloads(cmd.Context(), run)
+					if err != nil {
+						return err
+					}
+					run.Extra = append(run.Extra, ws...)
 				}
 				var bar *progressbar.ProgressBar
 				if f, ok := o.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !o.json && !gobench {
@@ -164,6 +182,7 @@ workload at each client count.`,
 	f.BoolVar(&cfg.BareBoltBatch, "bare-bolt-batch", false, "add the bare write through bbolt's own DB.Batch as a workload")
 	f.BoolVar(&cfg.Keyed, "keyed", false, "add the ledger on its format-1 layout (records under their keys), as before the record log")
 	f.StringVar(&postgres, "against-postgres", "", "add the classic PostgreSQL pattern on this server (a pgx DSN; tables oncekv_bench_* are created and emptied)")
+	f.StringVar(&etcd, "against-etcd", "", "add the bare write and the ledger on etcd: the cluster at these endpoints (keys under /oncekv-bench/, deleted after), or \"embedded\" (three members in this process)")
 	f.IntVar(&cfg.Rounds, "rounds", 2, "alternations of the workloads")
 	f.BoolVar(&gobench, "gobench", false, "print Go benchmark format (for benchstat)")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")

@@ -44,3 +44,26 @@ func TestBench(t *testing.T) {
 	_, _, code = run("bench", "--commit", "nope")
 	require.Equal(t, 2, code)
 }
+
+// bench --against-etcd embedded adds the bare write and the ledger on a
+// three-member etcd cluster started for the run, in the same rounds.
+func TestBenchAgainstEtcd(t *testing.T) {
+	t.Parallel()
+	out, stderr, code := run("bench", "--against-etcd", "embedded", "--duration", "600ms", "--clients", "4", "--sync=false", "--json")
+	require.Equal(t, 0, code, stderr)
+	var res struct {
+		Results []struct {
+			Name        string  `json:"name"`
+			Ops         int64   `json:"ops"`
+			RatioToBare float64 `json:"ratio_to_bare"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Len(t, res.Results, 4)
+	require.Equal(t, "etcd-bare", res.Results[2].Name)
+	require.Equal(t, "oncekv-etcd", res.Results[3].Name)
+	for _, r := range res.Results {
+		require.Positive(t, r.Ops, r.Name)
+		require.Positive(t, r.RatioToBare, r.Name)
+	}
+}

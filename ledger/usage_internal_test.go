@@ -1,0 +1,73 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+)
+
+// A tenant's usage is spread over counters, a record counted in the one
+// its key hashes to: two writers on one tenant seldom write the same key
+// (on etcd one counter per tenant made every request of a tenant conflict
+// with every other). The sum stays exact, with a count from before the
+// shards (under the bare tenant key) decremented through them.
+func TestUsageIsShardedAndExact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := kvtest.Open(t, nil)
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	do := func(scope, key string) {
+		_, err := l.Do(ctx, Request{Scope: scope, Key: key, Fingerprint: Fingerprint{1}}, func(kv.Tx) (Response, error) {
+			return Response{Status: 201, Body: []byte("ok")}, nil
+		})
+		require.NoError(t, err)
+	}
+	for i := range 64 {
+		do("acme|POST /x", fmt.Sprintf("k-%d", i))
+	}
+	do("acmecorp|POST /x", "k-0") // a tenant whose name extends another's
+	counters := map[string]int{}
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		c := keyspace.Raw(tx).Bucket(usageNS.Bytes()).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if k[0] != 0 {
+				counters[string(usageTenant(k))]++
+			}
+		}
+		return nil
+	}))
+	require.Greater(t, counters["acme"], 32, "64 records land in many of the 256 counters")
+	require.Equal(t, 1, counters["acmecorp"])
+	u, err := l.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.EqualValues(t, 64, u.Records)
+	got := map[string]Usage{}
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for tenant, u := range UsageTx(tx) {
+			got[tenant] = u
+		}
+		return nil
+	}))
+	require.Len(t, got, 2)
+	require.EqualValues(t, 64, got["acme"].Records)
+	require.EqualValues(t, 1, got["acmecorp"].Records)
+
+	// A count kept under the bare tenant key (before the shards) moves
+	// into the shards as records go: removing one leaves its counter
+	// negative and the sum exact.
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := keyspace.Raw(tx).Bucket(usageNS.Bytes())
+		return b.Put([]byte("legacy"), encodeUsage(Usage{Records: 2, Bytes: 20}))
+	}))
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return account(tx, "legacy|POST /x", "a", -1, -10) }))
+	u, err = l.Usage(ctx, "legacy")
+	require.NoError(t, err)
+	require.Equal(t, Usage{Records: 1, Bytes: 10}, u)
+}
