@@ -227,7 +227,7 @@ func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
 		var sum Usage
 		c := b.Cursor()
 		for k, v := c.First(); ; k, v = c.Next() {
-			if k != nil && len(k) > 0 && k[0] == 0 {
+			if len(k) > 0 && k[0] == 0 {
 				continue // markers
 			}
 			if tenant != nil && (k == nil || !bytes.Equal(usageTenant(k), tenant)) {
