@@ -1,2 +1,71 @@
-// Package etcdkv is an oncekv backend over etcd v3.
+// Package etcdkv is an oncekv backend (kv.Backend) over etcd v3, for a
+// service that runs as several replicas: every replica opens the same
+// cluster and prefix, and a retry that lands on another replica finds the
+// first attempt's record. Open it and hand it to kv.New; the rest of
+// oncekv (ledger, idemhttp, inbox, outbox, sideeffect, retention, the
+// CLI's --etcd) works unchanged.
+//
+// # Transactions
+//
+// A transaction is serializable and optimistic. Its reads happen at one
+// revision, fixed by the first read; its writes are buffered (it reads its
+// own writes); Update commits them as one etcd Txn whose compares say that
+// nothing it read has changed: the mod revision of every key read (0 for a
+// key read as absent), and for every range a cursor walked, that no key in
+// the range was written after the read revision. A range compare cannot
+// see a key that was deleted, so every bucket also carries a delete
+// generation, bumped by a transaction that deletes in it and compared by
+// one that scanned it. A transaction whose compares fail ran on stale
+// reads: its function runs again, after a jittered backoff, up to
+// Options.MaxAttempts times (ErrConflict then); from Options.SoloAfter
+// attempts on it runs alone within its process, so a transaction that
+// keeps losing to its neighbours wins eventually. The function must
+// therefore have no effect outside the transaction, which is what
+// kv.Backend asks of every backend.
+//
+// # Limits
+//
+// etcd bounds a Txn to 128 operations (--max-txn-ops) and a request to
+// 1.5 MiB (--max-request-bytes). A transaction whose writes or compares
+// exceed them fails with a *TxTooLargeError before anything is sent, not
+// with a server error; kv.Traits.MaxTxOps tells the packages above to
+// split their work (sweeps, batches, migrations) below it. Set
+// Options.MaxTxOps and MaxRequestBytes to the cluster's own values if they
+// were raised.
+//
+// # An unknown outcome
+//
+// A commit whose request times out after it was sent may or may not have
+// applied: the prototype reported three commits as failed that had in fact
+// applied. Every commit therefore carries a marker key that the Txn
+// creates, and whose absence it compares. When the answer is lost, the
+// backend fences the marker: it writes "aborted" under it unless it
+// exists. If the fence lands, the commit can never apply; if the marker is
+// there, the commit did. Either way the caller learns the truth, and the
+// function runs again only when the commit did not apply. ErrCommitUnknown
+// is returned only when etcd cannot be reached to settle it; retrying the
+// whole operation is then safe, since the records make it idempotent.
+// Markers live on a lease and vanish a few minutes after their commit.
+//
+// # What changes above
+//
+// Traits report no single writer, no group commit, MaxTxOps and Watch.
+// With several writers the ledger keeps its records under their keys (no
+// in-memory directory, which one process cannot keep for all), takes over
+// another replica's claim only after its lease, and its waiters follow the
+// record with a watch; the outbox numbers events at random and its relay
+// orders them by the revision that created them (one shared counter would
+// be a key every writer conflicts on); a tenant's usage is kept in
+// counters spread by key, for the same reason.
+//
+// # Cost
+//
+// etcd buys availability, not write throughput: each read is a round trip
+// and each commit a Raft round, so an idempotent write costs a few
+// milliseconds where bbolt takes a few hundred microseconds (figures in
+// bench/README.md). Keep etcd's auto-compaction on (every write is a
+// revision) and keep transactions small.
+//
+// Package embedded runs a real cluster in process for demos and tests;
+// etcdtest wraps it for go test.
 package etcdkv
