@@ -417,6 +417,9 @@ func rejected(err error) bool {
 // compacted away, or etcd was briefly unreachable while nothing had been
 // written.
 func retryable(err error) bool {
+	if errors.Is(err, ErrCommitUnknown) {
+		return false // it may have applied: running the function again could apply it twice
+	}
 	if errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrFutureRev) {
 		return true
 	}
