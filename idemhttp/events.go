@@ -1,7 +1,11 @@
 package idemhttp
 
 import (
+	"context"
 	"time"
+
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
 )
 
 // Event is what happened to one request.
@@ -54,4 +58,14 @@ func (m *Middleware) event(e Event) {
 	if m.cfg.OnEvent != nil {
 		m.cfg.OnEvent(e)
 	}
+	if o := m.cfg.Ledger.DB().Observer(); o != nil && o.Request != nil {
+		o.Request(context.Background(), observe.Request{Call: "http", Outcome: eventOutcome[e.Kind], Tenant: ledger.TenantOf(e.Scope), Duration: e.Duration})
+	}
+}
+
+// eventOutcome is what the observer hears of each event.
+var eventOutcome = map[EventKind]observe.Outcome{
+	EventExecuted: observe.OutcomeNew, EventReplayed: observe.OutcomeReplay, EventMismatched: observe.OutcomeMismatch,
+	EventInProgress: observe.OutcomeInProgress, EventTakeover: observe.OutcomeTakeover, EventNotStored: observe.OutcomeError,
+	EventRejected: observe.OutcomeRejected, EventPending: observe.OutcomePending, EventQuota: observe.OutcomeQuota,
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
@@ -230,6 +231,9 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 	}
 	if !d.Duplicate {
 		failpoint.Inject(failpoint.InboxAfterCommit) // committed, not yet acknowledged
+	}
+	if o := in.db.Observer(); o != nil && o.Message != nil {
+		o.Message(ctx, observe.Message{Consumer: consumer, Duplicate: d.Duplicate})
 	}
 	return d, nil
 }

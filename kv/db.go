@@ -16,6 +16,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/observe"
 )
 
 // Defaults used when the corresponding Options field is zero.
@@ -41,6 +42,11 @@ type Options struct {
 	// bbolt's errors.ErrDatabaseReadOnly, whatever the backend). Read-only
 	// opens never stamp the format record.
 	ReadOnly bool
+
+	// Observer, if set, receives what the packages built on this database
+	// report (package observe): commits here, request outcomes in the
+	// ledger, intents, the relay, the inbox, sweeps. nil costs nothing.
+	Observer *observe.Observer
 
 	// NoSync skips fsync on commit. A crash can then lose or corrupt recent
 	// transactions: use it only for tests and benchmarks.
@@ -288,7 +294,7 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
 	}
-	err := db.backend.Update(ctx, func(t Tx) error {
+	err := db.commit(ctx, 1, func(t Tx) error {
 		if err := fn(guard(t)); err != nil {
 			return err
 		}
@@ -309,6 +315,33 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 	}
 	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(guard(t)) }))
 }
+
+// commit runs fn in one write transaction of the backend, reporting it to
+// the observer (Options.Observer) if one listens: calls is how many calls
+// group commit put in it.
+func (db *DB) commit(ctx context.Context, calls int, fn func(Tx) error) error {
+	o := db.opts.Observer
+	if o == nil || o.Commit == nil {
+		return db.backend.Update(ctx, fn)
+	}
+	var btx *bolt.Tx
+	start := time.Now()
+	err := db.backend.Update(ctx, func(t Tx) error {
+		btx = BoltTx(t)
+		return fn(t)
+	})
+	e := observe.Commit{Calls: calls, Duration: time.Since(start), Err: err != nil}
+	if btx != nil {
+		st := btx.Stats() // this transaction's own: its write and fsync time
+		e.Write = st.GetWriteTime()
+	}
+	o.Commit(e)
+	return err
+}
+
+// Observer returns the observer set in Options.Observer (nil if none):
+// the packages built on kv report to it.
+func (db *DB) Observer() *observe.Observer { return db.opts.Observer }
 
 // writable is usable for a write: a read-only DB over a backend other
 // than bbolt (which refuses by itself) refuses here.

@@ -29,7 +29,11 @@ var RecordKind kv.RecordKind = &recstore.Kind[*Record]{
 		return ""
 	},
 	Removed: func(tx kv.Tx, scope string, r *Record, v []byte) error {
-		return account(tx, scope, r.Key, -1, -int64(len(v)))
+		// The sweep does not know the backend: a tenant counted under its
+		// bare key (one writer) is decremented there, else in a shard.
+		b := usageNS.Bucket(tx)
+		sharded := b == nil || b.Get([]byte(TenantOf(scope))) == nil
+		return account(tx, sharded, scope, r.Key, -1, -int64(len(v)))
 	},
 	CheckRecord: func(_ kv.Tx, scope, key string, r *Record, report func(string)) {
 		if r.Status == StatusInProgress && r.ExpiresAt.Before(r.LeaseExpiresAt) {

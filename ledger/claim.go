@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/recstore"
@@ -60,6 +61,20 @@ func (l *Ledger) Claim(ctx context.Context, req Request) (Outcome, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return Outcome{}, err
 	}
+	o := l.db.Observer()
+	if o == nil {
+		out, _, err := l.claimWaiting(ctx, req)
+		return out, err
+	}
+	start := time.Now()
+	ctx, end := o.Start(ctx, "oncekv.ledger.claim", observe.Attr{Key: "oncekv.scope", Value: req.Scope})
+	out, waited, err := l.claimWaiting(ctx, req)
+	end(spanErr(err))
+	l.report(ctx, o, "claim", req.Scope, start, outcomeOf(err, out.Replay != nil, out.Claim != nil && out.Claim.Takeover, waited), 0)
+	return out, err
+}
+
+func (l *Ledger) claimWaiting(ctx context.Context, req Request) (out Outcome, waited bool, err error) {
 	deadline := time.Now().Add(req.Wait)
 	for {
 		out, err := managedRun(ctx, l, func(ctx context.Context, tx kv.Tx) (Outcome, error) { return l.ClaimTx(ctx, tx, req) })
@@ -68,9 +83,10 @@ func (l *Ledger) Claim(ctx context.Context, req Request) (Outcome, error) {
 		}
 		var ip *InProgressError
 		if req.Wait > 0 && errors.As(err, &ip) && l.Wait(ctx, ip, deadline) {
+			waited = true
 			continue
 		}
-		return out, err
+		return out, waited, err
 	}
 }
 
@@ -133,6 +149,19 @@ func (l *Ledger) owned(tx kv.Tx, c *Claim, now time.Time) (recstore.Ref, *Record
 // nor the record is written. An error from work rolls everything back and
 // leaves the claim in progress. work may run more than once (group commit).
 func (l *Ledger) Complete(ctx context.Context, c *Claim, resp Response, work func(tx kv.Tx) error) (Result, error) {
+	o := l.db.Observer()
+	if o == nil {
+		return l.complete(ctx, c, resp, work)
+	}
+	start := time.Now()
+	ctx, end := o.Start(ctx, "oncekv.ledger.complete", observe.Attr{Key: "oncekv.scope", Value: c.Scope})
+	res, err := l.complete(ctx, c, resp, work)
+	end(spanErr(err))
+	l.report(ctx, o, "complete", c.Scope, start, outcomeOf(err, false, false, false), res.stored)
+	return res, err
+}
+
+func (l *Ledger) complete(ctx context.Context, c *Claim, resp Response, work func(tx kv.Tx) error) (Result, error) {
 	var res Result
 	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
 		var err error
@@ -169,7 +198,7 @@ func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Respon
 		return Result{}, err
 	}
 	l.notifyOnCommit(tx, c.Scope, c.Key)
-	return Result{Response: resp, Version: c.Version}, nil
+	return Result{Response: resp, Version: c.Version, stored: rec.StoredBytes}, nil
 }
 
 // Release gives up a claim whose outside work definitely did not happen (it

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/recstore"
@@ -40,6 +41,8 @@ type Result struct {
 	// Takeover is true when this result finished a request whose earlier
 	// attempt had been abandoned (its claim taken over).
 	Takeover bool
+
+	stored int // the bytes of the record this call stored (0 on a replay)
 }
 
 // Work is the business logic of the single-transaction path. It runs inside
@@ -69,14 +72,31 @@ func (l *Ledger) Do(ctx context.Context, req Request, work Work) (Result, error)
 	if work == nil {
 		return Result{}, errNilWork
 	}
+	o := l.db.Observer()
+	if o == nil {
+		res, _, err := l.doWaiting(ctx, req, work)
+		return res, err
+	}
+	start := time.Now()
+	ctx, end := o.Start(ctx, "oncekv.ledger.do", observe.Attr{Key: "oncekv.scope", Value: req.Scope})
+	res, waited, err := l.doWaiting(ctx, req, work)
+	end(spanErr(err))
+	l.report(ctx, o, "do", req.Scope, start, outcomeOf(err, res.Replayed, res.Takeover, waited), res.stored)
+	return res, err
+}
+
+// doWaiting runs do, waiting for an attempt in progress when req.Wait
+// says so; waited reports that it did.
+func (l *Ledger) doWaiting(ctx context.Context, req Request, work Work) (res Result, waited bool, err error) {
 	deadline := time.Now().Add(req.Wait)
 	for {
 		res, err := l.do(ctx, req, work)
 		var ip *InProgressError
 		if req.Wait > 0 && errors.As(err, &ip) && l.Wait(ctx, ip, deadline) {
+			waited = true
 			continue
 		}
-		return res, err
+		return res, waited, err
 	}
 }
 
@@ -247,5 +267,5 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	if err := l.store(ctx, tx, a.ref, rec, a.prev); err != nil {
 		return Result{}, err
 	}
-	return Result{Response: resp, Version: version, Takeover: a.takeover}, nil
+	return Result{Response: resp, Version: version, Takeover: a.takeover, stored: rec.StoredBytes}, nil
 }

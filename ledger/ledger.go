@@ -218,7 +218,7 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 	if _, err := l.records.Put(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
 		return err
 	}
-	return account(tx, r.Scope, r.Key, records, int64(r.StoredBytes)-prevBytes)
+	return account(tx, !l.db.Traits().SingleWriter, r.Scope, r.Key, records, int64(r.StoredBytes)-prevBytes)
 }
 
 // remove deletes the record cur at ref with its usage.
@@ -226,7 +226,7 @@ func (l *Ledger) remove(tx kv.Tx, ref recstore.Ref, cur *Record) error {
 	if err := l.records.Delete(tx, cur.Scope, cur.Key, ref, cur.ExpiresAt); err != nil {
 		return err
 	}
-	return account(tx, cur.Scope, cur.Key, -1, -int64(cur.StoredBytes))
+	return account(tx, !l.db.Traits().SingleWriter, cur.Scope, cur.Key, -1, -int64(cur.StoredBytes))
 }
 
 // managed runs fn, a Tx form, under group commit with a journal of the

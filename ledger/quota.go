@@ -112,17 +112,25 @@ func decodeUsage(v []byte) (Usage, error) {
 	return u, d.Done()
 }
 
-// A tenant's usage is kept in up to usageShards counters under the keys
-// tenant+"\x00"+shard (a scope never holds a NUL), each record counted in
-// the one its scope and key hash to. One counter per tenant was a key
-// every request of the tenant wrote: on a backend with several writers
-// (etcd) their transactions all conflicted on it. A counter alone may be
-// negative (a record counted, before shards, under the bare tenant key and
-// removed since); only the sum is a usage.
+// On a backend with several writers (etcd) a tenant's usage is kept in up
+// to usageShards counters under the keys tenant+"\x00"+shard (a scope
+// never holds a NUL), each record counted in the one its scope and key
+// hash to: one counter per tenant was a key every request of the tenant
+// wrote, and their transactions all conflicted on it. With one writer
+// (bbolt) the count stays under the bare tenant key, which keeps the
+// usage bucket small enough to live inline in its parent page (256
+// counters per tenant cost SingleTx 20%). A counter alone may be negative
+// (a record counted in one and removed through another); only the sum is
+// a usage.
 const usageShards = 256
 
-// usageKey is the key of the counter that counts the record scope/key.
-func usageKey(scope, key string) []byte {
+// usageKey is the key of the counter that counts the record scope/key:
+// the tenant's shard with several writers, the bare tenant key with one.
+func usageKey(sharded bool, scope, key string) []byte {
+	tenant := TenantOf(scope)
+	if !sharded {
+		return []byte(tenant)
+	}
 	h := uint32(2166136261) // FNV-1a over scope, NUL, key
 	for i := 0; i < len(scope); i++ {
 		h = (h ^ uint32(scope[i])) * 16777619
@@ -131,7 +139,6 @@ func usageKey(scope, key string) []byte {
 	for i := 0; i < len(key); i++ {
 		h = (h ^ uint32(key[i])) * 16777619
 	}
-	tenant := TenantOf(scope)
 	k := make([]byte, 0, len(tenant)+2)
 	k = append(k, tenant...)
 	return append(k, 0, byte(h%usageShards))
@@ -165,9 +172,9 @@ func usageOf(b kv.Bucket, tenant string) (Usage, error) {
 func (u Usage) clamped() Usage { return Usage{Records: max(u.Records, 0), Bytes: max(u.Bytes, 0)} }
 
 // account adds (records, bytes) to the usage of scope's tenant in tx, in
-// the counter of the record scope/key. It reads and writes that counter
-// only.
-func account(tx kv.Tx, scope, key string, records, bytes int64) error {
+// the counter of the record scope/key (sharded: see usageKey). It reads
+// and writes that counter only.
+func account(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) error {
 	if records == 0 && bytes == 0 {
 		return nil
 	}
@@ -175,7 +182,7 @@ func account(tx kv.Tx, scope, key string, records, bytes int64) error {
 	if err != nil {
 		return err
 	}
-	k := usageKey(scope, key)
+	k := usageKey(sharded, scope, key)
 	var u Usage
 	if v := b.Get(k); v != nil {
 		if u, err = decodeUsage(v); err != nil {
@@ -283,7 +290,7 @@ func (l *Ledger) rebuildUsage(ctx context.Context) error {
 		totals := map[string]Usage{}
 		l.records.Scan(tx, "", func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
 			if ok {
-				k := string(usageKey(scope, key))
+				k := string(usageKey(!l.db.Traits().SingleWriter, scope, key))
 				u := totals[k]
 				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
 				totals[k] = u

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/retention"
 )
 
 // A tenant's usage is spread over counters, a record counted in the one
@@ -20,7 +22,9 @@ import (
 func TestUsageIsShardedAndExact(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := kvtest.Open(t, nil)
+	file := kvtest.Open(t, nil)
+	db, err := kv.New(severalWriters{file}, nil) // as etcd: several writers
+	require.NoError(t, err)
 	l, err := New(db, nil)
 	require.NoError(t, err)
 	do := func(scope, key string) {
@@ -66,8 +70,61 @@ func TestUsageIsShardedAndExact(t *testing.T) {
 		b := keyspace.Raw(tx).Bucket(usageNS.Bytes())
 		return b.Put([]byte("legacy"), encodeUsage(Usage{Records: 2, Bytes: 20}))
 	}))
-	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return account(tx, "legacy|POST /x", "a", -1, -10) }))
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return account(tx, true, "legacy|POST /x", "a", -1, -10) }))
 	u, err = l.Usage(ctx, "legacy")
 	require.NoError(t, err)
 	require.Equal(t, Usage{Records: 1, Bytes: 10}, u)
+}
+
+// severalWriters presents a backend as one with several writers.
+type severalWriters struct{ kv.Backend }
+
+func (b severalWriters) Traits() kv.Traits {
+	t := b.Backend.Traits()
+	t.SingleWriter = false
+	return t
+}
+
+// With one writer (bbolt) a tenant's usage stays in one counter: the
+// bucket stays small (inline in its parent page), and a sweep decrements
+// that counter, not a shard.
+func TestUsageOneCounterWithOneWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	db := kvtest.Open(t, &kv.Options{Clock: clock})
+	kvtest.RequireSingleWriter(t, db) // one counter per tenant is the one-writer layout
+	l, err := New(db, &Config{Retention: time.Hour})
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := l.Do(ctx, Request{Scope: "acme|POST /x", Key: fmt.Sprintf("k-%d", i), Fingerprint: Fingerprint{1}},
+			func(kv.Tx) (Response, error) { return Response{Status: 201}, nil })
+		require.NoError(t, err)
+	}
+	keys := func() (n int) {
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			c := keyspace.Raw(tx).Bucket(usageNS.Bytes()).Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				if k[0] != 0 {
+					n++
+				}
+			}
+			return nil
+		}))
+		return n
+	}
+	require.Equal(t, 1, keys())
+	clock.Advance(2 * time.Hour)
+	_, err = l.Do(ctx, Request{Scope: "acme|POST /x", Key: "fresh", Fingerprint: Fingerprint{1}},
+		func(kv.Tx) (Response, error) { return Response{Status: 201}, nil })
+	require.NoError(t, err)
+	_, err = retention.Sweep(ctx, db, nil, RecordKind)
+	require.NoError(t, err)
+	require.Equal(t, 1, keys(), "the sweep decremented the tenant's one counter")
+	u, err := l.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, u.Records)
+	ps, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, ps)
 }

@@ -9,9 +9,11 @@ import (
 	"iter"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
@@ -148,6 +150,43 @@ type PassStats struct {
 // RunOnce publishes the pending events that are due, batch after batch,
 // until none is due or one fails. It is what Run does on each wake-up.
 func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
+	st, err := r.runOnce(ctx)
+	if o := r.o.db.Observer(); o != nil && o.OutboxLag != nil {
+		if l, lerr := r.o.Lag(context.WithoutCancel(ctx)); lerr == nil {
+			o.OutboxLag(observe.OutboxLag{Pending: l.Pending, OldestAge: l.OldestAge, Quarantined: l.Quarantined})
+		}
+	}
+	return st, err
+}
+
+// publish hands a batch to the publisher, in a span and reported to the
+// observer when one listens.
+func (r *Relay) publish(ctx context.Context, batch []Event) (int, error) {
+	o := r.o.db.Observer()
+	if o == nil {
+		return r.cfg.Publisher.Publish(ctx, batch)
+	}
+	start := time.Now()
+	sctx, end := o.Start(ctx, "oncekv.outbox.publish", observe.Attr{Key: "oncekv.outbox.batch", Value: strconv.Itoa(len(batch))})
+	acked, err := r.cfg.Publisher.Publish(sctx, batch)
+	end(err)
+	if o.Publish != nil {
+		d := time.Since(start)
+		for _, ev := range batch[:min(max(acked, 0), len(batch))] {
+			o.Publish(ctx, observe.Publish{Topic: ev.Topic, Duration: d})
+		}
+	}
+	return acked, err
+}
+
+// reportFailure tells the observer that ev failed to publish.
+func (r *Relay) reportFailure(ctx context.Context, ev Event, quarantined bool) {
+	if o := r.o.db.Observer(); o != nil && o.Publish != nil {
+		o.Publish(ctx, observe.Publish{Topic: ev.Topic, Err: true, Quarantined: quarantined})
+	}
+}
+
+func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 	var st PassStats
 	for ctx.Err() == nil {
 		batch, wait, err := r.due()
@@ -159,7 +198,7 @@ func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
 			return st, nil
 		}
 		failpoint.Inject(failpoint.RelayBeforePublish)
-		acked, perr := r.cfg.Publisher.Publish(ctx, batch)
+		acked, perr := r.publish(ctx, batch)
 		failpoint.Inject(failpoint.RelayAfterPublish) // published, not yet marked
 		acked = min(max(acked, 0), len(batch))
 		// Record acknowledgements even if ctx ended: they happened.
@@ -184,6 +223,7 @@ func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
 		if err != nil {
 			return st, err
 		}
+		r.reportFailure(ctx, batch[acked], q)
 		st.Failed++
 		if q {
 			st.Quarantined++

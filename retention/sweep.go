@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/loop"
@@ -103,10 +104,17 @@ func Sweep(ctx context.Context, db *kv.DB, cfg *Config, kinds ...kv.RecordKind) 
 	if len(kinds) == 0 {
 		return st, errNoKinds
 	}
+	o := db.Observer()
 	for _, k := range kinds {
 		ks := &KindStats{Skipped: map[string]int{}}
 		st.Kinds[Kind(k.Name())] = ks
-		if err := sweepKind(ctx, db, k, c, ks); err != nil {
+		kstart := time.Now()
+		err := sweepKind(ctx, db, k, c, ks)
+		if o != nil && o.Sweep != nil {
+			o.Sweep(observe.Sweep{Kind: k.Name(), Deleted: ks.Deleted, Examined: ks.Examined, Batches: ks.Batches,
+				Duration: time.Since(kstart), DryRun: c.DryRun, Err: err != nil})
+		}
+		if err != nil {
 			st.Duration = time.Since(start)
 			return st, err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
@@ -258,6 +259,7 @@ func (x *Executor) takeOverTx(tx kv.Tx, id string, reconciling bool) (attempt, e
 	if err := storeIntent(tx, in, &prev); err != nil {
 		return a, err
 	}
+	x.reportIntent(tx, in, &prev)
 	ib, err := inflightNS.Create(tx)
 	if err != nil {
 		return a, err
@@ -305,10 +307,8 @@ func (x *Executor) run(ctx context.Context, a attempt, finish Finish) (*Intent, 
 func (x *Executor) call(ctx context.Context, a attempt) Report {
 	in := a.in
 	c := Call{IntentID: in.ID, Kind: in.Kind, Subject: in.Subject, DownstreamKey: in.DownstreamKey, Payload: in.Payload, Attempt: in.Attempts}
-	cctx, cancel := context.WithTimeout(ctx, x.cfg.CallTimeout)
-	defer cancel()
 	if a.askFirst {
-		st, err := a.handler.Provider.Status(cctx, c)
+		st, err := x.ask(ctx, "status", c, a.handler.Provider.Status)
 		switch {
 		case err != nil:
 			return Report{State: Unknown, Reason: "status: " + err.Error()}
@@ -318,7 +318,7 @@ func (x *Executor) call(ctx context.Context, a attempt) Report {
 		// The provider never received the key: sending it again is safe.
 	}
 	failpoint.Inject(failpoint.ProviderBeforeCall)
-	rep, err := a.handler.Provider.Do(cctx, c)
+	rep, err := x.ask(ctx, "do", c, a.handler.Provider.Do)
 	failpoint.Inject(failpoint.ProviderAfterCall) // the effect may have happened; nothing is recorded yet
 	switch {
 	case err != nil:
@@ -327,6 +327,44 @@ func (x *Executor) call(ctx context.Context, a attempt) Report {
 		return Report{State: Unknown, Reason: "provider answered not_found to a call"}
 	}
 	return rep
+}
+
+// ask makes one provider call (Do or Status) under CallTimeout, in a span
+// and reported to the observer when one listens.
+func (x *Executor) ask(ctx context.Context, op string, c Call, fn func(context.Context, Call) (Report, error)) (Report, error) {
+	o := x.db.Observer()
+	if o == nil {
+		cctx, cancel := context.WithTimeout(ctx, x.cfg.CallTimeout)
+		defer cancel()
+		return fn(cctx, c)
+	}
+	start := time.Now()
+	ctx, end := o.Start(ctx, "oncekv.provider."+op,
+		observe.Attr{Key: "oncekv.intent.kind", Value: c.Kind}, observe.Attr{Key: "oncekv.downstream_key", Value: c.DownstreamKey})
+	cctx, cancel := context.WithTimeout(ctx, x.cfg.CallTimeout)
+	rep, err := fn(cctx, c)
+	cancel()
+	end(err)
+	if o.ProviderCall != nil {
+		outcome := rep.State.String()
+		if err != nil {
+			outcome = "error"
+		}
+		o.ProviderCall(ctx, observe.ProviderCall{Kind: c.Kind, Op: op, Outcome: outcome, Duration: time.Since(start)})
+	}
+	return rep, err
+}
+
+// reportIntent tells the observer, once tx commits, that in entered its
+// state (from prev; nil for a new intent). An attempt taken over keeps its
+// state: it is not reported.
+func (x *Executor) reportIntent(tx kv.Tx, in, prev *Intent) {
+	o := x.db.Observer()
+	if o == nil || o.Intent == nil || (prev != nil && prev.State == in.State) {
+		return
+	}
+	e := observe.Intent{Kind: in.Kind, State: in.State.String()}
+	tx.OnCommit(func() { o.Intent(context.Background(), e) })
 }
 
 // record writes an attempt's outcome, fenced by the attempt's version.
@@ -359,6 +397,7 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 		if err := storeIntent(tx, cur, &prev); err != nil {
 			return err
 		}
+		x.reportIntent(tx, cur, &prev)
 		if ib := inflightNS.Bucket(tx); ib != nil {
 			if err := ib.Delete([]byte(cur.ID)); err != nil {
 				return err

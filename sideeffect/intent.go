@@ -328,6 +328,7 @@ func (x *Executor) CreateTx(tx kv.Tx, s Spec) (in *Intent, created bool, err err
 	if err := storeIntent(tx, in, nil); err != nil {
 		return nil, false, err
 	}
+	x.reportIntent(tx, in, nil)
 	tx.OnCommit(x.Wake)
 	return in, true, nil
 }
