@@ -1,0 +1,151 @@
+package oncekvotel_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
+	oncekvotel "github.com/oncekv/oncekv/otel"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// spanProvider records the span context its calls run under, and fails
+// before charging: the intent parks after one attempt.
+type spanProvider struct{ parents []trace.SpanContext }
+
+func (p *spanProvider) Do(ctx context.Context, _ sideeffect.Call) (sideeffect.Report, error) {
+	p.parents = append(p.parents, trace.SpanContextFromContext(ctx))
+	return sideeffect.Report{}, context.DeadlineExceeded
+}
+
+func (p *spanProvider) Status(ctx context.Context, _ sideeffect.Call) (sideeffect.Report, error) {
+	p.parents = append(p.parents, trace.SpanContextFromContext(ctx))
+	return sideeffect.Report{State: sideeffect.NotFound}, nil
+}
+
+// A scripted scenario through the real SDK: 3 new requests, 2 replays, 1
+// mismatch, one intent parked. The metrics and spans say exactly that, and
+// the provider's call runs inside the provider span.
+func TestScenario(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer func() { _ = mp.Shutdown(ctx); _ = tp.Shutdown(ctx) }()
+	obs, err := oncekvotel.New(&oncekvotel.Options{MeterProvider: mp, TracerProvider: tp, TenantAttribute: true})
+	require.NoError(t, err)
+	db := kvtest.Open(t, &kv.Options{Observer: obs})
+
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	do := func(key string, fp byte) error {
+		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: key, Fingerprint: ledger.Fingerprint{fp}},
+			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte(`{"id":"x"}`)}, nil })
+		return err
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		require.NoError(t, do(k, 1))
+	}
+	require.NoError(t, do("a", 1))
+	require.NoError(t, do("b", 1))
+	require.ErrorIs(t, do("c", 2), ledger.ErrMismatch)
+
+	prov := &spanProvider{}
+	x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: prov}}, MaxAttempts: 1})
+	require.NoError(t, err)
+	in, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Subject: "order/1", Scope: "acme", Key: "1", Purpose: "charge"})
+	require.NoError(t, err)
+	_, err = x.Execute(ctx, in.ID)
+	require.NoError(t, err)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	got := sums(rm)
+	require.Equal(t, int64(3), got["oncekv.request.outcomes|oncekv.call=do,oncekv.outcome=new,oncekv.tenant=acme"])
+	require.Equal(t, int64(2), got["oncekv.request.outcomes|oncekv.call=do,oncekv.outcome=replay,oncekv.tenant=acme"])
+	require.Equal(t, int64(1), got["oncekv.request.outcomes|oncekv.call=do,oncekv.outcome=mismatch,oncekv.tenant=acme"])
+	require.Equal(t, int64(1), got["oncekv.intent.transitions|oncekv.intent.kind=charge,oncekv.intent.state=pending"])
+	require.Equal(t, int64(1), got["oncekv.intent.transitions|oncekv.intent.kind=charge,oncekv.intent.state=needs_attention"])
+	require.Equal(t, int64(1), got["oncekv.provider.calls|oncekv.intent.kind=charge,oncekv.outcome=error,oncekv.provider.op=do"])
+	counts := histCounts(rm)
+	require.Equal(t, uint64(3), counts["oncekv.record.size|oncekv.call=do"], "three records stored")
+	require.Equal(t, uint64(6), counts["oncekv.request.duration|oncekv.call=do,oncekv.outcome=new"]+counts["oncekv.request.duration|oncekv.call=do,oncekv.outcome=replay"]+counts["oncekv.request.duration|oncekv.call=do,oncekv.outcome=mismatch"])
+	require.Positive(t, counts["oncekv.commit.duration|error=false"])
+	require.Positive(t, counts["oncekv.commit.write.duration|"])
+
+	names := map[string]int{}
+	var providerSpan sdktrace.ReadOnlySpan
+	for _, s := range spans.GetSpans().Snapshots() {
+		names[s.Name()]++
+		if s.Name() == "oncekv.provider.do" {
+			providerSpan = s
+		}
+	}
+	require.Equal(t, map[string]int{"oncekv.ledger.do": 6, "oncekv.provider.do": 1}, names)
+	require.Len(t, prov.parents, 1)
+	require.Equal(t, providerSpan.SpanContext().SpanID(), prov.parents[0].SpanID(), "the provider ran inside the provider span")
+	attrs := map[string]string{}
+	for _, a := range providerSpan.Attributes() {
+		attrs[string(a.Key)] = a.Value.String()
+	}
+	require.Equal(t, in.DownstreamKey, attrs["oncekv.downstream_key"])
+	require.NotContains(t, attrs, "oncekv.payload")
+	require.Equal(t, "Error", providerSpan.Status().Code.String())
+}
+
+func sums(rm metricdata.ResourceMetrics) map[string]int64 {
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range s.DataPoints {
+					out[m.Name+"|"+attrString(dp.Attributes.ToSlice())] += dp.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
+func histCounts(rm metricdata.ResourceMetrics) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch h := m.Data.(type) {
+			case metricdata.Histogram[float64]:
+				for _, dp := range h.DataPoints {
+					out[m.Name+"|"+attrString(dp.Attributes.ToSlice())] += dp.Count
+				}
+			case metricdata.Histogram[int64]:
+				for _, dp := range h.DataPoints {
+					out[m.Name+"|"+attrString(dp.Attributes.ToSlice())] += dp.Count
+				}
+			}
+		}
+	}
+	return out
+}
+
+// attrString renders attributes (sorted by the SDK) as k=v,k=v.
+func attrString(kvs []attribute.KeyValue) string {
+	parts := make([]string, len(kvs))
+	for i, kv := range kvs {
+		parts[i] = string(kv.Key) + "=" + kv.Value.String()
+	}
+	return strings.Join(parts, ",")
+}
