@@ -39,8 +39,15 @@ import (
 
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/examples/payments/app"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/observe"
+	oncekvotel "github.com/oncekv/oncekv/otel"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
@@ -63,6 +70,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	apiKeys := fs.String("api-keys", app.DefaultAPIKeys, "API keys: key=tenant,key=tenant")
 	lease := fs.Duration("lease", 30*time.Second, "how long a claim (a request in progress) is held before another process or replica may take it over")
 	callTimeout := fs.Duration("call-timeout", 15*time.Second, "bound on one provider call")
+	metrics := fs.Bool("metrics", true, "serve /metrics (Prometheus text format, from oncekv's OpenTelemetry instruments) beside the API")
 	verbose := fs.Bool("v", false, "log every idempotent request")
 	webhook := fs.String("webhook", "", "URL that receives the outbox events (default: log them)")
 	admin := fs.String("admin", "", "serve the admin endpoint (oncekv --addr) on this address, e.g. 127.0.0.1:8081 (off by default); a non-loopback address needs -admin-token")
@@ -101,6 +109,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 	cfg := app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger, Webhook: *webhook,
 		Lease: *lease, CallTimeout: *callTimeout}
+	var metricsHandler http.Handler
+	if *metrics {
+		obs, h, shutdown, err := prometheusObserver()
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+		cfg.Observer, metricsHandler = obs, h
+	}
 	store := *dbPath
 	if *etcd != "" {
 		b, err := etcdkv.Open(*etcd, &etcdkv.Options{Prefix: *etcdPrefix})
@@ -145,7 +162,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := newServer(a.Handler)
+	handler := a.Handler
+	if metricsHandler != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metricsHandler)
+		mux.Handle("/", a.Handler)
+		handler = mux
+	}
+	srv := newServer(handler)
 	fmt.Fprintf(out, "payments listening on http://%s (db %s, provider %s)\n", ln.Addr(), store, *providerURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -165,6 +189,23 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cancel()
 	return nil
+}
+
+// prometheusObserver returns oncekv's OpenTelemetry observer, read by a
+// Prometheus exporter on a registry of its own, and the /metrics handler
+// that serves it.
+func prometheusObserver() (*observe.Observer, http.Handler, func(), error) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	obs, err := oncekvotel.New(&oncekvotel.Options{MeterProvider: mp})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return obs, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), func() { _ = mp.Shutdown(context.Background()) }, nil
 }
 
 // startProvider runs the fake provider in this process on a loopback port.

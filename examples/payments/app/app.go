@@ -22,6 +22,7 @@ import (
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -58,6 +59,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// Clock drives every time decision (tests). nil means the wall clock.
 	Clock kv.Clock
+	// Observer receives what oncekv reports (package observe): main sets
+	// the OpenTelemetry adapter behind /metrics.
+	Observer *observe.Observer
 }
 
 // ParseAPIKeys parses "key=tenant,key=tenant". A key listed twice is an
@@ -140,7 +144,7 @@ func New(cfg Config) (*App, error) {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 15 * time.Second
 	}
-	opts := &kv.Options{NoSync: cfg.NoSync, Clock: cfg.Clock}
+	opts := &kv.Options{NoSync: cfg.NoSync, Clock: cfg.Clock, Observer: cfg.Observer}
 	var db *kv.DB
 	var err error
 	if cfg.Backend != nil {
