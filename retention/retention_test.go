@@ -432,3 +432,29 @@ func TestPolicyWiredIntoTheLedger(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, t0.Add(48*time.Hour), rec.ExpiresAt)
 }
+
+// A completed sweep is recorded in the database (a dry run is not): the
+// console and the CLI show when records were last removed.
+func TestLastSweepIsRecorded(t *testing.T) {
+	t.Parallel()
+	clock := kvtest.NewManualClock(t0)
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
+	_, ok, err := retention.Last(ctx, db)
+	require.NoError(t, err)
+	require.False(t, ok)
+	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
+	fill(t, l, "old", 5)
+	clock.Advance(2 * time.Hour)
+	_, err = retention.Sweep(ctx, db, &retention.Config{DryRun: true}, allKinds...)
+	require.NoError(t, err)
+	_, ok, err = retention.Last(ctx, db)
+	require.NoError(t, err)
+	require.False(t, ok, "a dry run is not a sweep")
+	_, err = retention.Sweep(ctx, db, nil, allKinds...)
+	require.NoError(t, err)
+	last, ok, err := retention.Last(ctx, db)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 5, last.Deleted["idempotency"])
+	require.True(t, last.At.Equal(clock.Now()))
+}

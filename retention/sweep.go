@@ -120,7 +120,7 @@ func Sweep(ctx context.Context, db *kv.DB, cfg *Config, kinds ...kv.RecordKind) 
 		}
 	}
 	st.Duration = time.Since(start)
-	return st, nil
+	return st, recordLast(context.WithoutCancel(ctx), db, st)
 }
 
 func sweepKind(ctx context.Context, db *kv.DB, k kv.RecordKind, c Config, ks *KindStats) error {
