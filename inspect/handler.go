@@ -58,7 +58,7 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 
 // Handler serves the inspection queries of db as JSON:
 //
-//	GET  /keys?scope=PREFIX&status=in_progress|completed&expired=1&limit=N   (N ≤ 1000, default 100)
+//	GET  /keys?scope=PREFIX&key=PREFIX&status=in_progress|completed&expired=1&limit=N&offset=M   (N ≤ 1000, default 100)
 //	GET  /get?scope=S&key=K&body=1          body only with the token
 //	GET  /intents?state=S                   provider text only with the token
 //	GET  /outbox
@@ -107,7 +107,13 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 		if st != "" && st != "in_progress" && st != "completed" {
 			return nil, badParam("status must be in_progress or completed, not %q", clip(st))
 		}
-		return src.Keys(r.Context(), KeysQuery{ScopePrefix: q(r, "scope"), Status: st, Expired: q(r, "expired") == "1", Limit: n})
+		off := 0
+		if v := q(r, "offset"); v != "" {
+			if off, err = strconv.Atoi(v); err != nil || off < 0 {
+				return nil, badParam("offset %q: want a whole number", clip(v))
+			}
+		}
+		return src.Keys(r.Context(), KeysQuery{ScopePrefix: q(r, "scope"), KeyPrefix: q(r, "key"), Status: st, Expired: q(r, "expired") == "1", Limit: n, Offset: off})
 	})
 	serve("GET /get", func(r *http.Request, src *Inspector, _ bool) (any, error) {
 		if q(r, "scope") == "" || q(r, "key") == "" {
@@ -320,7 +326,11 @@ func set(v url.Values, k, val string) {
 func (c *Client) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 	p := url.Values{}
 	set(p, "scope", q.ScopePrefix)
+	set(p, "key", q.KeyPrefix)
 	set(p, "status", q.Status)
+	if q.Offset > 0 {
+		p.Set("offset", strconv.Itoa(q.Offset))
+	}
 	if q.Expired {
 		p.Set("expired", "1")
 	}

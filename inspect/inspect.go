@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -37,9 +38,14 @@ type Source interface {
 // KeysQuery selects idempotency records.
 type KeysQuery struct {
 	ScopePrefix string
+	KeyPrefix   string // only keys starting with it
 	Status      string // "", "in_progress" or "completed"
 	Expired     bool   // only records past their retention (not yet swept)
 	Limit       int    // 0: no limit
+	// Offset skips that many matching records: the page of a listing
+	// (records come in the store's order: expiry on bbolt, scope and key
+	// elsewhere).
+	Offset int
 }
 
 // ErrNotFound is returned by Get for a missing record.
@@ -90,9 +96,13 @@ func keyView(r *ledger.Record, now time.Time) Key {
 	return k
 }
 
-// Keys lists idempotency records in (scope, key) order.
+// Keys lists idempotency records in the store's order (expiry on bbolt,
+// scope and key on a keyed store).
 func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
-	opts := ledger.ListOptions{ScopePrefix: q.ScopePrefix, ExpiredOnly: q.Expired, Limit: q.Limit}
+	opts := ledger.ListOptions{ScopePrefix: q.ScopePrefix, ExpiredOnly: q.Expired}
+	if q.KeyPrefix == "" && q.Offset == 0 {
+		opts.Limit = q.Limit
+	}
 	if q.Status != "" {
 		st, err := ledger.ParseStatus(q.Status)
 		if err != nil {
@@ -103,17 +113,29 @@ func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 	out := []Key{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		now := i.db.Clock().Now()
+		skip := q.Offset
 		for r, err := range i.l.Records(tx, opts) {
+			if q.Limit > 0 && len(out) >= q.Limit {
+				break
+			}
+			var k Key
 			if err != nil {
-				k := Key{Status: "corrupt", Error: err.Error()}
+				k = Key{Status: "corrupt", Error: err.Error()}
 				var re *ledger.RecordError
 				if errors.As(err, &re) {
 					k.Scope, k.Key, k.Error = re.Scope, re.Key, re.Err.Error()
 				}
-				out = append(out, k)
+			} else {
+				k = keyView(r, now)
+			}
+			if !strings.HasPrefix(k.Key, q.KeyPrefix) {
 				continue
 			}
-			out = append(out, keyView(r, now))
+			if skip > 0 {
+				skip--
+				continue
+			}
+			out = append(out, k)
 		}
 		return nil
 	})
