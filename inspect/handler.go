@@ -68,8 +68,14 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //	POST /intents/requeue?id=ID             token only
 //	POST /intents/resolve?id=ID&state=succeeded|failed&result=R&reason=TEXT   token only
 //
-// Bad parameters answer 400. Serve it on a loopback address (see
-// ValidateAddr) or with a Token. It fails as New does.
+// Bad parameters answer 400. Under ConsolePath (/console/) it serves the
+// web console: HTML pages for the people on call (overview, keys, one
+// record, intents, outbox, inbox), readable without JavaScript and on a
+// phone; the admin token, given once on its login page, unlocks bodies
+// and the actions (requeue and resolve intents, requeue quarantined
+// events), which are POST forms checked for a CSRF token and the same
+// origin. Serve it on a loopback address (see ValidateAddr) or with a
+// Token. It fails as New does.
 func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 	in, err := New(db)
 	if err != nil {
@@ -145,6 +151,7 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 		return src.Check(r.Context())
 	})
 	act := &Actions{DB: db, Executor: opts.Executor}
+	newConsole(db, in, full, act, opts).routes(mux)
 	serve("POST /intents/requeue", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
 		if !admin {
 			return nil, errForbidden

@@ -1,0 +1,126 @@
+package inspect_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+func page(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+func post(t *testing.T, c *http.Client, u string, form url.Values, origin string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The console's pages render from the database, redacted without the
+// token; its actions need the token (logged in), the form's CSRF token and
+// the same origin; GET changes nothing.
+func TestConsolePagesAndActions(t *testing.T) {
+	db, x, id := fixture(t)
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
+	defer srv.Close()
+	base := srv.URL + inspect.ConsolePath
+	anon := &http.Client{}
+
+	code, body := page(t, anon, base)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `data-count="intent.needs_attention">1<`)
+	require.Contains(t, body, `id="attention">1<`)
+	require.Contains(t, body, "read-only, redacted")
+	code, body = page(t, anon, base+"record?scope="+url.QueryEscape("acme|POST /x")+"&key=k1")
+	require.Equal(t, 200, code)
+	require.NotContains(t, body, "secret body")
+	require.Contains(t, body, "redacted")
+	code, body = page(t, anon, base+"intents?state=needs_attention")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "order/1")
+	require.NotContains(t, body, `name="csrf"`, "no forms without the token")
+	code, _ = page(t, anon, base+"keys?status=bogus")
+	require.Equal(t, 400, code)
+	code, body = page(t, anon, base+"keys?tenant=acme")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, ">k1<")
+
+	// Refused without the token, whatever the form says.
+	code, _ = post(t, anon, base+"intents/requeue", url.Values{"id": {id}}, "")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = post(t, anon, base+"login", url.Values{"token": {"wrong"}}, srv.URL)
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	jar, _ := cookiejar.New(nil)
+	admin := &http.Client{Jar: jar}
+	code, body = post(t, admin, base+"login", url.Values{"token": {token}}, srv.URL)
+	require.Equal(t, 200, code, "redirected to the overview")
+	require.Contains(t, body, "admin · actions on")
+	_, body = page(t, admin, base+"record?scope="+url.QueryEscape("acme|POST /x")+"&key=k1")
+	require.Contains(t, body, "secret body")
+	_, body = page(t, admin, base+"intents?state=needs_attention")
+	csrf := between(body, `name="csrf" value="`, `"`)
+	require.NotEmpty(t, csrf)
+
+	// The session alone is not enough: the CSRF token, and this origin.
+	code, _ = post(t, admin, base+"intents/requeue", url.Values{"id": {id}}, srv.URL)
+	require.Equal(t, http.StatusForbidden, code)
+	code, _ = post(t, admin, base+"intents/requeue", url.Values{"id": {id}, "csrf": {csrf}}, "https://evil.example")
+	require.Equal(t, http.StatusForbidden, code)
+	in, err := x.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateNeedsAttention, in.State, "nothing happened")
+
+	code, body = post(t, admin, base+"intents/requeue", url.Values{"id": {id}, "csrf": {csrf}}, srv.URL)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "Requeued")
+	in, err = x.Get(ctx, id)
+	require.NoError(t, err)
+	require.NotEqual(t, sideeffect.StateNeedsAttention, in.State)
+
+	// Resolve needs a reason.
+	code, _ = post(t, admin, base+"intents/resolve", url.Values{"id": {id}, "csrf": {csrf}, "state": {"succeeded"}}, srv.URL)
+	require.Equal(t, http.StatusBadRequest, code)
+	code, _ = post(t, admin, base+"intents/resolve", url.Values{"id": {id}, "csrf": {csrf}, "state": {"succeeded"}, "reason": {"seen in the provider's dashboard"}}, srv.URL)
+	require.Equal(t, 200, code)
+	in, err = x.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateSucceeded, in.State)
+
+	// GET never acts.
+	code, _ = page(t, admin, base+"intents/requeue?id="+id)
+	require.Equal(t, http.StatusMethodNotAllowed, code)
+}
+
+func between(s, from, to string) string {
+	_, rest, ok := strings.Cut(s, from)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, to)
+	return v
+}
