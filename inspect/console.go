@@ -199,7 +199,9 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, v)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: c.session, Path: ConsolePath, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	// Secure over TLS; the usual console is plain HTTP on loopback, where a
+	// Secure cookie would not come back from every client.
+	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: c.session, Path: ConsolePath, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}) //nolint:gosec // Secure when served over TLS, see above
 	http.Redirect(w, r, ConsolePath, http.StatusSeeOther)
 }
 
