@@ -126,7 +126,7 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.PersistentFlags().StringVar(&o.etcdPrefix, "etcd-prefix", etcdkv.DefaultPrefix, "with --etcd: the service's key prefix (etcdkv.Options.Prefix)")
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newDemo(o), newBench(o), newVersion(o))
+		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newConsole(o), newDemo(o), newBench(o), newVersion(o))
 	return root
 }
 
