@@ -49,10 +49,10 @@ another port reaches it the same way. It runs until interrupted.`,
 				if err != nil || u.Host == "" {
 					return usagef("--addr %q: want http://host:port", o.addr)
 				}
-				p := httputil.NewSingleHostReverseProxy(u)
-				base := p.Director
-				p.Director = func(r *http.Request) { base(r); r.Host = u.Host } // the service checks its Host header
-				h = p
+				h = &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+					r.SetURL(u) // Host too: the service checks its Host header
+					r.SetXForwarded()
+				}}
 			} else {
 				db, err := o.open(write)
 				if err != nil {
