@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	apiKeys := fs.String("api-keys", app.DefaultAPIKeys, "API keys: key=tenant,key=tenant")
 	lease := fs.Duration("lease", 30*time.Second, "how long a claim (a request in progress) is held before another process or replica may take it over")
 	callTimeout := fs.Duration("call-timeout", 15*time.Second, "bound on one provider call")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts without a definite answer before a payment is parked for an operator (0: the executor's default)")
 	metrics := fs.Bool("metrics", true, "serve /metrics (Prometheus text format, from oncekv's OpenTelemetry instruments) beside the API")
 	verbose := fs.Bool("v", false, "log every idempotent request")
 	webhook := fs.String("webhook", "", "URL that receives the outbox events (default: log them)")
@@ -108,7 +109,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	cfg := app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger, Webhook: *webhook,
-		Lease: *lease, CallTimeout: *callTimeout}
+		Lease: *lease, CallTimeout: *callTimeout, MaxAttempts: *maxAttempts}
 	var metricsHandler http.Handler
 	if *metrics {
 		obs, h, shutdown, err := prometheusObserver()

@@ -49,6 +49,10 @@ type Config struct {
 	// is also how long another replica waits before it takes over a claim
 	// whose replica died.
 	Grace, Lease time.Duration
+	// MaxAttempts is how many attempts without a definite answer park a
+	// payment for an operator (needs_attention); zero means the
+	// executor's default.
+	MaxAttempts int
 	// CallTimeout bounds one provider call; zero means 15s. A charge
 	// intent's lease is Lease plus twice this.
 	CallTimeout time.Duration
@@ -186,7 +190,7 @@ func (a *App) build() error {
 		Handlers: map[string]sideeffect.Handler{"charge": {
 			Provider: provider, OnSucceeded: a.paid, OnFailed: a.paymentFailed,
 		}},
-		Grace: a.cfg.Grace, Lease: a.cfg.Lease + 2*a.cfg.CallTimeout, CallTimeout: a.cfg.CallTimeout,
+		Grace: a.cfg.Grace, Lease: a.cfg.Lease + 2*a.cfg.CallTimeout, CallTimeout: a.cfg.CallTimeout, MaxAttempts: a.cfg.MaxAttempts,
 		Backoff: sideeffect.Backoff{Base: time.Second, Cap: 30 * time.Second}, Logger: a.log,
 	})
 	if err != nil {
