@@ -180,6 +180,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the requeued intent was never executed")
 		time.Sleep(200 * time.Millisecond)
 	}
+	// On a phone's width every page fits: nothing scrolls sideways but the
+	// tables' own boxes.
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844)))
+	for _, p := range []string{"keys", "intents", "outbox", "inbox", "login", ""} {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(console+p)))
+		require.True(t, eval[bool](t, ctx, `document.documentElement.scrollWidth <= window.innerWidth`), "page %q is wider than a phone", p)
+	}
+	shoot(t, ctx, "console-phone.png")
+
 	paid := do(t, "GET", api+"/v1/orders/"+id, acme, "", "")
 	require.Equal(t, "paid", paid.json(t)["status"])
 	require.Len(t, charges(t, prov.url), 1)
