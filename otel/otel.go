@@ -27,10 +27,10 @@ type Options struct {
 
 type instruments struct {
 	requests, sweepDeleted, transitions, providerCalls, publishes, messages metric.Int64Counter
-	requestDur, commitDur, writeDur, sweepDur, providerDur                   metric.Float64Histogram
-	recordSize, commitCalls                                                  metric.Int64Histogram
-	pending, quarantined                                                     metric.Int64Gauge
-	oldestAge                                                                metric.Float64Gauge
+	requestDur, commitDur, writeDur, sweepDur, providerDur                  metric.Float64Histogram
+	recordSize, commitCalls                                                 metric.Int64Histogram
+	pending, quarantined                                                    metric.Int64Gauge
+	oldestAge                                                               metric.Float64Gauge
 }
 
 // New returns an observer that records oncekv's metrics and spans. Set it

@@ -55,7 +55,9 @@ func TestScenario(t *testing.T) {
 	require.NoError(t, err)
 	do := func(key string, fp byte) error {
 		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: key, Fingerprint: ledger.Fingerprint{fp}},
-			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte(`{"id":"x"}`)}, nil })
+			func(kv.Tx) (ledger.Response, error) {
+				return ledger.Response{Status: 201, Body: []byte(`{"id":"x"}`)}, nil
+			})
 		return err
 	}
 	for _, k := range []string{"a", "b", "c"} {
