@@ -1,0 +1,98 @@
+package seal_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/seal"
+)
+
+func TestRoundTripRotationAndTamper(t *testing.T) {
+	t.Parallel()
+	k1, _ := seal.NewKey(1)
+	k2, s2 := seal.NewKey(2)
+	old, err := seal.NewRing(k1)
+	require.NoError(t, err)
+	v1 := old.Seal(nil, []byte("card 4242"), []byte("ledger\x00acme\x00k1"))
+	require.True(t, seal.IsSealed(v1))
+	id, _ := seal.KeyID(v1)
+	require.EqualValues(t, 1, id)
+	require.NotContains(t, string(v1), "4242")
+
+	parsed, err := seal.ParseKey(s2)
+	require.NoError(t, err)
+	require.Equal(t, k2, parsed)
+	r, err := seal.NewRing(k2, k1) // rotated: seals with 2, opens 1 and 2
+	require.NoError(t, err)
+	p, err := r.Open(nil, v1, []byte("ledger\x00acme\x00k1"))
+	require.NoError(t, err)
+	require.Equal(t, "card 4242", string(p))
+	v2 := r.Seal(nil, []byte("x"), nil)
+	id, _ = seal.KeyID(v2)
+	require.EqualValues(t, 2, id)
+
+	// Moved to another record: the associated data differs.
+	_, err = r.Open(nil, v1, []byte("ledger\x00acme\x00k2"))
+	require.ErrorIs(t, err, seal.ErrTampered)
+	// One flipped byte anywhere after the header.
+	for i := 7; i < len(v1); i++ {
+		bad := bytes.Clone(v1)
+		bad[i] ^= 1
+		_, err = r.Open(nil, bad, []byte("ledger\x00acme\x00k1"))
+		require.ErrorIs(t, err, seal.ErrTampered, "byte %d", i)
+	}
+	// The key it needs is gone.
+	only2, _ := seal.NewRing(k2)
+	_, err = only2.Open(nil, v1, []byte("ledger\x00acme\x00k1"))
+	var oe *seal.OpenError
+	require.ErrorAs(t, err, &oe)
+	require.ErrorIs(t, err, seal.ErrUnknownKey)
+	require.EqualValues(t, 1, oe.KeyID)
+	var none *seal.Ring
+	_, err = none.Open(nil, v1, nil)
+	require.ErrorIs(t, err, seal.ErrUnknownKey)
+
+	_, err = seal.NewRing(k1, k1)
+	require.ErrorIs(t, err, seal.ErrInvalidKey)
+}
+
+func TestKeyFiles(t *testing.T) {
+	t.Parallel()
+	_, s := seal.NewKey(7)
+	path := filepath.Join(t.TempDir(), "k")
+	require.NoError(t, os.WriteFile(path, []byte(s+"\n"), 0o600))
+	k, err := seal.ReadKeyFile(path)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, k.ID)
+	for _, bad := range []string{"", "7", "x:00", "7:zz", "7:" + s[2:10], "4294967296:" + s[2:]} {
+		_, err := seal.ParseKey(bad)
+		require.ErrorIs(t, err, seal.ErrInvalidKey, bad)
+	}
+}
+
+// Whatever the bytes, Open answers with an error or the plaintext, never
+// a panic; and nothing but a sealed value opens.
+func FuzzOpen(f *testing.F) {
+	k, _ := seal.NewKey(3)
+	r, _ := seal.NewRing(k)
+	f.Add(r.Seal(nil, []byte("hello"), []byte("aad")), []byte("aad"))
+	f.Add([]byte{0xE5, 'S', 1, 0, 0, 0, 3}, []byte(nil))
+	f.Add([]byte("plain"), []byte("aad"))
+	f.Fuzz(func(t *testing.T, v, aad []byte) {
+		p, err := r.Open(nil, v, aad)
+		if err == nil {
+			if !seal.IsSealed(v) || len(v) != len(p)+seal.Overhead {
+				t.Fatalf("opened something that is not a sealed value: %x", v)
+			}
+			return
+		}
+		if !errors.Is(err, seal.ErrTampered) && !errors.Is(err, seal.ErrUnknownKey) {
+			t.Fatalf("untyped error %v", err)
+		}
+	})
+}
