@@ -65,7 +65,7 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		case r.solo:
 			// fn failed after other calls of its batch; its error may have been
 			// caused by their writes, so find its real outcome alone.
-			return closedErr(unreject(db.commit(ctx, 1, func(t Tx) error { return fn(guard(t)) })))
+			return closedErr(unreject(db.commit(ctx, 1, func(t Tx) error { return fn(db.guard(t)) })))
 		case r.panic != nil:
 			panic(r.panic.Value)
 		}
@@ -148,7 +148,7 @@ func (b *batcher) run(calls []*batchCall) {
 		var res batchResult
 		rejected = rejected[:len(calls)]
 		err := b.db.commit(context.Background(), len(calls), func(t Tx) error {
-			tx := guard(t)
+			tx := b.db.guard(t)
 			for i, c := range calls {
 				p, err := safeCall(c.fn, tx)
 				rejected[i] = nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/observe"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // Defaults used when the corresponding Options field is zero.
@@ -47,6 +48,13 @@ type Options struct {
 	// report (package observe): commits here, request outcomes in the
 	// ledger, intents, the relay, the inbox, sweeps. nil costs nothing.
 	Observer *observe.Observer
+
+	// Cipher, if set, encrypts what the packages built on this database
+	// store on the caller's behalf (package seal): stored responses, intent
+	// payloads and results, outbox payloads, and conditional tables that opt
+	// in. Values sealed under any key of the ring open; new ones use its
+	// current key. The keys are never stored in the database.
+	Cipher *seal.Ring
 
 	// NoSync skips fsync on commit. A crash can then lose or corrupt recent
 	// transactions: use it only for tests and benchmarks.
@@ -239,6 +247,9 @@ func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	}
 	db.batch.db = db
 	db.batch.full = make(chan struct{}, 1)
+	if bdb != nil && o.Cipher != nil {
+		boltCiphers.Store(bdb, o.Cipher)
+	}
 	return db, nil
 }
 
@@ -249,6 +260,9 @@ func (db *DB) Close() error {
 		return nil
 	}
 	defer unregister(db)
+	if db.bolt != nil {
+		boltCiphers.CompareAndDelete(db.bolt, db.opts.Cipher)
+	}
 	return db.backend.Close()
 }
 
@@ -295,7 +309,7 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 		return err
 	}
 	err := db.commit(ctx, 1, func(t Tx) error {
-		if err := fn(guard(t)); err != nil {
+		if err := fn(db.guard(t)); err != nil {
 			return err
 		}
 		failpoint.Inject(failpoint.KVUpdateBeforeCommit)
@@ -313,7 +327,7 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
-	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(guard(t)) }))
+	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(db.guard(t)) }))
 }
 
 // commit runs fn in one write transaction of the backend, reporting it to

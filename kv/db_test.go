@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/seal"
 )
 
 var ctx = context.Background()
@@ -318,4 +319,29 @@ func TestReadOnlyOverAnyBackend(t *testing.T) {
 		require.Equal(t, "v", string(tx.Bucket([]byte("b")).Get([]byte("k"))))
 		return nil
 	}))
+}
+
+// The packages that seal values are handed only a Tx: CipherOf finds the
+// ring of its DB, through the DB's own transactions, batches and a caller's
+// bbolt transaction wrapped with WrapTx; a DB without one yields nil.
+func TestCipherOf(t *testing.T) {
+	ring, err := seal.NewRing(seal.Key{ID: 3})
+	require.NoError(t, err)
+	db, err := kv.Open(filepath.Join(t.TempDir(), "c.db"), &kv.Options{NoSync: true, Cipher: ring})
+	require.NoError(t, err)
+	require.Same(t, ring, db.Cipher())
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error { require.Same(t, ring, kv.CipherOf(tx)); return nil }))
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { require.Same(t, ring, kv.CipherOf(tx)); return nil }))
+	require.NoError(t, db.Batch(ctx, func(tx kv.Tx) error { require.Same(t, ring, kv.CipherOf(tx)); return nil }))
+	require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
+		require.Same(t, ring, kv.CipherOf(kv.WrapTx(btx)))
+		return nil
+	}))
+	plain, err := kv.Open(filepath.Join(t.TempDir(), "p.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer plain.Close()
+	require.NoError(t, plain.View(ctx, func(tx kv.Tx) error { require.Nil(t, kv.CipherOf(tx)); return nil }))
+	_, err = plain.Rekey(ctx, nil, kv.RekeyOptions{})
+	require.ErrorIs(t, err, kv.ErrNoCipher)
+	require.NoError(t, db.Close())
 }

@@ -18,7 +18,10 @@ func isReserved(name []byte) bool { return bytes.HasPrefix(name, reservedPrefix)
 // them: creating or opening such a name fails with ErrReservedName, and
 // Tx.Cursor leaves them out. oncekv's own packages reach the
 // reserved buckets through Unwrap.
-type guarded struct{ tx Tx }
+type guarded struct {
+	tx Tx
+	db *DB // the DB that handed it out (nil from WrapTx)
+}
 
 // guard wraps a backend transaction for callers. It is idempotent. A bbolt
 // transaction gets a guard that is a conversion of *bbolt.Tx (no
@@ -31,6 +34,15 @@ func guard(tx Tx) Tx {
 		return (*guardedBolt)(t)
 	}
 	return &guarded{tx: tx}
+}
+
+// guard is the package-level guard for the transactions db hands out: on a
+// backend other than bbolt the wrapper also remembers db (CipherOf).
+func (db *DB) guard(tx Tx) Tx {
+	if _, ok := tx.(*boltTx); ok {
+		return guard(tx)
+	}
+	return &guarded{tx: tx, db: db}
 }
 
 // guardedBolt is guarded for bbolt, as a conversion of its transaction.

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // RecordKind is the kind of the idempotency records: pass it to
@@ -35,7 +37,14 @@ var RecordKind kv.RecordKind = &recstore.Kind[*Record]{
 		sharded := b == nil || b.Get([]byte(TenantOf(scope))) == nil
 		return account(tx, sharded, scope, r.Key, -1, -int64(len(v)))
 	},
-	CheckRecord: func(_ kv.Tx, scope, key string, r *Record, report func(string)) {
+	CheckRecord: func(tx kv.Tx, scope, key string, r *Record, report func(string)) {
+		if r.blob != nil {
+			if ring := kv.CipherOf(tx); ring != nil {
+				if _, err := ring.Open(nil, r.blob, responseAAD(scope, key)); err != nil {
+					report(fmt.Sprintf("record %q/%q: sealed response does not open: %v", scope, key, err))
+				}
+			}
+		}
 		if r.Status == StatusInProgress && r.ExpiresAt.Before(r.LeaseExpiresAt) {
 			report(fmt.Sprintf("record %q/%q: in progress with a lease (%s) outliving its retention (%s)", scope, key, r.LeaseExpiresAt, r.ExpiresAt))
 		}
@@ -88,4 +97,40 @@ func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
 			report(fmt.Sprintf("tenant %q: usage says %d records, %d bytes, but it has none", tenant, got.Records, got.Bytes))
 		}
 	}
+}
+
+// Sealed is the ledger's kind of sealed values, for kv.DB.Rekey: it
+// rewrites every stored response not sealed under the ring's current key
+// (those written before a Cipher was set included) under it.
+var Sealed kv.SealedKind = sealedKind{}
+
+type sealedKind struct{}
+
+func (sealedKind) Name() string { return "idempotency" }
+
+func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+	ub := usageNS.Bucket(tx)
+	return RecordKind.(*recstore.Kind[*Record]).Rewrite(tx, after, limit, func(scope, key string, v []byte) ([]byte, error) {
+		r, err := decodeRecordWith(ring, scope, key, v, bodyRequired)
+		if err != nil {
+			return nil, &RecordError{Scope: scope, Key: key, Err: err}
+		}
+		if r.Response == nil || (r.Sealed && r.KeyID == ring.Current()) {
+			return nil, nil
+		}
+		threshold := 0
+		if r.Compressed {
+			threshold = 1 // it was worth compressing: it still is
+		}
+		var e record.Encoder
+		nv := encodeRecordWith(&e, ring, r, threshold)
+		if d := int64(len(nv) - len(v)); d != 0 {
+			// Counted like the sweep counts (Removed): bare key or shard.
+			sharded := ub == nil || ub.Get([]byte(TenantOf(scope))) == nil
+			if err := account(tx, sharded, scope, key, 0, d); err != nil {
+				return nil, err
+			}
+		}
+		return nv, nil
+	})
 }

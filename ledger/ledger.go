@@ -189,7 +189,11 @@ func (l *Ledger) load(tx kv.Tx, scope, key string, withBody bool) (recstore.Ref,
 	if v == nil {
 		return ref, nil, nil
 	}
-	r, err := decodeRecordAs(scope, key, v, withBody)
+	mode := statusOnly
+	if withBody {
+		mode = bodyRequired
+	}
+	r, err := decodeRecordWith(l.db.Cipher(), scope, key, v, mode)
 	if err != nil {
 		return ref, nil, &RecordError{Scope: scope, Key: key, Err: err}
 	}
@@ -214,7 +218,7 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 	}
 	// A fresh buffer per record: bbolt keeps the value slice until commit.
 	var e record.Encoder
-	v := encodeRecord(&e, r, l.cfg.CompressThreshold)
+	v := encodeRecordWith(&e, l.db.Cipher(), r, l.cfg.CompressThreshold)
 	if _, err := l.records.Put(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
 		return err
 	}

@@ -44,6 +44,8 @@ type ListOptions struct {
 	// ExpiredOnly yields only records past their retention.
 	ExpiredOnly bool
 	// WithBody decodes stored responses (otherwise Record.Response is nil).
+	// A sealed response opens with the database's key ring; without one,
+	// the record is yielded with Sealed set and a nil Response.
 	WithBody bool
 	// Limit stops after this many records (0 for no limit).
 	Limit int
@@ -63,7 +65,11 @@ func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 			if !ok {
 				return yield(nil, recordError(scope, key, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "damaged log entry: scope and key unreadable"}))
 			}
-			r, err := decodeRecordAs(scope, key, v, opts.WithBody)
+			mode := statusOnly
+			if opts.WithBody {
+				mode = bodyIfOpen
+			}
+			r, err := decodeRecordWith(l.db.Cipher(), scope, key, v, mode)
 			if err != nil {
 				return yield(nil, recordError(scope, key, err))
 			}

@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/sealing"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // Status is the state of an idempotency record.
@@ -79,6 +81,13 @@ type Record struct {
 	// ResponseStatus is the stored response's status (0 while in progress),
 	// decoded even when the body is not.
 	ResponseStatus int
+	// Sealed reports whether the response's headers and body are stored
+	// encrypted (kv.Options.Cipher), and KeyID under which key. A record
+	// read without that key has Sealed set and a nil Response.
+	Sealed bool
+	KeyID  uint32
+
+	blob []byte // the sealed response, kept by a check's decode (verify)
 }
 
 // Expired reports whether the record is past its retention at now.
@@ -91,19 +100,46 @@ func (r *Record) leaseLive(now time.Time) bool { return now.Before(r.LeaseExpire
 //
 //	status byte | fingerprint [32] | version uvarint | owner [16] |
 //	lease, created, completed, expires: time |
-//	flags byte (1: has response, 2: body compressed) |
-//	[status uvarint | nheaders uvarint | (name, nvalues, values...)... |
-//	 raw body length uvarint | body bytes]
+//	flags byte (1: has response, 2: body compressed, 4: sealed) |
+//	[status uvarint | response]
+//
+// where response is nheaders uvarint | (name, nvalues, values...)... | raw
+// body length uvarint | body bytes; sealed, it is instead one bytes field
+// holding the response (as a record of its own, layout 1) sealed with the
+// key ring (package seal), bound to the record's scope and key. The body is
+// compressed before it is sealed.
 const recordLayout = 1
 
 const (
 	flagResponse   = 1
 	flagCompressed = 2
+	flagSealed     = 4
+)
+
+// responseAAD binds a sealed response to its record.
+func responseAAD(scope, key string) []byte { return sealing.AAD("ledger.response", scope, key) }
+
+// bodyMode says how much of a record to decode.
+type bodyMode uint8
+
+const (
+	// statusOnly: no headers or body (look-ups for status and expiry).
+	statusOnly bodyMode = iota
+	// bodyIfOpen: the response, unless it is sealed and no ring is
+	// supplied (Sealed set, Response nil): listings, the check.
+	bodyIfOpen
+	// bodyRequired: the response; a sealed one that does not open fails
+	// with a *seal.OpenError (replays).
+	bodyRequired
 )
 
 // encodeRecord writes r into e. Bodies longer than threshold (when
-// threshold > 0) are compressed.
+// threshold > 0) are compressed; with a ring, the response is sealed.
 func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
+	return encodeRecordWith(e, nil, r, threshold)
+}
+
+func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold int) []byte {
 	e.Reset(record.KindIdempotency, recordLayout)
 	e.Byte(byte(r.Status))
 	e.Fixed(r.Fingerprint[:])
@@ -114,6 +150,7 @@ func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
 	e.Time(r.CompletedAt)
 	e.Time(r.ExpiresAt)
 	if r.Response == nil {
+		r.Sealed, r.KeyID = false, 0
 		e.Byte(0)
 		out := e.Finish()
 		r.StoredBytes = len(out)
@@ -128,8 +165,30 @@ func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
 			body, flags, r.Compressed = c, flags|flagCompressed, true
 		}
 	}
+	if ring != nil {
+		flags |= flagSealed
+		r.Sealed, r.KeyID = true, ring.Current()
+	} else {
+		r.Sealed, r.KeyID = false, 0
+	}
 	e.Byte(flags)
 	e.Uvarint(uint64(resp.Status))
+	if ring != nil {
+		var inner record.Encoder
+		inner.Reset(record.KindIdempotency, recordLayout)
+		encodeResponse(&inner, resp, body)
+		e.Bytes(ring.Seal(nil, inner.Finish(), responseAAD(r.Scope, r.Key)))
+	} else {
+		encodeResponse(e, resp, body)
+	}
+	out := e.Finish()
+	r.StoredBytes = len(out)
+	return out
+}
+
+// encodeResponse writes a response's headers and its body (as stored:
+// compressed or not).
+func encodeResponse(e *record.Encoder, resp *Response, body []byte) {
 	names := make([]string, 0, len(resp.Header))
 	for n := range resp.Header {
 		names = append(names, n)
@@ -146,9 +205,6 @@ func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
 	}
 	e.Uvarint(uint64(len(resp.Body)))
 	e.Bytes(body)
-	out := e.Finish()
-	r.StoredBytes = len(out)
-	return out
 }
 
 // decodeRecordAs decodes the stored record of (scope, key). With withBody
@@ -156,6 +212,16 @@ func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
 // otherwise the body is copied out (and decompressed), so the Record
 // outlives the transaction.
 func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error) {
+	mode := statusOnly
+	if withBody {
+		mode = bodyIfOpen
+	}
+	return decodeRecordWith(nil, scope, key, v, mode)
+}
+
+// decodeRecordWith decodes a record, opening a sealed response with ring
+// as mode asks.
+func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMode) (*Record, error) {
 	var d record.Decoder
 	layout, err := d.Reset(record.KindIdempotency, v)
 	if err != nil {
@@ -185,7 +251,7 @@ func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error)
 	if r.Status != StatusInProgress && r.Status != StatusCompleted {
 		return nil, d.Fail(fmt.Sprintf("unknown status %d", r.Status))
 	}
-	if flags&^(flagResponse|flagCompressed) != 0 {
+	if flags&^(flagResponse|flagCompressed|flagSealed) != 0 {
 		return nil, d.Fail(fmt.Sprintf("unknown flags 0x%02x", flags))
 	}
 	r.Compressed = flags&flagCompressed != 0
@@ -200,7 +266,34 @@ func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error)
 		return nil, d.Fail(fmt.Sprintf("response status %d out of range", st))
 	}
 	r.ResponseStatus = int(st)
-	if !withBody {
+	if flags&flagSealed != 0 {
+		blob := d.Bytes()
+		if err := d.Done(); err != nil {
+			return nil, err
+		}
+		id, ok := seal.KeyID(blob)
+		if !ok {
+			return nil, d.Fail("sealed response without the sealed layout")
+		}
+		r.Sealed, r.KeyID = true, id
+		if mode == statusOnly || (mode == bodyIfOpen && ring == nil) {
+			if mode == bodyIfOpen {
+				r.blob = bytes.Clone(blob) // a check verifies it (checkSealed)
+			}
+			return r, nil
+		}
+		p, err := ring.Open(nil, blob, responseAAD(scope, key))
+		if err != nil {
+			return nil, err
+		}
+		// The opened response is a record of its own: decode the rest from it.
+		if layout, err := d.Reset(record.KindIdempotency, p); err != nil {
+			return nil, err
+		} else if layout != recordLayout {
+			return nil, d.Fail(fmt.Sprintf("unknown sealed response layout %d", layout))
+		}
+		v = p
+	} else if mode == statusOnly {
 		return r, d.Err()
 	}
 	resp := &both.resp

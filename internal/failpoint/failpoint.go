@@ -41,6 +41,9 @@ const (
 	RecstoreDirectoryAdded = "recstore.directory.added"
 	RecstoreRebuilt        = "recstore.rebuilt"
 	RecstoreMigrated       = "recstore.migrated"
+
+	// A rekey batch committed (kv.DB.Rekey).
+	RekeyBetweenBatches = "kv.rekey.between-batches"
 )
 
 // All lists every failpoint.
@@ -51,5 +54,5 @@ var All = []string{
 	TakeoverAfterCommit, ReconcileTakeoverAfterCommit, ProviderBeforeCall,
 	ProviderAfterCall, RecordBeforeCommit, RecordAfterCommit, OutboxAddAfterCommit,
 	RelayBeforePublish, RelayAfterPublish, RelayAfterMark, SweepBeforeCommit, SweepAfterCommit,
-	RecstoreDirectoryAdded, RecstoreRebuilt, RecstoreMigrated,
+	RecstoreDirectoryAdded, RecstoreRebuilt, RecstoreMigrated, RekeyBetweenBatches,
 }
