@@ -6,7 +6,10 @@ import (
 	"strings"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/sealing"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // Checker verifies every table in the database without knowing their value
@@ -36,6 +39,7 @@ func checkStructure(tx kv.Tx, table string, report func(string)) {
 		indexes[strings.TrimPrefix(ns.Name(), tablePrefix+table+"/idx/")] = ns.Bucket(tx)
 	}
 	stored := map[string]storedRow{}
+	ring := kv.CipherOf(tx)
 	if rows != nil {
 		c := rows.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -43,6 +47,11 @@ func checkStructure(tx kv.Tx, table string, report func(string)) {
 			if err != nil {
 				report(fmt.Sprintf("%s: row %q: %v", table, k, err))
 				continue
+			}
+			if r.sealed && ring != nil {
+				if err := r.open(ring, table, string(k)); err != nil {
+					report(fmt.Sprintf("%s: row %q: sealed value does not open: %v", table, k, err))
+				}
 			}
 			stored[string(k)] = r
 			for _, ik := range r.keys {
@@ -96,4 +105,61 @@ func (t *Table[T]) Check(tx kv.Tx) []string {
 		}
 	}
 	return problems
+}
+
+// Sealed is the tables' kind of sealed values, for kv.DB.Rekey: it
+// rewrites every sealed row value not sealed under the ring's current key
+// under it, in every table (rows stored in clear stay so: sealing is a
+// table's choice, Options.Seal).
+var Sealed kv.SealedKind = sealedKind{}
+
+type sealedKind struct{}
+
+func (sealedKind) Name() string { return "conditional" }
+
+// Reseal walks the tables in name order; its cursor is the table's name
+// and either a NUL and the last row ID visited, or 0x01 once the table is
+// done (table names hold neither byte).
+func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+	var afterTable string
+	var afterID []byte
+	tableDone := false
+	if i := bytes.IndexByte(after, 0); i >= 0 {
+		afterTable, afterID = string(after[:i]), after[i+1:]
+	} else if n := len(after); n > 0 && after[n-1] == 1 {
+		afterTable, tableDone = string(after[:n-1]), true
+	}
+	for _, ns := range keyspace.List(tx, tablePrefix) {
+		table := tableOf(ns.Bytes())
+		if table == "" || (after != nil && (table < afterTable || (table == afterTable && tableDone))) {
+			continue
+		}
+		var from []byte
+		if table == afterTable {
+			from = afterID
+		}
+		next, n, err := sealing.Rewrite(ns.Bucket(tx), from, limit, func(k, v []byte) ([]byte, error) {
+			r, err := decodeRow(v)
+			if err != nil {
+				return nil, fmt.Errorf("conditional: %s: row %q: %w", table, k, err)
+			}
+			if !r.sealed || !sealing.Stale(ring, r.value) {
+				return nil, nil
+			}
+			if err := r.open(ring, table, string(k)); err != nil {
+				return nil, fmt.Errorf("conditional: %s: row %q: %w", table, k, err)
+			}
+			r.value, r.sealed = ring.Seal(nil, r.value, rowAAD(table, string(k))), true
+			var e record.Encoder
+			return encodeRow(&e, r), nil
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		if next == nil {
+			return append([]byte(table), 1), n, nil
+		}
+		return append(append([]byte(table), 0), next...), n, nil
+	}
+	return nil, 0, nil
 }

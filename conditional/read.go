@@ -2,6 +2,7 @@ package conditional
 
 import (
 	"context"
+	"fmt"
 	"iter"
 
 	"github.com/oncekv/oncekv/internal/txn"
@@ -69,12 +70,18 @@ func (t *Table[T]) All(tx kv.Tx) iter.Seq2[Row[T], error] {
 		if b == nil {
 			return
 		}
+		ring := kv.CipherOf(tx)
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			sr, err := decodeRow(v)
+			if err == nil {
+				err = sr.open(ring, t.name, string(k))
+			}
 			var r Row[T]
 			if err == nil {
 				r, err = t.decode(string(k), sr)
+			} else {
+				err = fmt.Errorf("conditional: %s: row %q: %w", t.name, k, err)
 			}
 			if !yield(r, err) {
 				return

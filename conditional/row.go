@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/sealing"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // Row is a stored value with its primary key and version. Versions start at
@@ -39,14 +41,27 @@ type storedRow struct {
 	version uint64
 	keys    []indexKey
 	value   []byte
+	sealed  bool // value is sealed (layout 2) and not opened yet
 }
 
 // Row layout, version 1: version uvarint | nkeys uvarint |
-// (index name, key)... | value bytes.
-const rowLayout = 1
+// (index name, key)... | value bytes. Version 2 is version 1 with the value
+// sealed (package seal), bound to the table and the row's ID; the index
+// keys stay clear (they are the index buckets' keys anyway).
+const (
+	rowLayout       = 1
+	rowLayoutSealed = 2
+)
+
+// rowAAD binds a sealed value to its table and row.
+func rowAAD(table, id string) []byte { return sealing.AAD("conditional.row", table, id) }
 
 func encodeRow(e *record.Encoder, r storedRow) []byte {
-	e.Reset(record.KindVersioned, rowLayout)
+	layout := byte(rowLayout)
+	if r.sealed {
+		layout = rowLayoutSealed
+	}
+	e.Reset(record.KindVersioned, layout)
 	e.Uvarint(r.version)
 	e.Uvarint(uint64(len(r.keys)))
 	for _, k := range r.keys {
@@ -64,10 +79,10 @@ func decodeRow(v []byte) (storedRow, error) {
 	if err != nil {
 		return storedRow{}, err
 	}
-	if layout != rowLayout {
+	if layout != rowLayout && layout != rowLayoutSealed {
 		return storedRow{}, d.Fail(fmt.Sprintf("unknown row layout %d", layout))
 	}
-	var r storedRow
+	r := storedRow{sealed: layout == rowLayoutSealed}
 	r.version = d.Uvarint()
 	n := d.Uvarint()
 	if n > uint64(len(v)) {
@@ -83,7 +98,23 @@ func decodeRow(v []byte) (storedRow, error) {
 	if r.version == 0 {
 		return storedRow{}, d.Fail("row version 0")
 	}
+	if r.sealed && !seal.IsSealed(r.value) {
+		return storedRow{}, d.Fail("sealed value without the sealed layout")
+	}
 	return r, nil
+}
+
+// open opens a sealed row's value with ring (in place).
+func (r *storedRow) open(ring *seal.Ring, table, id string) error {
+	if !r.sealed {
+		return nil
+	}
+	p, err := ring.Open(nil, r.value, rowAAD(table, id))
+	if err != nil {
+		return err
+	}
+	r.value, r.sealed = p, false
+	return nil
 }
 
 func (r storedRow) keyFor(index string) ([]byte, bool) {

@@ -33,6 +33,11 @@ type Options[T any] struct {
 	Codec Codec[T]
 	// Indexes are the table's unique indexes.
 	Indexes []Index[T]
+	// Seal stores the rows' values encrypted with the database's key ring
+	// (kv.Options.Cipher, which it requires): the IDs, versions and index
+	// keys stay clear. Rows stored before stay clear until rewritten;
+	// sealed rows open whatever this option says.
+	Seal bool
 }
 
 // Table is a typed collection of versioned rows with unique indexes, stored
@@ -44,6 +49,7 @@ type Table[T any] struct {
 	rows    keyspace.Namespace
 	indexes []Index[T]
 	idxNS   []keyspace.Namespace
+	seal    bool
 }
 
 const tablePrefix = "table/"
@@ -78,6 +84,10 @@ func NewTable[T any](db *kv.DB, name string, opts *Options[T]) (*Table[T], error
 		if opts.Codec != nil {
 			t.codec = opts.Codec
 		}
+		if opts.Seal && db.Cipher() == nil {
+			return nil, fmt.Errorf("%w: %s: Seal needs a key ring (kv.Options.Cipher)", ErrInvalidTable, name)
+		}
+		t.seal = opts.Seal
 		seen := map[string]bool{}
 		for _, ix := range opts.Indexes {
 			switch {
@@ -129,6 +139,9 @@ func (t *Table[T]) load(tx kv.Tx, id string) (storedRow, bool, error) {
 		return storedRow{}, false, nil
 	}
 	r, err := decodeRow(v)
+	if err == nil {
+		err = r.open(kv.CipherOf(tx), t.name, id)
+	}
 	if err != nil {
 		return storedRow{}, false, fmt.Errorf("conditional: %s: row %q: %w", t.name, id, err)
 	}
@@ -190,8 +203,16 @@ func (t *Table[T]) write(tx kv.Tx, id string, version uint64, p prepared, old *s
 		return err
 	}
 	// A fresh buffer per row: bbolt keeps the value slice until commit.
+	row := storedRow{version: version, keys: p.keys, value: p.value}
+	if t.seal {
+		ring := kv.CipherOf(tx)
+		if ring == nil {
+			return fmt.Errorf("%w: %s: Seal needs a key ring (kv.Options.Cipher)", ErrInvalidTable, t.name)
+		}
+		row.value, row.sealed = ring.Seal(nil, p.value, rowAAD(t.name, id)), true
+	}
 	var e record.Encoder
-	if err := rb.Put([]byte(id), encodeRow(&e, storedRow{version: version, keys: p.keys, value: p.value})); err != nil {
+	if err := rb.Put([]byte(id), encodeRow(&e, row)); err != nil {
 		return err
 	}
 	for i, ix := range t.indexes {

@@ -93,8 +93,16 @@ func keyView(r *ledger.Record, now time.Time) Key {
 		k.LeaseExpiresAt = optTime(r.LeaseExpiresAt)
 	}
 	k.ResponseStatus = r.ResponseStatus
+	if r.Sealed {
+		k.Encrypted = keyIDText(r.KeyID)
+	}
 	return k
 }
+
+func keyIDText(id uint32) string { return fmt.Sprintf("key id %d", id) }
+
+// encryptedText is what a tool without the key shows for a sealed value.
+func encryptedText(id uint32) string { return fmt.Sprintf("encrypted (key id %d)", id) }
 
 // Keys lists idempotency records in the store's order (expiry on bbolt,
 // scope and key on a keyed store).
@@ -147,7 +155,7 @@ func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 func (i *Inspector) Get(ctx context.Context, scope, key string, body bool) (Record, error) {
 	var rec Record
 	err := i.db.View(ctx, func(tx kv.Tx) error {
-		r, err := i.l.GetTx(tx, scope, key, true)
+		r, err := i.l.InspectTx(tx, scope, key)
 		if errors.Is(err, ledger.ErrNotFound) {
 			return fmt.Errorf("%w: scope %q key %q", ErrNotFound, scope, key)
 		}
@@ -165,6 +173,8 @@ func (i *Inspector) Get(ctx context.Context, scope, key string, body bool) (Reco
 			default:
 				rec.Body, rec.BodyEncoding = renderBody(r.Response.Body)
 			}
+		} else if r.Sealed && r.Status == ledger.StatusCompleted && body {
+			rec.Body, rec.BodyEncoding = encryptedText(r.KeyID), "encrypted"
 		}
 		return nil
 	})
@@ -200,10 +210,21 @@ func (i *Inspector) intentView(in *sideeffect.Intent) Intent {
 	if r := in.Resolution; r != nil {
 		v.Resolution = r.State.String()
 	}
-	if i.ShowBodies {
+	switch {
+	case in.Closed():
+		// Read without its key: say so rather than show empty fields.
+		v.Encrypted = keyIDText(in.KeyID)
+		v.Payload = encryptedText(in.KeyID)
+		if in.State != sideeffect.StatePending || in.Attempts > 0 {
+			v.LastError = encryptedText(in.KeyID)
+		}
+	case i.ShowBodies:
 		v.Payload, v.Result = string(in.Payload), string(in.Result)
-	} else {
+	default:
 		v.LastError = redact(v.LastError)
+	}
+	if in.Sealed {
+		v.Encrypted = keyIDText(in.KeyID)
 	}
 	return v
 }
@@ -242,6 +263,9 @@ func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error)
 func (i *Inspector) eventView(e *outbox.Event) Event {
 	v := Event{Seq: e.Seq, ID: e.ID, Topic: e.Topic, Key: e.Key, State: e.State.String(), Attempts: e.Attempts,
 		LastError: e.LastError, CreatedAt: e.CreatedAt, PublishedAt: optTime(e.PublishedAt)}
+	if e.Sealed {
+		v.Encrypted = keyIDText(e.KeyID)
+	}
 	if !i.ShowBodies {
 		v.LastError = redact(v.LastError)
 	}

@@ -16,7 +16,10 @@ type Key struct {
 	ResponseStatus int        `json:"response_status,omitempty"`
 	StoredBytes    int        `json:"stored_bytes"`
 	Compressed     bool       `json:"compressed"`
-	Error          string     `json:"error,omitempty"` // a record that failed to decode
+	// Encrypted is "key id N" when the response is sealed under key N
+	// (kv.Options.Cipher); empty when it is stored in clear.
+	Encrypted string `json:"encrypted,omitempty"`
+	Error     string `json:"error,omitempty"` // a record that failed to decode
 }
 
 // Record is one idempotency record in detail.
@@ -27,9 +30,10 @@ type Record struct {
 	Headers     map[string][]string `json:"headers,omitempty"`
 	BodyBytes   int                 `json:"body_bytes"`
 	// Body is the stored body when requested: text if it is printable UTF-8,
-	// otherwise hex (BodyEncoding says which). Empty when redacted.
+	// otherwise hex (BodyEncoding says which). Empty when redacted; for a
+	// sealed response read without its key, "encrypted (key id N)".
 	Body         string `json:"body,omitempty"`
-	BodyEncoding string `json:"body_encoding,omitempty"` // "text", "hex" or "redacted"
+	BodyEncoding string `json:"body_encoding,omitempty"` // "text", "hex", "redacted" or "encrypted"
 }
 
 // Intent is one side-effect intent.
@@ -48,8 +52,12 @@ type Intent struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	Payload    string     `json:"payload,omitempty"`
-	Result     string     `json:"result,omitempty"`
+	// Payload and Result are shown with the admin token; for a sealed
+	// intent read without its key, "encrypted (key id N)" (and so is
+	// LastError).
+	Payload   string `json:"payload,omitempty"`
+	Result    string `json:"result,omitempty"`
+	Encrypted string `json:"encrypted,omitempty"` // "key id N" when sealed
 }
 
 // Event is one outbox event.
@@ -63,6 +71,7 @@ type Event struct {
 	LastError   string     `json:"last_error,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	PublishedAt *time.Time `json:"published_at,omitempty"`
+	Encrypted   string     `json:"encrypted,omitempty"` // "key id N" when the payload is sealed
 }
 
 // Outbox summarises the outbox.

@@ -2,12 +2,14 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"iter"
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // Get returns the live record for (scope, key), with its response, or
@@ -29,6 +31,33 @@ func (l *Ledger) GetTx(tx kv.Tx, scope, key string, includeExpired bool) (*Recor
 	}
 	if r == nil || (!includeExpired && r.Expired(l.now())) {
 		return nil, ErrNotFound
+	}
+	return r, nil
+}
+
+// InspectTx returns the record of (scope, key), expired or not, for tools:
+// like GetTx, except that a response sealed under a key the database's
+// ring lacks (or with no ring) is left closed, the record returned with
+// Sealed set and a nil Response, instead of failing. A sealed response
+// that does not authenticate still fails (seal.ErrTampered).
+func (l *Ledger) InspectTx(tx kv.Tx, scope, key string) (*Record, error) {
+	if err := validate(scope, key); err != nil {
+		return nil, err
+	}
+	_, v, err := l.records.Get(tx, scope, key)
+	if err != nil {
+		return nil, &RecordError{Scope: scope, Key: key, Err: err}
+	}
+	if v == nil {
+		return nil, ErrNotFound
+	}
+	ring := l.db.Cipher()
+	r, err := decodeRecordWith(ring, scope, key, v, bodyIfOpen)
+	if errors.Is(err, seal.ErrUnknownKey) {
+		r, err = decodeRecordWith(ring, scope, key, v, statusOnly)
+	}
+	if err != nil {
+		return nil, &RecordError{Scope: scope, Key: key, Err: err}
 	}
 	return r, nil
 }

@@ -125,8 +125,9 @@ type bodyMode uint8
 const (
 	// statusOnly: no headers or body (look-ups for status and expiry).
 	statusOnly bodyMode = iota
-	// bodyIfOpen: the response, unless it is sealed and no ring is
-	// supplied (Sealed set, Response nil): listings, the check.
+	// bodyIfOpen: the response, unless it is sealed under a key the ring
+	// lacks, or there is no ring (Sealed set, Response nil): listings, the
+	// check.
 	bodyIfOpen
 	// bodyRequired: the response; a sealed one that does not open fails
 	// with a *seal.OpenError (replays).
@@ -276,7 +277,7 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 			return nil, d.Fail("sealed response without the sealed layout")
 		}
 		r.Sealed, r.KeyID = true, id
-		if mode == statusOnly || (mode == bodyIfOpen && ring == nil) {
+		if mode == statusOnly || (mode == bodyIfOpen && (ring == nil || !ring.Has(id))) {
 			if mode == bodyIfOpen {
 				r.blob = bytes.Clone(blob) // a check verifies it (checkSealed)
 			}

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 
 	"github.com/oncekv/oncekv/internal/backoff"
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/sealing"
 	"github.com/oncekv/oncekv/internal/txn"
 )
 
@@ -69,7 +71,19 @@ type Event struct {
 	// ExpiresAt is when a published event is forgotten (retention); zero
 	// while pending or quarantined.
 	ExpiresAt time.Time
+	// Sealed reports whether the payload is stored encrypted
+	// (kv.Options.Cipher), and KeyID under which key. Read without that
+	// key, Payload is nil and Sealed is set.
+	Sealed bool
+	KeyID  uint32
+
+	blob   []byte // the sealed payload as stored: moves between states keep it
+	closed bool   // read without its key: Payload is empty, not stored so
 }
+
+// Closed reports whether the event was read without the key its payload
+// is sealed under (Payload is then nil, not stored so).
+func (ev *Event) Closed() bool { return ev.closed }
 
 // MaxEventIDLen bounds an event ID.
 const MaxEventIDLen = 512
@@ -86,10 +100,32 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // Event layout, version 1: id, topic, key (strings) | nheaders uvarint |
 // (name, value)... | payload | state byte | created (time) | attempts uvarint |
 // next attempt (time) | last error | published (time) | expires (time).
-const eventLayout = 1
+//
+// Version 2 is version 1 with the payload sealed (package seal), bound to
+// the event's ID and sequence: the same sealed bytes move with the event
+// from pending to published or quarantined.
+const (
+	eventLayout       = 1
+	eventLayoutSealed = 2
+)
 
-func encodeEvent(e *record.Encoder, ev *Event) []byte {
-	e.Reset(record.KindOutbox, eventLayout)
+// eventAAD binds a sealed payload to its event.
+func eventAAD(id string, seq uint64) []byte {
+	return sealing.AAD("outbox.payload", id, string(seqKey(seq)))
+}
+
+// encodeEvent encodes ev. A payload read sealed is written back as it was;
+// a new one is sealed with ring (if not nil).
+func encodeEvent(e *record.Encoder, ring *seal.Ring, ev *Event) []byte {
+	if ev.blob == nil && ring != nil {
+		ev.blob = ring.Seal(nil, ev.Payload, eventAAD(ev.ID, ev.Seq))
+		ev.Sealed, ev.KeyID = true, ring.Current()
+	}
+	payload, layout := ev.Payload, byte(eventLayout)
+	if ev.blob != nil {
+		payload, layout = ev.blob, eventLayoutSealed
+	}
+	e.Reset(record.KindOutbox, layout)
 	e.String(ev.ID)
 	e.String(ev.Topic)
 	e.String(ev.Key)
@@ -99,7 +135,7 @@ func encodeEvent(e *record.Encoder, ev *Event) []byte {
 		e.String(n)
 		e.String(ev.Headers[n])
 	}
-	e.Bytes(ev.Payload)
+	e.Bytes(payload)
 	e.Byte(byte(ev.State))
 	e.Time(ev.CreatedAt)
 	e.Uvarint(uint64(ev.Attempts))
@@ -110,6 +146,27 @@ func encodeEvent(e *record.Encoder, ev *Event) []byte {
 	return e.Finish()
 }
 
+// decodeEventWith decodes an event and opens a sealed payload with ring;
+// with required, a payload that does not open (no ring, a missing key,
+// altered bytes) fails with a *seal.OpenError.
+func decodeEventWith(ring *seal.Ring, k, v []byte, required bool) (*Event, error) {
+	ev, err := decodeEvent(k, v)
+	if err != nil || ev.blob == nil {
+		return ev, err
+	}
+	if !required && (ring == nil || !ring.Has(ev.KeyID)) {
+		ev.closed = true
+		return ev, nil
+	}
+	p, err := ring.Open(nil, ev.blob, eventAAD(ev.ID, ev.Seq))
+	if err != nil {
+		return nil, fmt.Errorf("outbox: event %q (seq %d): %w", ev.ID, ev.Seq, err)
+	}
+	ev.Payload = cloneOrNil(p)
+	return ev, nil
+}
+
+// decodeEvent decodes an event without opening a sealed payload.
 func decodeEvent(k, v []byte) (*Event, error) {
 	if len(k) != 8 {
 		return nil, &kv.CorruptError{Kind: record.KindOutbox, Reason: fmt.Sprintf("event key of %d bytes", len(k))}
@@ -119,7 +176,7 @@ func decodeEvent(k, v []byte) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	if layout != eventLayout {
+	if layout != eventLayout && layout != eventLayoutSealed {
 		return nil, d.Fail(fmt.Sprintf("unknown event layout %d", layout))
 	}
 	ev := &Event{Seq: binary.BigEndian.Uint64(k)}
@@ -135,7 +192,16 @@ func decodeEvent(k, v []byte) (*Event, error) {
 		name := d.String()
 		ev.Headers[name] = d.String()
 	}
-	ev.Payload = cloneOrNil(d.Bytes())
+	if layout == eventLayoutSealed {
+		ev.blob = bytes.Clone(d.Bytes())
+		id, ok := seal.KeyID(ev.blob)
+		if !ok {
+			return nil, d.Fail("sealed payload without the sealed layout")
+		}
+		ev.Sealed, ev.KeyID = true, id
+	} else {
+		ev.Payload = cloneOrNil(d.Bytes())
+	}
 	ev.State = EventState(d.Byte())
 	ev.CreatedAt = d.Time()
 	ev.Attempts = int(d.Uvarint())
@@ -204,7 +270,7 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	ev.Seq, ev.State, ev.CreatedAt = seq, EventPending, o.db.Clock().Now()
 	ev.Attempts, ev.NextAttempt, ev.LastError, ev.PublishedAt = 0, time.Time{}, "", time.Time{}
 	var e record.Encoder
-	if err := b.Put(seqKey(seq), encodeEvent(&e, &ev)); err != nil {
+	if err := b.Put(seqKey(seq), encodeEvent(&e, o.db.Cipher(), &ev)); err != nil {
 		return 0, false, err
 	}
 	if err := ids.Put([]byte(ev.ID), seqKey(seq)); err != nil {
@@ -293,7 +359,16 @@ func (o *Outbox) Add(ctx context.Context, ev Event) (uint64, bool, error) {
 }
 
 // Events iterates the events in one state, in sequence order, inside tx.
+// A sealed payload opens with the database's key ring; without one, the
+// event is yielded with Sealed set and a nil Payload.
 func Events(tx kv.Tx, state EventState) iter.Seq2[*Event, error] {
+	return events(tx, state, false, kv.CipherOf(tx))
+}
+
+// events is Events, opening sealed payloads with ring; with required, a
+// sealed payload that does not open is an error (the relay never publishes
+// an event without its payload).
+func events(tx kv.Tx, state EventState, required bool, ring *seal.Ring) iter.Seq2[*Event, error] {
 	ns := map[EventState]keyspace.Namespace{EventPending: outboxNS, EventPublished: publishedNS, EventQuarantined: quarantineNS}[state]
 	return func(yield func(*Event, error) bool) {
 		if ns.Bytes() == nil {
@@ -305,7 +380,7 @@ func Events(tx kv.Tx, state EventState) iter.Seq2[*Event, error] {
 		}
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if !yield(decodeEvent(k, v)) {
+			if !yield(decodeEventWith(ring, k, v, required)) {
 				return
 			}
 		}

@@ -14,11 +14,13 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/observe"
+	"github.com/oncekv/oncekv/seal"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/loop"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/sealing"
 )
 
 // Publisher delivers outbox events to a broker, a webhook, a queue.
@@ -266,7 +268,7 @@ func (r *Relay) due() ([]Event, time.Duration, error) {
 // and sorted: a relay's queue is short).
 func pendingInOrder(tx kv.Tx, singleWriter bool) iter.Seq2[*Event, error] {
 	if singleWriter {
-		return Events(tx, EventPending)
+		return events(tx, EventPending, true, kv.CipherOf(tx))
 	}
 	return func(yield func(*Event, error) bool) {
 		b := outboxNS.Bucket(tx)
@@ -278,10 +280,11 @@ func pendingInOrder(tx kv.Tx, singleWriter bool) iter.Seq2[*Event, error] {
 			ev  *Event
 		}
 		var q []queued
+		ring := kv.CipherOf(tx)
 		c := b.Cursor()
 		rc, _ := c.(revisioned)
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			ev, err := decodeEvent(k, v)
+			ev, err := decodeEventWith(ring, k, v, true)
 			if err != nil {
 				if !yield(nil, err) {
 					return
@@ -332,7 +335,7 @@ func (r *Relay) markPublished(ctx context.Context, events []Event) error {
 			ev.State, ev.PublishedAt, ev.Attempts = EventPublished, now, ev.Attempts+1
 			ev.ExpiresAt = keyspace.ExpiryAt(now, ret)
 			var e record.Encoder
-			if err := pub.Put(k, encodeEvent(&e, &ev)); err != nil {
+			if err := pub.Put(k, encodeEvent(&e, r.o.db.Cipher(), &ev)); err != nil {
 				return err
 			}
 			if err := pending.Delete(k); err != nil {
@@ -369,14 +372,14 @@ func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
 				return err
 			}
 			ev.State, ev.NextAttempt = EventQuarantined, time.Time{}
-			if err := q.Put(k, encodeEvent(&e, &ev)); err != nil {
+			if err := q.Put(k, encodeEvent(&e, r.o.db.Cipher(), &ev)); err != nil {
 				return err
 			}
 			quarantined = true
 			return pending.Delete(k)
 		}
 		ev.NextAttempt = r.o.db.Clock().Now().Add(r.cfg.Backoff.Delay(ev.Attempts))
-		return pending.Put(k, encodeEvent(&e, &ev))
+		return pending.Put(k, encodeEvent(&e, r.o.db.Cipher(), &ev))
 	})
 	if err == nil {
 		if quarantined {
@@ -431,7 +434,7 @@ func (o *Outbox) RequeueTx(tx kv.Tx, eventID string) error {
 		return err
 	}
 	var e record.Encoder
-	if err := pending.Put(append([]byte(nil), s...), encodeEvent(&e, ev)); err != nil {
+	if err := pending.Put(append([]byte(nil), s...), encodeEvent(&e, o.db.Cipher(), ev)); err != nil {
 		return err
 	}
 	if err := q.Delete(s); err != nil {
@@ -470,11 +473,19 @@ var RecordKind kv.RecordKind = &keyspace.Kind[*Event]{
 // event's ID maps to its sequence and every ID maps to an event.
 func checkOutbox(tx kv.Tx, report func(string)) {
 	seqs := map[uint64]string{}
+	ring := kv.CipherOf(tx)
 	for _, st := range []EventState{EventPending, EventPublished, EventQuarantined} {
-		for ev, err := range Events(tx, st) {
+		// Decoded without opening: a payload that does not open is
+		// reported, and the event still counts for the structure.
+		for ev, err := range events(tx, st, false, nil) {
 			if err != nil {
 				report(err.Error())
 				continue
+			}
+			if ev.blob != nil && ring != nil {
+				if _, err := ring.Open(nil, ev.blob, eventAAD(ev.ID, ev.Seq)); err != nil {
+					report(fmt.Sprintf("outbox event %d (%s): sealed payload does not open: %v", ev.Seq, ev.ID, err))
+				}
 			}
 			if ev.State != st {
 				report(fmt.Sprintf("outbox event %d (%s) is %s in the %s bucket", ev.Seq, ev.ID, ev.State, st))
@@ -505,4 +516,45 @@ func checkOutbox(tx kv.Tx, report func(string)) {
 	} else if len(seqs) > 0 {
 		report("outbox events without an ID index")
 	}
+}
+
+// Sealed is the outbox's kind of sealed values, for kv.DB.Rekey: it
+// rewrites every event payload (pending, published or quarantined) not
+// sealed under the ring's current key (those written before a Cipher was
+// set included) under it.
+var Sealed kv.SealedKind = sealedKind{}
+
+type sealedKind struct{}
+
+func (sealedKind) Name() string { return "outbox" }
+
+// Reseal walks the pending, published and quarantined events in turn; its
+// cursor is the bucket's index and the last sequence visited.
+func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+	buckets := []keyspace.Namespace{outboxNS, publishedNS, quarantineNS}
+	i, inner := 0, []byte(nil)
+	if len(after) > 0 && int(after[0]) < len(buckets) {
+		i, inner = int(after[0]), after[1:]
+	}
+	next, n, err := sealing.Rewrite(buckets[i].Bucket(tx), inner, limit, func(k, v []byte) ([]byte, error) {
+		ev, err := decodeEventWith(ring, k, v, true)
+		if err != nil {
+			return nil, err
+		}
+		if ev.Sealed && ev.KeyID == ring.Current() {
+			return nil, nil
+		}
+		ev.blob = nil // seal again, under the current key
+		var e record.Encoder
+		return encodeEvent(&e, ring, ev), nil
+	})
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case next != nil:
+		return append([]byte{byte(i)}, next...), n, nil
+	case i+1 < len(buckets):
+		return []byte{byte(i + 1)}, n, nil
+	}
+	return nil, n, nil
 }

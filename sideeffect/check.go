@@ -5,7 +5,10 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/sealing"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // RecordKind is the kind of the intents: pass it to retention.Sweep to
@@ -25,7 +28,14 @@ var RecordKind kv.RecordKind = &keyspace.Kind[*Intent]{
 		return ""
 	},
 	Remove: func(tx kv.Tx, _ kv.Bucket, _ []byte, in *Intent) error { return deleteIntent(tx, in) },
-	CheckRecord: func(_ kv.Tx, _ []byte, in *Intent, report func(string)) {
+	CheckRecord: func(tx kv.Tx, _ []byte, in *Intent, report func(string)) {
+		if in.blob != nil {
+			if ring := kv.CipherOf(tx); ring != nil {
+				if _, err := ring.Open(nil, in.blob, intentAAD(in.ID)); err != nil {
+					report(fmt.Sprintf("intent %s: sealed fields do not open: %v", in.ID, err))
+				}
+			}
+		}
 		if in.State.Final() && in.FinishedAt.IsZero() {
 			report(fmt.Sprintf("intent %s is %s without a finish time", in.ID, in.State))
 		}
@@ -71,4 +81,27 @@ func checkLive(tx kv.Tx, report func(string)) {
 			}
 		}
 	}
+}
+
+// Sealed is the intents' kind of sealed values, for kv.DB.Rekey: it
+// rewrites every intent not sealed under the ring's current key (those
+// written before a Cipher was set included) under it.
+var Sealed kv.SealedKind = sealedKind{}
+
+type sealedKind struct{}
+
+func (sealedKind) Name() string { return "intent" }
+
+func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+	return sealing.Rewrite(intentsNS.Bucket(tx), after, limit, func(k, v []byte) ([]byte, error) {
+		in, err := decodeIntentWith(ring, k, v, true)
+		if err != nil {
+			return nil, fmt.Errorf("sideeffect: intent %s: %w", k, err)
+		}
+		if in.Sealed && in.KeyID == ring.Current() {
+			return nil, nil
+		}
+		var e record.Encoder
+		return encodeIntentWith(&e, ring, in), nil
+	})
 }

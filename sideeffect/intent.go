@@ -11,7 +11,9 @@ import (
 
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/sealing"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // State is where an intent stands.
@@ -95,7 +97,20 @@ type Intent struct {
 	// ResolveTx): the next attempt finishes the intent with it, running the
 	// handler's completion, instead of calling the provider. nil when none.
 	Resolution *Resolution
+	// Sealed reports whether the payload, result, last error and the
+	// resolution's result and reason are stored encrypted
+	// (kv.Options.Cipher), and KeyID under which key. Read by a tool
+	// without that key, those fields are empty and Sealed is set.
+	Sealed bool
+	KeyID  uint32
+
+	blob []byte // the sealed fields, kept when they were not opened (check)
 }
+
+// Closed reports whether the intent was read without the key its fields
+// are sealed under: Payload, Result, LastError and the resolution's result
+// and reason are then empty, not stored so.
+func (in *Intent) Closed() bool { return in.blob != nil }
 
 // Resolution is an operator's verdict on an intent: what the provider's
 // dashboard says happened. It is recorded by ResolveTx (the CLI, the admin
@@ -148,10 +163,52 @@ var (
 // version uvarint | owner [16] | lease, created, updated, finished, expires
 // (times) | resolution state byte (0: none) [| result bytes | reason].
 // Version 1 ends after the expiry and is still read.
-const intentLayout = 2
+//
+// Version 3 (written with a key ring) is version 2 with the payload, last
+// error, result and the resolution's result and reason left empty, followed
+// by one bytes field: those five fields, as a record of their own (layout
+// 3), sealed (package seal) and bound to the intent's ID.
+const (
+	intentLayout       = 2
+	intentLayoutSealed = 3
+)
 
-func encodeIntent(e *record.Encoder, in *Intent) []byte {
-	e.Reset(record.KindIntent, intentLayout)
+// intentAAD binds an intent's sealed fields to its ID.
+func intentAAD(id string) []byte { return sealing.AAD("sideeffect.intent", id) }
+
+func encodeIntent(e *record.Encoder, in *Intent) []byte { return encodeIntentWith(e, nil, in) }
+
+// encodeIntentWith encodes in, sealing its private fields with ring (if
+// not nil).
+func encodeIntentWith(e *record.Encoder, ring *seal.Ring, in *Intent) []byte {
+	if ring != nil {
+		var inner record.Encoder
+		inner.Reset(record.KindIntent, intentLayoutSealed)
+		inner.Bytes(in.Payload)
+		inner.String(in.LastError)
+		inner.Bytes(in.Result)
+		if in.Resolution != nil {
+			inner.Bytes(in.Resolution.Result)
+			inner.String(in.Resolution.Reason)
+		}
+		blob := ring.Seal(nil, inner.Finish(), intentAAD(in.ID))
+		shown := *in
+		shown.Payload, shown.LastError, shown.Result = nil, "", nil
+		if in.Resolution != nil {
+			shown.Resolution = &Resolution{State: in.Resolution.State}
+		}
+		in.Sealed, in.KeyID = true, ring.Current()
+		encodeIntentFields(e, intentLayoutSealed, &shown)
+		e.Bytes(blob)
+		return e.Finish()
+	}
+	in.Sealed, in.KeyID = false, 0
+	encodeIntentFields(e, intentLayout, in)
+	return e.Finish()
+}
+
+func encodeIntentFields(e *record.Encoder, layout byte, in *Intent) {
+	e.Reset(record.KindIntent, layout)
 	e.String(in.Kind)
 	e.String(in.Subject)
 	e.String(in.DownstreamKey)
@@ -175,16 +232,22 @@ func encodeIntent(e *record.Encoder, in *Intent) []byte {
 		e.Bytes(in.Resolution.Result)
 		e.String(in.Resolution.Reason)
 	}
-	return e.Finish()
 }
 
-func decodeIntent(id, v []byte) (*Intent, error) {
+// decodeIntent decodes an intent without opening sealed fields (they are
+// kept for a check to verify).
+func decodeIntent(id, v []byte) (*Intent, error) { return decodeIntentWith(nil, id, v, false) }
+
+// decodeIntentWith decodes an intent and opens its sealed fields with
+// ring; with required, a sealed intent that does not open (no ring, a
+// missing key, altered bytes) fails with a *seal.OpenError.
+func decodeIntentWith(ring *seal.Ring, id, v []byte, required bool) (*Intent, error) {
 	var d record.Decoder
 	layout, err := d.Reset(record.KindIntent, v)
 	if err != nil {
 		return nil, err
 	}
-	if layout != 1 && layout != intentLayout {
+	if layout != 1 && layout != intentLayout && layout != intentLayoutSealed {
 		return nil, d.Fail(fmt.Sprintf("unknown intent layout %d", layout))
 	}
 	in := &Intent{ID: string(id)}
@@ -212,8 +275,17 @@ func decodeIntent(id, v []byte) (*Intent, error) {
 			}
 		}
 	}
+	var blob []byte
+	if layout == intentLayoutSealed {
+		blob = d.Bytes()
+	}
 	if err := d.Done(); err != nil {
 		return nil, err
+	}
+	if blob != nil {
+		if err := openIntent(ring, in, blob, required); err != nil {
+			return nil, err
+		}
 	}
 	if in.State < StatePending || in.State > StateNeedsAttention {
 		return nil, d.Fail(fmt.Sprintf("unknown intent state %d", in.State))
@@ -222,6 +294,38 @@ func decodeIntent(id, v []byte) (*Intent, error) {
 		return nil, d.Fail("negative attempts")
 	}
 	return in, nil
+}
+
+// openIntent fills in's sealed fields from blob. Without a ring, and not
+// required, the blob is kept for a check.
+func openIntent(ring *seal.Ring, in *Intent, blob []byte, required bool) error {
+	id, ok := seal.KeyID(blob)
+	if !ok {
+		return &record.CorruptError{Kind: record.KindIntent, Reason: "sealed fields without the sealed layout"}
+	}
+	in.Sealed, in.KeyID = true, id
+	if !required && (ring == nil || !ring.Has(id)) {
+		in.blob = bytes.Clone(blob)
+		return nil
+	}
+	p, err := ring.Open(nil, blob, intentAAD(in.ID))
+	if err != nil {
+		return err
+	}
+	var d record.Decoder
+	if layout, err := d.Reset(record.KindIntent, p); err != nil {
+		return err
+	} else if layout != intentLayoutSealed {
+		return d.Fail(fmt.Sprintf("unknown sealed intent layout %d", layout))
+	}
+	in.Payload = cloneOrNil(d.Bytes())
+	in.LastError = d.String()
+	in.Result = cloneOrNil(d.Bytes())
+	if in.Resolution != nil {
+		in.Resolution.Result = cloneOrNil(d.Bytes())
+		in.Resolution.Reason = d.String()
+	}
+	return d.Done()
 }
 
 func cloneOrNil(b []byte) []byte {
@@ -240,7 +344,7 @@ func loadIntent(tx kv.Tx, id string) (*Intent, error) {
 	if v == nil {
 		return nil, nil
 	}
-	in, err := decodeIntent([]byte(id), v)
+	in, err := decodeIntentWith(kv.CipherOf(tx), []byte(id), v, true)
 	if err != nil {
 		return nil, fmt.Errorf("sideeffect: intent %s: %w", id, err)
 	}
@@ -259,7 +363,7 @@ func storeIntent(tx kv.Tx, in *Intent, prev *Intent) error {
 		return err
 	}
 	var e record.Encoder
-	if err := b.Put([]byte(in.ID), encodeIntent(&e, in)); err != nil {
+	if err := b.Put([]byte(in.ID), encodeIntentWith(&e, kv.CipherOf(tx), in)); err != nil {
 		return err
 	}
 	id := []byte(in.ID)
@@ -389,16 +493,23 @@ func deleteIntent(tx kv.Tx, in *Intent) error {
 }
 
 // Intents iterates every intent in ID order inside tx, optionally only those
-// in state (0 for all). A record that fails to decode is yielded as an error.
+// in state (0 for all). A record that fails to decode is yielded as an error,
+// so is a sealed one that does not open with the database's key ring;
+// without a ring, sealed intents are yielded with Sealed set and their
+// sealed fields empty.
 func Intents(tx kv.Tx, state State) iter.Seq2[*Intent, error] {
 	return func(yield func(*Intent, error) bool) {
 		b := intentsNS.Bucket(tx)
 		if b == nil {
 			return
 		}
+		ring := kv.CipherOf(tx)
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			in, err := decodeIntent(k, v)
+			in, err := decodeIntentWith(ring, k, v, false)
+			if err != nil {
+				err = fmt.Errorf("sideeffect: intent %s: %w", k, err)
+			}
 			if err == nil && state != 0 && in.State != state {
 				continue
 			}
