@@ -173,8 +173,11 @@ func (i *Inspector) Get(ctx context.Context, scope, key string, body bool) (Reco
 			default:
 				rec.Body, rec.BodyEncoding = renderBody(r.Response.Body)
 			}
-		} else if r.Sealed && r.Status == ledger.StatusCompleted && body {
-			rec.Body, rec.BodyEncoding = encryptedText(r.KeyID), "encrypted"
+		} else if r.Sealed && r.Status == ledger.StatusCompleted {
+			rec.Closed = true
+			if body {
+				rec.Body, rec.BodyEncoding = encryptedText(r.KeyID), "encrypted"
+			}
 		}
 		return nil
 	})

@@ -34,6 +34,9 @@ type Record struct {
 	// sealed response read without its key, "encrypted (key id N)".
 	Body         string `json:"body,omitempty"`
 	BodyEncoding string `json:"body_encoding,omitempty"` // "text", "hex", "redacted" or "encrypted"
+	// Closed: the response is sealed under a key that was not supplied, so
+	// its headers, body and size are unknown here.
+	Closed bool `json:"closed,omitempty"`
 }
 
 // Intent is one side-effect intent.

@@ -51,6 +51,9 @@ func newGet(o *options) *cobra.Command {
 				row("expires", ts(r.ExpiresAt))
 				row("fingerprint", r.Fingerprint)
 				row("stored bytes", fmt.Sprintf("%d (compressed: %t)", r.StoredBytes, r.Compressed))
+				if r.Encrypted != "" {
+					row("encrypted", r.Encrypted)
+				}
 				if r.ResponseStatus != 0 {
 					row("response status", fmt.Sprint(r.ResponseStatus))
 					names := make([]string, 0, len(r.Headers))
@@ -61,7 +64,11 @@ func newGet(o *options) *cobra.Command {
 					for _, n := range names {
 						row("header "+n, strings.Join(r.Headers[n], ", "))
 					}
-					row("body bytes", fmt.Sprint(r.BodyBytes))
+					if r.Closed {
+						row("headers, body", fmt.Sprintf("encrypted (%s): pass --key-file to read them", r.Encrypted))
+					} else {
+						row("body bytes", fmt.Sprint(r.BodyBytes))
+					}
 				}
 				if body {
 					row("body ("+dash(r.BodyEncoding)+")", r.Body)

@@ -20,6 +20,7 @@ import (
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // Exit codes.
@@ -47,7 +48,11 @@ type options struct {
 	json       bool
 	addr       string
 	token      string
-	out        io.Writer // results: tables or one JSON document
+	// keyFiles are --key-file: the keys that open sealed values (package
+	// seal), the first the current one; cipher is the ring built from them.
+	keyFiles []string
+	cipher   *seal.Ring
+	out      io.Writer // results: tables or one JSON document
 	diag       io.Writer // progress and notes (stderr), never mixed into --json output
 }
 
@@ -125,8 +130,9 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.PersistentFlags().StringVar(&o.etcd, "etcd", "", "etcd endpoints (http://127.0.0.1:2379,...): the database a service keeps on etcd, instead of --db")
 	root.PersistentFlags().StringVar(&o.etcdPrefix, "etcd-prefix", etcdkv.DefaultPrefix, "with --etcd: the service's key prefix (etcdkv.Options.Prefix)")
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
+	root.PersistentFlags().StringArrayVar(&o.keyFiles, "key-file", nil, "a key file (ID:HEX, see keygen) that opens sealed values; repeatable, the first is current (default $ONCEKV_KEY)")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newConsole(o), newDemo(o), newBench(o), newVersion(o))
+		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newRekey(o), newKeygen(o), newConsole(o), newDemo(o), newBench(o), newVersion(o))
 	return root
 }
 
@@ -163,9 +169,12 @@ func (o *options) open(write bool) (*kv.DB, error) {
 	if _, err := os.Stat(o.db); err != nil {
 		return nil, fmt.Errorf("open %s: %w", o.db, err)
 	}
+	if err := o.loadCipher(); err != nil {
+		return nil, err
+	}
 	// RequireFormat: a maintenance command never turns an empty or foreign
 	// file into a database (issue 13, item 12).
-	db, err := kv.Open(o.db, &kv.Options{ReadOnly: !write, LockTimeout: lockTimeout, RequireFormat: true})
+	db, err := kv.Open(o.db, &kv.Options{ReadOnly: !write, LockTimeout: lockTimeout, RequireFormat: true, Cipher: o.cipher})
 	var fe *kv.FileError
 	switch {
 	case errors.Is(err, kv.ErrLocked):
@@ -176,6 +185,17 @@ func (o *options) open(write bool) (*kv.DB, error) {
 		return nil, fmt.Errorf("%s is not a readable oncekv database: %w", o.db, err)
 	}
 	return db, nil
+}
+
+// loadCipher builds the key ring from --key-file or $ONCEKV_KEY, unless a
+// command (rekey) already did.
+func (o *options) loadCipher() error {
+	if o.cipher != nil {
+		return nil
+	}
+	r, err := o.ring()
+	o.cipher = r
+	return err
 }
 
 // where names the database for messages: the file, or the etcd prefix.
@@ -189,11 +209,14 @@ func (o *options) where() string {
 // openEtcd opens the database on etcd: an existing one only
 // (RequireFormat), read-only unless write.
 func (o *options) openEtcd(write bool) (*kv.DB, error) {
+	if err := o.loadCipher(); err != nil {
+		return nil, err
+	}
 	b, err := etcdkv.Open(o.etcd, &etcdkv.Options{Prefix: o.etcdPrefix})
 	if err != nil {
 		return nil, err
 	}
-	db, err := kv.New(b, &kv.Options{ReadOnly: !write, RequireFormat: true})
+	db, err := kv.New(b, &kv.Options{ReadOnly: !write, RequireFormat: true, Cipher: o.cipher})
 	if err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("%s: %w", o.where(), err)
