@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"errors"
 	"encoding/binary"
 	"hash/crc32"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
 )
 
 func sampleRecord(body []byte) *Record {
@@ -65,6 +67,8 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecord(&e, sampleRecord([]byte("hello")), 0)))
 	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecord(&e, sampleRecord(bytes.Repeat([]byte("z"), 3000)), 1024)))
 	f.Add([]byte("no-separator"), []byte{0xB7, 0x10, 1, 2, 0, 0, 0, 0})
+	sealedSample := sampleRecord([]byte("hello"))
+	f.Add([]byte("acme|POST /v1/orders\x00key-1"), bytes.Clone(encodeRecordWith(&e, testRing(f, 1), sealedSample, 0)))
 	f.Fuzz(func(t *testing.T, key, val []byte) {
 		fuzzOne(t, key, val)
 		// Most random inputs fail the checksum; reseal them so the field
@@ -79,11 +83,32 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
+var fuzzRing = func() *seal.Ring {
+	k := seal.Key{ID: 1}
+	copy(k.Secret[:], "test key 1 -------------------------")
+	r, _ := seal.NewRing(k)
+	return r
+}()
+
 func fuzzOne(t *testing.T, key, val []byte) {
 	{
+		// The sealed-value decoder: with the key, a value opens, is
+		// refused as corrupt, or fails as a *seal.OpenError; never a panic.
+		if scope, k, ok := splitRecordKey(key); ok {
+			if _, err := decodeRecordWith(fuzzRing, scope, k, val, bodyRequired); err != nil {
+				var oe *seal.OpenError
+				if !errors.As(err, &oe) {
+					require.ErrorIs(t, err, kv.ErrCorrupt)
+				}
+			}
+		}
 		r, err := decodeRecord(key, val, true)
 		if err != nil {
 			require.ErrorIs(t, err, kv.ErrCorrupt)
+			return
+		}
+		if r.Sealed {
+			require.Nil(t, r.Response, "opened without a key")
 			return
 		}
 		var e record.Encoder
