@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv("CRASH_MIGRATE"); path != "" {
 		os.Exit(migrateChild(path))
 	}
+	if path := os.Getenv("CRASH_REKEY"); path != "" {
+		os.Exit(rekeyChild(path))
+	}
 	os.Exit(m.Run())
 }
 
