@@ -52,8 +52,26 @@ func TestMain(m *testing.M) {
 }
 
 type proc struct {
-	cmd *exec.Cmd
-	url string
+	cmd   *exec.Cmd
+	url   string
+	lines chan string // stdout after the "listening on" line
+}
+
+// waitLine waits for a line of the process's stdout that contains want.
+func (p *proc) waitLine(t *testing.T, want string) string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			require.True(t, ok, "the process exited before printing %q", want)
+			if strings.Contains(l, want) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no line with %q", want)
+		}
+	}
 }
 
 // start runs the test binary as child with args and waits for its
@@ -67,17 +85,28 @@ func start(t *testing.T, child string, args ...string) *proc {
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	p := &proc{cmd: cmd}
+	p := &proc{cmd: cmd, lines: make(chan string, 256)}
 	t.Cleanup(func() { p.kill() })
 	lines := bufio.NewScanner(out)
 	ready := make(chan string, 1)
 	go func() {
+		defer close(p.lines)
+		listening := false
 		for lines.Scan() {
-			if _, rest, ok := strings.Cut(lines.Text(), "listening on "); ok {
+			if _, rest, ok := strings.Cut(lines.Text(), "listening on "); ok && !listening {
+				listening = true
 				ready <- strings.Fields(rest)[0]
+				close(ready)
+				continue
+			}
+			select {
+			case p.lines <- lines.Text():
+			default: // nobody reads them: drop
 			}
 		}
-		close(ready)
+		if !listening {
+			close(ready)
+		}
 	}()
 	select {
 	case u, ok := <-ready:

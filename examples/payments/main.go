@@ -39,6 +39,7 @@ import (
 
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/examples/payments/app"
+	"github.com/oncekv/oncekv/seal"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -76,7 +77,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	webhook := fs.String("webhook", "", "URL that receives the outbox events (default: log them)")
 	admin := fs.String("admin", "", "serve the admin endpoint (oncekv --addr) on this address, e.g. 127.0.0.1:8081 (off by default); a non-loopback address needs -admin-token")
 	adminToken := fs.String("admin-token", os.Getenv("ONCEKV_ADMIN_TOKEN"), "admin bearer token (default $ONCEKV_ADMIN_TOKEN): unlocks bodies, provider errors, /check and intent requeue/resolve")
+	keyFiles := fs.String("key-file", "", "encrypt what oncekv stores with this key file (ID:HEX, from `oncekv keygen`), default $ONCEKV_KEY; after a comma, older key files still to be read: their values are moved to the new key in the background")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ring, older, err := loadKeys(*keyFiles)
+	if err != nil {
 		return err
 	}
 	keys, err := app.ParseAPIKeys(*apiKeys)
@@ -109,7 +115,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	cfg := app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger, Webhook: *webhook,
-		Lease: *lease, CallTimeout: *callTimeout, MaxAttempts: *maxAttempts}
+		Lease: *lease, CallTimeout: *callTimeout, MaxAttempts: *maxAttempts, Cipher: ring}
 	var metricsHandler http.Handler
 	if *metrics {
 		obs, h, shutdown, err := prometheusObserver()
@@ -140,6 +146,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			logger.Error("reconciler stopped", "error", err)
 		}
 	})
+	if older {
+		// Rotation: values under the older keys move to the current one in
+		// short batches while the service serves.
+		wg.Go(func() {
+			n, err := a.DB.Rekey(ctx, inspect.SealedKinds(), kv.RekeyOptions{})
+			if err != nil {
+				logger.Error("background rekey stopped (it resumes at the next start)", "error", err)
+				return
+			}
+			fmt.Fprintf(out, "rekey: %d values moved to key id %d; the older keys can be retired\n", n, ring.Current())
+		})
+	}
 
 	if *admin != "" {
 		aln, err := net.Listen("tcp", *admin)
@@ -171,7 +189,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		handler = mux
 	}
 	srv := newServer(handler)
-	fmt.Fprintf(out, "payments listening on http://%s (db %s, provider %s)\n", ln.Addr(), store, *providerURL)
+	enc := "in clear"
+	if ring != nil {
+		enc = fmt.Sprintf("encrypted with key id %d", ring.Current())
+	}
+	fmt.Fprintf(out, "payments listening on http://%s (db %s, %s, provider %s)\n", ln.Addr(), store, enc, *providerURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -190,6 +212,36 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	cancel()
 	return nil
+}
+
+// loadKeys reads -key-file: the current key, then older ones after commas;
+// or $ONCEKV_KEY ("ID:HEX"). It reports whether older keys were given.
+func loadKeys(files string) (*seal.Ring, bool, error) {
+	var keys []seal.Key
+	for f := range strings.SplitSeq(files, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		k, err := seal.ReadKeyFile(f)
+		if err != nil {
+			return nil, false, fmt.Errorf("-key-file: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		if env := os.Getenv("ONCEKV_KEY"); env != "" {
+			k, err := seal.ParseKey(env)
+			if err != nil {
+				return nil, false, fmt.Errorf("$ONCEKV_KEY: %w", err)
+			}
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, false, nil
+	}
+	r, err := seal.NewRing(keys[0], keys[1:]...)
+	return r, len(keys) > 1, err
 }
 
 // prometheusObserver returns oncekv's OpenTelemetry observer, read by a

@@ -25,6 +25,7 @@ import (
 	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
+	"github.com/oncekv/oncekv/seal"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
@@ -66,6 +67,10 @@ type Config struct {
 	// Observer receives what oncekv reports (package observe): main sets
 	// the OpenTelemetry adapter behind /metrics.
 	Observer *observe.Observer
+	// Cipher, if set, encrypts what oncekv stores for the service (stored
+	// responses, payment intents, outbox events) and the orders table's
+	// rows (kv.Options.Cipher, package seal).
+	Cipher *seal.Ring
 }
 
 // ParseAPIKeys parses "key=tenant,key=tenant". A key listed twice is an
@@ -148,7 +153,7 @@ func New(cfg Config) (*App, error) {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 15 * time.Second
 	}
-	opts := &kv.Options{NoSync: cfg.NoSync, Clock: cfg.Clock, Observer: cfg.Observer}
+	opts := &kv.Options{NoSync: cfg.NoSync, Clock: cfg.Clock, Observer: cfg.Observer, Cipher: cfg.Cipher}
 	var db *kv.DB
 	var err error
 	if cfg.Backend != nil {
@@ -174,7 +179,7 @@ func (a *App) build() error {
 	if a.Ledger, err = ledger.New(a.DB, &ledger.Config{Lease: a.cfg.Lease, RecoverOrphans: true}); err != nil {
 		return err
 	}
-	a.Orders, err = conditional.NewTable(a.DB, "orders", &conditional.Options[Order]{Indexes: []conditional.Index[Order]{{
+	a.Orders, err = conditional.NewTable(a.DB, "orders", &conditional.Options[Order]{Seal: a.cfg.Cipher != nil, Indexes: []conditional.Index[Order]{{
 		Name: "by_ref",
 		Key:  func(o Order) ([]byte, bool) { return conditional.Key(o.Tenant, o.ExternalRef), true },
 	}}})
