@@ -50,10 +50,14 @@ database is left for inspection. Exit 1 if anything was duplicated or lost.
 spreads every request, retries and duplicates included, over them; their
 state is on etcd: a three-member cluster embedded in this process (its
 leader is killed a third of the way through and comes back at two thirds),
-or the cluster at --etcd. --etcd alone runs one replica on it.`,
+or the cluster at --etcd. --etcd alone runs one replica on it.
+
+--key-file (or $ONCEKV_KEY) runs the service encrypted at rest: stored
+responses, intents, events and order rows are sealed with that key.`,
 		Example: `  oncekv demo
   oncekv demo --ops 1000 --clients 16
   oncekv demo --db demo.db && oncekv keys --db demo.db --limit 5
+  oncekv keygen > demo.key && oncekv demo --key-file demo.key
   oncekv demo --replicas 3
   oncekv demo --replicas 3 --etcd http://127.0.0.1:2379 && oncekv keys --etcd http://127.0.0.1:2379 --etcd-prefix /oncekv-demo/`,
 		Args: noArgs,
@@ -127,9 +131,13 @@ type demoResult struct {
 	P99MS           float64  `json:"p99_ms"`
 	Seconds         float64  `json:"seconds"`
 	Inspect         string   `json:"inspect"`
+	Encrypted       string   `json:"encrypted,omitempty"` // "key id N" with --key-file
 }
 
 func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
+	if err := o.loadCipher(); err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "oncekv-demo-")
 	if err != nil {
 		return err
@@ -200,6 +208,10 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 	res := demoResult{DB: dbPath, Replicas: cfg.replicas, Operations: cfg.ops, Clients: cfg.clients, Attempts: tr.attempts.Load(), LostResponses: tr.lost.Load(),
 		Replays: tr.replays.Load(), Conflicts: tr.conflicts.Load(), Seconds: elapsed.Seconds(),
 		Inspect: "oncekv keys --db " + dbPath + " --limit 10"}
+	if o.cipher != nil {
+		res.Encrypted = fmt.Sprintf("key id %d", o.cipher.Current())
+		res.Inspect += " (add --key-file to read bodies: oncekv get --body --key-file ...)"
+	}
 	if st.etcd != "" {
 		res.DB, res.Faults = st.describe(), st.done()
 		res.Inspect = fmt.Sprintf("oncekv keys --etcd %s --etcd-prefix %s --limit 10", st.etcd, o.etcdPrefix)
@@ -247,6 +259,9 @@ func runDemo(ctx context.Context, o *options, cfg demoConfig) error {
 		fmt.Fprintf(w, "replays\t%d answered from the idempotency record\n", res.Replays)
 		fmt.Fprintf(w, "conflicts\t%d answered 409 while the first attempt was in progress\n", res.Conflicts)
 		fmt.Fprintf(w, "provider charges\t%d\n", res.ProviderCharges)
+		if res.Encrypted != "" {
+			fmt.Fprintf(w, "encrypted\tat rest, %s\n", res.Encrypted)
+		}
 		fmt.Fprintf(w, "duplicates\t%d (must be 0)\n", res.Duplicates)
 		fmt.Fprintf(w, "lost operations\t%d (must be 0)\n", res.Lost)
 		fmt.Fprintf(w, "latency\tp50 %.1fms, p99 %.1fms per logical payment, retries included\n", res.P50MS, res.P99MS)

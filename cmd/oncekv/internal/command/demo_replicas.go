@@ -134,7 +134,7 @@ func (st *demoStore) close() {
 
 // open returns a new replica of the service on the store.
 func (st *demoStore) open(o *options, providerURL string) (*app.App, error) {
-	cfg := app.Config{DBPath: st.dbPath, ProviderURL: providerURL, Grace: time.Second, Lease: 5 * time.Second}
+	cfg := app.Config{DBPath: st.dbPath, ProviderURL: providerURL, Grace: time.Second, Lease: 5 * time.Second, Cipher: o.cipher}
 	if st.etcd != "" {
 		b, err := etcdkv.Open(st.etcd, &etcdkv.Options{Prefix: o.etcdPrefix})
 		if err != nil {

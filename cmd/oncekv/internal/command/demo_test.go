@@ -34,6 +34,33 @@ func TestDemo(t *testing.T) {
 	require.Equal(t, 0, code)
 }
 
+// demo --key-file: the same run, encrypted at rest; the file checks clean
+// with the key, and a tool without it lists every key as sealed.
+func TestDemoEncrypted(t *testing.T) {
+	t.Parallel()
+	key := keyFile(t, "7")
+	db := filepath.Join(t.TempDir(), "demo.db")
+	out, stderr, code := run("demo", "--ops", "30", "--clients", "4", "--db", db, "--seed", "5", "--key-file", key, "--json")
+	require.Equal(t, 0, code, stderr)
+	var res demoResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Zero(t, res.Duplicates)
+	require.Zero(t, res.Lost)
+	require.Equal(t, "key id 7", res.Encrypted)
+	keys, _, code := run("keys", "--db", db, "--scope", "acme|POST /v1/orders", "--json")
+	require.Equal(t, 0, code)
+	var list []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(keys), &list))
+	require.Len(t, list, 60)
+	for _, k := range list {
+		if k["status"] == "completed" {
+			require.Equal(t, "key id 7", k["encrypted"])
+		}
+	}
+	_, _, code = run("check", "--db", db, "--key-file", key)
+	require.Equal(t, 0, code)
+}
+
 // demo --replicas 3: three replicas behind a load balancer on an embedded
 // three-member etcd cluster whose leader is killed mid-run and comes back;
 // zero duplicates, zero lost.
