@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/seal"
 )
 
 // HarnessConfig configures a load run: the same settings drive every
@@ -47,6 +48,11 @@ type HarnessConfig struct {
 	// BareBoltBatch adds a workload "bare-boltbatch": the bare write
 	// through bbolt's own DB.Batch.
 	BareBoltBatch bool
+	// Encrypted adds a workload "oncekv-encrypted": the ledger workload on
+	// a database with a key ring (kv.Options.Cipher, a random key), so
+	// the stored responses are sealed: its throughput against "oncekv" is
+	// the cost of encryption at rest.
+	Encrypted bool
 	// Extra workloads run in the same rounds (oncekv bench --against-postgres).
 	Extra         []Workload
 	Progress      func(done, total time.Duration)
@@ -213,6 +219,22 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	workloads = append(workloads, once)
 	if cfg.BareBoltBatch {
 		w, err := BareWorkload("bare-boltbatch", cfg, open, true)
+		if err != nil {
+			return Report{}, err
+		}
+		workloads = append(workloads, w)
+	}
+	if cfg.Encrypted {
+		key, _ := seal.NewKey(1)
+		ring, err := seal.NewRing(key)
+		if err != nil {
+			return Report{}, err
+		}
+		sealed := *opts
+		sealed.Cipher = ring
+		w, err := LedgerWorkload(ctx, "oncekv-encrypted", cfg, func(name string) (*kv.DB, error) {
+			return kv.Open(filepath.Join(dir, name+".db"), &sealed)
+		}, false)
 		if err != nil {
 			return Report{}, err
 		}

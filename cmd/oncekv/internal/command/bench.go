@@ -62,13 +62,15 @@ own DB.Batch, --against-postgres DSN the classic PostgreSQL pattern (claim
 insert, business insert, completion update, one transaction, synchronous
 commit) on a server you point it at, --against-etcd the bare write and the
 ledger on etcd (the cluster at ENDPOINTS, or "embedded": three members in
-this process, fsync as --sync says). --clients-list 1,16,64 runs every
+this process, fsync as --sync says), --encrypted the ledger with
+encryption at rest. --clients-list 1,16,64 runs every
 workload at each client count.`,
 		Example: `  oncekv bench
   oncekv bench --clients 64 --duration 10s --preload 200000
   oncekv bench --clients-list 1,4,16,64,128 --keyed --bare-bolt-batch --json > runs.json
   oncekv bench --against-postgres postgres://bench@127.0.0.1:5432/bench --clients-list 1,16,64
   oncekv bench --against-etcd embedded --clients-list 1,16,64
+  oncekv bench --encrypted --clients-list 1,16,64
   oncekv bench --sync=false --commit update --clients 1
   oncekv bench --gobench > new.txt && benchstat old.txt new.txt`,
 		Args: noArgs,
@@ -160,8 +162,18 @@ workload at each client count.`,
 					cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, cfg.Preload, runtime.NumCPU())
 				for _, r := range out.Runs {
 					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\n", r.Clients)
+					var plain, sealed float64
 					for _, res := range r.Results {
 						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare)
+						switch res.Name {
+						case "oncekv":
+							plain = res.OpsPerSec
+						case "oncekv-encrypted":
+							sealed = res.OpsPerSec
+						}
+					}
+					if plain > 0 && sealed > 0 {
+						fmt.Fprintf(w, "encryption at rest costs %.2fx (oncekv ops/s / oncekv-encrypted ops/s)\n", plain/sealed)
 					}
 				}
 			})
@@ -180,6 +192,7 @@ workload at each client count.`,
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "group commit: most operations per transaction (0: default 1000)")
 	f.BoolVar(&cfg.BoltBatch, "bolt-batch", false, "commit both main workloads through bbolt's own DB.Batch (10ms delay by default)")
 	f.BoolVar(&cfg.BareBoltBatch, "bare-bolt-batch", false, "add the bare write through bbolt's own DB.Batch as a workload")
+	f.BoolVar(&cfg.Encrypted, "encrypted", false, "add the ledger with encryption at rest (a random key): its ratio to oncekv is the cost of sealing")
 	f.BoolVar(&cfg.Keyed, "keyed", false, "add the ledger on its format-1 layout (records under their keys), as before the record log")
 	f.StringVar(&postgres, "against-postgres", "", "add the classic PostgreSQL pattern on this server (a pgx DSN; tables oncekv_bench_* are created and emptied)")
 	f.StringVar(&etcd, "against-etcd", "", "add the bare write and the ledger on etcd: the cluster at these endpoints (keys under /oncekv-bench/, deleted after), or \"embedded\" (three members in this process)")
