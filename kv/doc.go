@@ -64,6 +64,12 @@
 // conditional.Checker, ...): nothing registers itself. A RecordKind is a
 // Checker whose records expire; retention.Sweep takes the kinds to sweep.
 //
+// Options.Cipher, a key ring of package seal, encrypts what the packages
+// built on kv store on the caller's behalf; they find it with DB.Cipher or,
+// handed only a transaction, CipherOf. A SealedKind is a kind of record
+// holding sealed values; DB.Rekey rewrites them under the ring's current
+// key, in bounded, resumable transactions, while the database serves.
+//
 // # Caveats
 //
 //   - bbolt allows one process at a time to open a file for writing. Reading

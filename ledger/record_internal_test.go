@@ -2,8 +2,8 @@ package ledger
 
 import (
 	"bytes"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"net/http"
 	"testing"

@@ -21,7 +21,15 @@
 // ParseKey and ReadKeyFile read "ID:HEX" (a key ID and 32 bytes in hex),
 // the format of the CLI's --key-file and of $ONCEKV_KEY. A value sealed
 // under a key the ring lacks fails with ErrUnknownKey, naming the key ID;
-// tools without any key show such values as "encrypted (key N)".
+// tools without any key show such values as "encrypted (key id N)".
+//
+// Rotation: open the database with the new key current and the old ones
+// older (NewRing(newKey, oldKey)): new values use the new key, old ones
+// still open. kv.DB.Rekey with inspect.SealedKinds() (or `oncekv rekey`
+// on a stopped service's file) then rewrites every value under the new key
+// in short, bounded, resumable transactions, after which the old keys can
+// be retired. A rekey also seals values written before the database had a
+// key, except rows of conditional tables that did not opt in.
 //
 // Sealed layout: 0xE5 'S' 0x01, the key ID (4 bytes, big endian), the
 // nonce (12 bytes), the ciphertext and GCM's 16-byte tag.

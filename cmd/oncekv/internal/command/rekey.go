@@ -145,7 +145,7 @@ by the service's user only, and never next to the database's backups.`,
 type spinner struct {
 	bar  *progressbar.ProgressBar
 	out  io.Writer
-	kind string
+	last kv.RekeyProgress // the last report of the kind in progress
 }
 
 func newSpinner(out io.Writer) *spinner {
@@ -163,14 +163,13 @@ func (s *spinner) show(p kv.RekeyProgress) {
 		_ = s.bar.Add(1)
 		return
 	}
-	if p.Kind != s.kind || p.Done {
-		if s.kind != "" {
-			fmt.Fprintf(s.out, "rekey: %s done (%d resealed so far, %d batches)\n", s.kind, p.Resealed, p.Batches)
-		}
-		s.kind = p.Kind
-		if p.Done {
-			s.kind = ""
-		}
+	if s.last.Kind != "" && (p.Kind != s.last.Kind || p.Done) {
+		// The last report of a kind holds its totals.
+		fmt.Fprintf(s.out, "rekey: %s done (%d resealed so far, %d batches)\n", s.last.Kind, s.last.Resealed, s.last.Batches)
+	}
+	s.last = p
+	if p.Done {
+		s.last = kv.RekeyProgress{}
 	}
 }
 

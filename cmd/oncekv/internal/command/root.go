@@ -53,7 +53,7 @@ type options struct {
 	keyFiles []string
 	cipher   *seal.Ring
 	out      io.Writer // results: tables or one JSON document
-	diag       io.Writer // progress and notes (stderr), never mixed into --json output
+	diag     io.Writer // progress and notes (stderr), never mixed into --json output
 }
 
 // Main runs the CLI with args and returns the exit code.
