@@ -169,6 +169,20 @@ func ReadKeyFile(path string) (Key, error) {
 	return k, nil
 }
 
+// KeyFromEnv reads a key in ParseKey's format from the environment
+// variable name ($ONCEKV_KEY for the CLI and the examples). ok is false
+// when the variable is unset or empty.
+func KeyFromEnv(name string) (k Key, ok bool, err error) {
+	s := os.Getenv(name)
+	if strings.TrimSpace(s) == "" {
+		return Key{}, false, nil
+	}
+	if k, err = ParseKey(s); err != nil {
+		return Key{}, false, fmt.Errorf("$%s: %w", name, err)
+	}
+	return k, true, nil
+}
+
 // NewKey returns a random key with the given ID, and its ParseKey form.
 func NewKey(id uint32) (Key, string) {
 	k := Key{ID: id}

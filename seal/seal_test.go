@@ -121,3 +121,20 @@ func BenchmarkOpen(b *testing.B) {
 		}
 	}
 }
+
+func TestKeyFromEnv(t *testing.T) {
+	want, line := seal.NewKey(9)
+	t.Setenv("SEAL_TEST_KEY", line)
+	k, ok, err := seal.KeyFromEnv("SEAL_TEST_KEY")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, want, k)
+	t.Setenv("SEAL_TEST_KEY", "")
+	_, ok, err = seal.KeyFromEnv("SEAL_TEST_KEY")
+	require.NoError(t, err)
+	require.False(t, ok)
+	t.Setenv("SEAL_TEST_KEY", "9:zz")
+	_, _, err = seal.KeyFromEnv("SEAL_TEST_KEY")
+	require.ErrorIs(t, err, seal.ErrInvalidKey)
+	require.ErrorContains(t, err, "$SEAL_TEST_KEY")
+}

@@ -229,11 +229,11 @@ func loadKeys(files string) (*seal.Ring, bool, error) {
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		if env := os.Getenv("ONCEKV_KEY"); env != "" {
-			k, err := seal.ParseKey(env)
-			if err != nil {
-				return nil, false, fmt.Errorf("$ONCEKV_KEY: %w", err)
-			}
+		k, ok, err := seal.KeyFromEnv("ONCEKV_KEY")
+		if err != nil {
+			return nil, false, err
+		}
+		if ok {
 			keys = append(keys, k)
 		}
 	}

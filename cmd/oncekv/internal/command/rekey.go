@@ -32,13 +32,12 @@ func (o *options) ring(older ...string) (*seal.Ring, error) {
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		s := os.Getenv(keyEnv)
-		if s == "" {
-			return nil, nil
-		}
-		k, err := seal.ParseKey(s)
+		k, ok, err := seal.KeyFromEnv(keyEnv)
 		if err != nil {
-			return nil, usagef("$%s: %v", keyEnv, err)
+			return nil, usagef("%v", err)
+		}
+		if !ok {
+			return nil, nil
 		}
 		keys = append(keys, k)
 	}
