@@ -330,7 +330,7 @@ func TestSealedKeyedLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), secret)
 
-	db, l = open(testRing(t, 2, 1))
+	db, _ = open(testRing(t, 2, 1))
 	require.Same(t, db.Cipher(), kv.CipherOf(mustTx(t, db)))
 	n, err := db.Rekey(ctx, []kv.SealedKind{Sealed}, kv.RekeyOptions{BatchSize: 7})
 	require.NoError(t, err)
