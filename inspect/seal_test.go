@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -314,4 +318,41 @@ func TestRekeyEveryKind(t *testing.T) {
 	row, err := accounts.Get(ctx, "acct-1")
 	require.NoError(t, err)
 	require.Equal(t, secret, row.Value.Card)
+}
+
+// The console over an encrypted database opened without its key: the
+// record page says the response is encrypted with which key, never shows
+// garbage or an empty body as if stored so; with the key it shows the body.
+func TestConsoleOnEncryptedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sealed.db")
+	sealedWorld(t, path, ring(t, 1))
+	for _, withKey := range []bool{false, true} {
+		opts := &kv.Options{ReadOnly: true}
+		if withKey {
+			opts.Cipher = ring(t, 1)
+		}
+		db, err := kv.Open(path, opts)
+		require.NoError(t, err)
+		srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+		jar, _ := cookiejar.New(nil)
+		admin := &http.Client{Jar: jar}
+		base := srv.URL + inspect.ConsolePath
+		code, _ := post(t, admin, base+"login", url.Values{"token": {token}}, srv.URL)
+		require.Equal(t, 200, code)
+		_, body := page(t, admin, base+"record?scope="+url.QueryEscape("acme|POST /v1/cards")+"&key=k1")
+		if withKey {
+			require.Contains(t, body, secret)
+			require.Contains(t, body, "encrypted with key id 1")
+		} else {
+			require.NotContains(t, body, secret)
+			require.Contains(t, body, "Headers and body are encrypted (key id 1)")
+			require.Contains(t, body, "size unknown")
+		}
+		_, body = page(t, admin, base+"intents")
+		if !withKey {
+			require.Contains(t, body, "encrypted (key id 1)", "the parked intent's provider error")
+		}
+		srv.Close()
+		require.NoError(t, db.Close())
+	}
 }
