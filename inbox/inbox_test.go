@@ -18,6 +18,7 @@ import (
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/observe"
 )
 
 var ctx = context.Background()
@@ -192,4 +193,66 @@ func TestInboxRetentionPastTheTimeEncoding(t *testing.T) {
 		}
 		require.Equal(t, 1, applied, "retention %s: the message was applied once", d)
 	}
+}
+
+// RetentionFor overrides the window per consumer; 0 falls back to
+// Retention. A mutant that swapped the two survived every test before
+// (make mutate).
+func TestInboxRetentionPerConsumer(t *testing.T) {
+	t.Parallel()
+	bb := setup(t)
+	in, err := inbox.New(bb.db, &inbox.Config{Retention: 24 * time.Hour, RetentionFor: func(c string) time.Duration {
+		if c == "short" {
+			return time.Hour
+		}
+		return 0
+	}})
+	require.NoError(t, err)
+	for _, c := range []string{"short", "default"} {
+		_, err := in.Handle(ctx, c, "m", apply(1))
+		require.NoError(t, err)
+	}
+	bb.clock.Advance(2 * time.Hour)
+	d, err := in.Handle(ctx, "short", "m", apply(1))
+	require.NoError(t, err)
+	require.False(t, d.Duplicate, "an hour's window has passed")
+	d, err = in.Handle(ctx, "default", "m", apply(1))
+	require.NoError(t, err)
+	require.True(t, d.Duplicate, "0 falls back to the 24h Retention")
+	require.Equal(t, 3, balance(t, bb.db))
+}
+
+// Entries of one consumer never include another consumer whose name it
+// prefixes ("billing" and "billing-eu"); every delivery reaches the
+// observer, duplicates marked.
+func TestInboxEntriesAndObserver(t *testing.T) {
+	t.Parallel()
+	clock := kvtest.NewManualClock(t0)
+	var mu sync.Mutex
+	seen := map[string][]bool{}
+	obs := &observe.Observer{Message: func(_ context.Context, m observe.Message) {
+		mu.Lock()
+		seen[m.Consumer] = append(seen[m.Consumer], m.Duplicate)
+		mu.Unlock()
+	}}
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock, Observer: obs}, inbox.RecordKind)
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	for _, c := range []string{"billing", "billing-eu", "billing"} {
+		_, err := in.Handle(ctx, c, "m1", apply(1))
+		require.NoError(t, err)
+	}
+	_, err = in.Handle(ctx, "billing", "m2", apply(1))
+	require.NoError(t, err)
+	require.Equal(t, map[string][]bool{"billing": {false, true, false}, "billing-eu": {false}}, seen)
+	var ids []string
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for e, err := range inbox.Entries(tx, "billing") {
+			require.NoError(t, err)
+			require.Equal(t, "billing", e.Consumer)
+			ids = append(ids, e.MessageID)
+		}
+		return nil
+	}))
+	require.ElementsMatch(t, []string{"m1", "m2"}, ids)
 }
