@@ -52,4 +52,7 @@
 //     run more than once; they must only compute, not act.
 //   - Codecs must be deterministic: Assign compares encodings to decide
 //     whether anything changed. encoding/json is (for structs and maps).
+//   - Options.Seal stores a table's values sealed with the database's key
+//     ring (package seal), bound to table and row; IDs, versions and index
+//     keys stay clear, so secrets must not go into index keys.
 package conditional

@@ -76,4 +76,10 @@
 //     two-phase path is at-least-once unless the outside system honours a key
 //     of its own; derive one from the claim (package sideeffect).
 //   - Waiting for an in-progress claim works within one process only.
+//   - With kv.Options.Cipher set, stored response headers and bodies are
+//     sealed (package seal, after compression), bound to scope and key;
+//     scopes, keys, statuses, fingerprints, times and sizes stay clear. A
+//     replay whose response does not open fails with a *RecordError
+//     wrapping a *seal.OpenError; Records and InspectTx list such records
+//     with Sealed set instead. Sealed is the kind kv.DB.Rekey rewrites.
 package ledger

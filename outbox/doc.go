@@ -45,4 +45,8 @@
 //   - A quarantined event blocks nothing after it only once it is in
 //     quarantine; until then, the events behind a failing one wait.
 //   - Lag reports the oldest unpublished event's age; watch it.
+//   - With kv.Options.Cipher set, payloads are sealed (package seal), bound
+//     to the event's ID and sequence; IDs, topics, keys, headers and
+//     publish errors stay clear. The relay never publishes an event whose
+//     payload does not open: it stops at it and reports the error.
 package outbox

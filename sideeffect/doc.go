@@ -58,4 +58,8 @@
 //   - Completions (OnSucceeded, OnFailed, Respond) may run more than once
 //     under group commit and must write only through their transaction.
 //   - Intents in needs_attention are never retried or removed automatically.
+//   - With kv.Options.Cipher set, an intent's payload, result, provider
+//     error text and resolution are sealed (package seal), bound to its ID;
+//     kind, subject, state, attempts and times stay clear for the
+//     schedule. Read without the key, Intents yields them Closed.
 package sideeffect
