@@ -107,20 +107,14 @@ func (t *Table[T]) Check(tx kv.Tx) []string {
 	return problems
 }
 
-// Sealed is the tables' kind of sealed values, for kv.DB.Rekey: it
-// rewrites every sealed row value not sealed under the ring's current key
-// under it, in every table (rows stored in clear stay so: sealing is a
-// table's choice, Options.Seal).
-var Sealed kv.SealedKind = sealedKind{}
-
-type sealedKind struct{}
-
-func (sealedKind) Name() string { return "conditional" }
-
-// Reseal walks the tables in name order; its cursor is the table's name
-// and either a NUL and the last row ID visited, or 0x01 once the table is
-// done (table names hold neither byte).
-func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+// Reseal is the tables' part of a rekey (inspect.Rekey): in tx, it visits
+// up to limit rows after the cursor after (nil: from the start), in every
+// table, and rewrites the sealed values not sealed under ring's current
+// key (rows stored in clear stay so: sealing is a table's choice,
+// Options.Seal). Its cursor is a table's name and either a NUL and the
+// last row ID visited, or 0x01 once that table is done (table names hold
+// neither byte); nil when done.
+func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, resealed int, err error) {
 	var afterTable string
 	var afterID []byte
 	tableDone := false

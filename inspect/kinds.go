@@ -27,10 +27,3 @@ func Checkers() []kv.Checker {
 	}
 	return append(out, conditional.Checker)
 }
-
-// SealedKinds returns every kind of record that holds sealed values (see
-// package seal), for kv.DB.Rekey over any database (the CLI's rekey):
-// stored responses, intents, outbox events and conditional tables.
-func SealedKinds() []kv.SealedKind {
-	return []kv.SealedKind{ledger.Sealed, sideeffect.Sealed, outbox.Sealed, conditional.Sealed}
-}

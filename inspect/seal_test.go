@@ -276,6 +276,15 @@ func TestSealedSwapAndTamperInTheFile(t *testing.T) {
 	require.Contains(t, unopened[0]+unopened[1], "acct-2")
 }
 
+// Rekey needs a key ring.
+func TestRekeyWithoutKey(t *testing.T) {
+	db, err := kv.Open(filepath.Join(t.TempDir(), "plain.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = inspect.Rekey(ctx, db, inspect.RekeyOptions{})
+	require.ErrorIs(t, err, inspect.ErrNoCipher)
+}
+
 // Rotation: a ring with a new current key still opens the old values, a
 // rekey moves every sealed value to the new key in bounded batches, and
 // then the old key can be retired.
@@ -284,13 +293,13 @@ func TestRekeyEveryKind(t *testing.T) {
 	sealedWorld(t, path, ring(t, 1))
 	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: ring(t, 2, 1)})
 	require.NoError(t, err)
-	var last kv.RekeyProgress
-	n, err := db.Rekey(ctx, inspect.SealedKinds(), kv.RekeyOptions{BatchSize: 1, Progress: func(p kv.RekeyProgress) { last = p }})
+	var last inspect.RekeyProgress
+	n, err := inspect.Rekey(ctx, db, inspect.RekeyOptions{BatchSize: 1, Progress: func(p inspect.RekeyProgress) { last = p }})
 	require.NoError(t, err)
 	require.Equal(t, 6, n, "1 response, 2 intents, 2 events, 1 sealed row")
 	require.True(t, last.Done)
 	require.GreaterOrEqual(t, last.Batches, 6)
-	n, err = db.Rekey(ctx, inspect.SealedKinds(), kv.RekeyOptions{})
+	n, err = inspect.Rekey(ctx, db, inspect.RekeyOptions{})
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.NoError(t, db.Close())

@@ -66,9 +66,8 @@
 //
 // Options.Cipher, a key ring of package seal, encrypts what the packages
 // built on kv store on the caller's behalf; they find it with DB.Cipher or,
-// handed only a transaction, CipherOf. A SealedKind is a kind of record
-// holding sealed values; DB.Rekey rewrites them under the ring's current
-// key, in bounded, resumable transactions, while the database serves.
+// handed only a transaction, CipherOf (inspect.Rekey moves sealed values
+// to the ring's current key).
 //
 // # Caveats
 //

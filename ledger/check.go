@@ -99,16 +99,13 @@ func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
 	}
 }
 
-// Sealed is the ledger's kind of sealed values, for kv.DB.Rekey: it
-// rewrites every stored response not sealed under the ring's current key
-// (those written before a Cipher was set included) under it.
-var Sealed kv.SealedKind = sealedKind{}
-
-type sealedKind struct{}
-
-func (sealedKind) Name() string { return "idempotency" }
-
-func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+// Reseal is the ledger's part of a rekey (inspect.Rekey): in tx, it visits
+// up to limit records after the cursor after (nil: from the start) and
+// rewrites those whose stored response is not sealed under ring's current
+// key (responses stored in clear, before a Cipher was set, included). It
+// returns the cursor to resume after (nil when done) and how many it
+// rewrote; a response that does not open fails it with a *RecordError.
+func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, resealed int, err error) {
 	ub := usageNS.Bucket(tx)
 	return RecordKind.(*recstore.Kind[*Record]).Rewrite(tx, after, limit, func(scope, key string, v []byte) ([]byte, error) {
 		r, err := decodeRecordWith(ring, scope, key, v, bodyRequired)

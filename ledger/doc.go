@@ -81,5 +81,5 @@
 //     scopes, keys, statuses, fingerprints, times and sizes stay clear. A
 //     replay whose response does not open fails with a *RecordError
 //     wrapping a *seal.OpenError; Records and InspectTx list such records
-//     with Sealed set instead. Sealed is the kind kv.DB.Rekey rewrites.
+//     with Sealed set instead. Reseal is the ledger's part of inspect.Rekey.
 package ledger

@@ -518,19 +518,13 @@ func checkOutbox(tx kv.Tx, report func(string)) {
 	}
 }
 
-// Sealed is the outbox's kind of sealed values, for kv.DB.Rekey: it
-// rewrites every event payload (pending, published or quarantined) not
-// sealed under the ring's current key (those written before a Cipher was
-// set included) under it.
-var Sealed kv.SealedKind = sealedKind{}
-
-type sealedKind struct{}
-
-func (sealedKind) Name() string { return "outbox" }
-
-// Reseal walks the pending, published and quarantined events in turn; its
-// cursor is the bucket's index and the last sequence visited.
-func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+// Reseal is the outbox's part of a rekey (inspect.Rekey): in tx, it visits
+// up to limit events (pending, published, then quarantined) after the
+// cursor after (nil: from the start) and rewrites those whose payload is
+// not sealed under ring's current key (payloads in clear included). Its
+// cursor is the bucket's index and the last sequence visited; nil when
+// done.
+func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, resealed int, err error) {
 	buckets := []keyspace.Namespace{outboxNS, publishedNS, quarantineNS}
 	i, inner := 0, []byte(nil)
 	if len(after) > 0 && int(after[0]) < len(buckets) {

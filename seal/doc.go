@@ -25,7 +25,7 @@
 //
 // Rotation: open the database with the new key current and the old ones
 // older (NewRing(newKey, oldKey)): new values use the new key, old ones
-// still open. kv.DB.Rekey with inspect.SealedKinds() (or `oncekv rekey`
+// still open. inspect.Rekey (or `oncekv rekey`
 // on a stopped service's file) then rewrites every value under the new key
 // in short, bounded, resumable transactions, after which the old keys can
 // be retired. A rekey also seals values written before the database had a

@@ -83,16 +83,12 @@ func checkLive(tx kv.Tx, report func(string)) {
 	}
 }
 
-// Sealed is the intents' kind of sealed values, for kv.DB.Rekey: it
-// rewrites every intent not sealed under the ring's current key (those
-// written before a Cipher was set included) under it.
-var Sealed kv.SealedKind = sealedKind{}
-
-type sealedKind struct{}
-
-func (sealedKind) Name() string { return "intent" }
-
-func (sealedKind) Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) ([]byte, int, error) {
+// Reseal is the intents' part of a rekey (inspect.Rekey): in tx, it visits
+// up to limit intents after the cursor after (nil: from the start) and
+// rewrites those not sealed under ring's current key (intents stored in
+// clear included). It returns the cursor to resume after (nil when done)
+// and how many it rewrote; an intent that does not open fails it.
+func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, resealed int, err error) {
 	return sealing.Rewrite(intentsNS.Bucket(tx), after, limit, func(k, v []byte) ([]byte, error) {
 		in, err := decodeIntentWith(ring, k, v, true)
 		if err != nil {

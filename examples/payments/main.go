@@ -150,7 +150,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		// Rotation: values under the older keys move to the current one in
 		// short batches while the service serves.
 		wg.Go(func() {
-			n, err := a.DB.Rekey(ctx, inspect.SealedKinds(), kv.RekeyOptions{})
+			n, err := inspect.Rekey(ctx, a.DB, inspect.RekeyOptions{})
 			if err != nil {
 				logger.Error("background rekey stopped (it resumes at the next start)", "error", err)
 				return

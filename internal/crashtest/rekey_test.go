@@ -47,7 +47,7 @@ func rekeyChild(path string) int {
 		return 3
 	}
 	defer func() { _ = db.Close() }()
-	if _, err := db.Rekey(context.Background(), inspect.SealedKinds(), kv.RekeyOptions{BatchSize: 100}); err != nil {
+	if _, err := inspect.Rekey(context.Background(), db, inspect.RekeyOptions{BatchSize: 100}); err != nil {
 		fmt.Fprintln(os.Stderr, "rekey:", err)
 		return 4
 	}

@@ -42,7 +42,7 @@ const (
 	RecstoreRebuilt        = "recstore.rebuilt"
 	RecstoreMigrated       = "recstore.migrated"
 
-	// A rekey batch committed (kv.DB.Rekey).
+	// A rekey batch committed (inspect.Rekey).
 	RekeyBetweenBatches = "kv.rekey.between-batches"
 )
 

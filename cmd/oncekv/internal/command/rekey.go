@@ -12,7 +12,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/oncekv/oncekv/inspect"
-	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/seal"
 )
 
@@ -62,7 +61,7 @@ did not opt in. --old-key-file names each key the values may be under now.
 
 It works in transactions of --batch records and is resumable: stopped at
 any point, a second rekey finishes the work and skips what is done. A live
-service does the same with kv.DB.Rekey(ctx, inspect.SealedKinds(), ...)
+service does the same with inspect.Rekey(ctx, db, inspect.RekeyOptions{})
 once it runs with the new key as current and the old ones as older.
 
 A key file holds "ID:HEX": a key ID and 32 bytes in hex (oncekv keygen).`,
@@ -88,8 +87,8 @@ A key file holds "ID:HEX": a key ID and 32 bytes in hex (oncekv keygen).`,
 			defer func() { _ = db.Close() }()
 			start := time.Now()
 			bar := newSpinner(o.diag)
-			var last kv.RekeyProgress
-			n, err := db.Rekey(cmd.Context(), inspect.SealedKinds(), kv.RekeyOptions{BatchSize: batch, Progress: func(p kv.RekeyProgress) {
+			var last inspect.RekeyProgress
+			n, err := inspect.Rekey(cmd.Context(), db, inspect.RekeyOptions{BatchSize: batch, Progress: func(p inspect.RekeyProgress) {
 				bar.show(p)
 				last = p
 			}})
@@ -144,7 +143,7 @@ by the service's user only, and never next to the database's backups.`,
 type spinner struct {
 	bar  *progressbar.ProgressBar
 	out  io.Writer
-	last kv.RekeyProgress // the last report of the kind in progress
+	last inspect.RekeyProgress // the last report of the kind in progress
 }
 
 func newSpinner(out io.Writer) *spinner {
@@ -156,7 +155,7 @@ func newSpinner(out io.Writer) *spinner {
 	return s
 }
 
-func (s *spinner) show(p kv.RekeyProgress) {
+func (s *spinner) show(p inspect.RekeyProgress) {
 	if s.bar != nil {
 		s.bar.Describe(fmt.Sprintf("rekey %s: %d resealed, batch", p.Kind, p.Resealed))
 		_ = s.bar.Add(1)
@@ -168,7 +167,7 @@ func (s *spinner) show(p kv.RekeyProgress) {
 	}
 	s.last = p
 	if p.Done {
-		s.last = kv.RekeyProgress{}
+		s.last = inspect.RekeyProgress{}
 	}
 }
 
