@@ -18,6 +18,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -457,4 +458,73 @@ func TestLastSweepIsRecorded(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 5, last.Deleted["idempotency"])
 	require.True(t, last.At.Equal(clock.Now()))
+}
+
+// An override with an empty scope prefix applies to every scope of its
+// kind, and of two overrides with the same prefix the first wins (mutants
+// of the longest-prefix rule survived every test before: make mutate).
+func TestPolicyEmptyPrefixAndTies(t *testing.T) {
+	t.Parallel()
+	p := retention.Policy{Overrides: []retention.Override{
+		{Kind: retention.Idempotency, ScopePrefix: "", Retention: 2 * time.Hour},
+		{Kind: retention.Idempotency, ScopePrefix: "acme|", Retention: 3 * time.Hour},
+		{Kind: retention.Idempotency, ScopePrefix: "acme|", Retention: 4 * time.Hour},
+	}}
+	require.Equal(t, 2*time.Hour, p.For(retention.Idempotency, "globex|POST /x"))
+	require.Equal(t, 3*time.Hour, p.For(retention.Idempotency, "acme|POST /x"), "the first of equal prefixes")
+}
+
+// MaxTxTime bounds a write transaction: with 1ns each batch removes one
+// record and goes on where it stopped; every sweep reaches the observer.
+func TestMaxTxTimeAndObserver(t *testing.T) {
+	t.Parallel()
+	clock := kvtest.NewManualClock(t0)
+	var sweeps []observe.Sweep
+	var mu sync.Mutex
+	obs := &observe.Observer{Sweep: func(e observe.Sweep) { mu.Lock(); sweeps = append(sweeps, e); mu.Unlock() }}
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock, Observer: obs}, allChecks...)
+	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
+	fill(t, l, "old", 7)
+	clock.Advance(2 * time.Hour)
+	st, err := retention.Sweep(ctx, db, &retention.Config{MaxTxTime: time.Nanosecond, Pause: -1}, ledger.RecordKind)
+	require.NoError(t, err)
+	ks := st.Kinds[retention.Idempotency]
+	require.Equal(t, 7, ks.Deleted)
+	require.Equal(t, 7, ks.Examined)
+	require.Equal(t, 7, ks.Batches, "one record per transaction: the time bound cut each batch")
+	require.Equal(t, []observe.Sweep{{Kind: "idempotency", Deleted: 7, Examined: 7, Batches: 7, Duration: sweeps[0].Duration}}, sweeps)
+}
+
+// Pause is honoured between batches: a sweep told to pause for an hour is
+// still pausing after its first batch when its context ends.
+func TestPauseBetweenBatches(t *testing.T) {
+	t.Parallel()
+	clock := kvtest.NewManualClock(t0)
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
+	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
+	fill(t, l, "old", 10)
+	clock.Advance(2 * time.Hour)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var st retention.Stats
+	var err error
+	go func() {
+		defer close(done)
+		st, err = retention.Sweep(cctx, db, &retention.Config{BatchSize: 5, Pause: time.Hour}, ledger.RecordKind)
+	}()
+	require.Eventually(t, func() bool {
+		n := 0
+		_ = db.View(ctx, func(tx kv.Tx) error {
+			for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
+				n++
+			}
+			return nil
+		})
+		return n == 5
+	}, 10*time.Second, time.Millisecond, "the first batch of 5 is removed")
+	cancel()
+	<-done
+	require.ErrorIs(t, err, context.Canceled, "canceled during the pause")
+	require.Equal(t, 5, st.Kinds[retention.Idempotency].Deleted)
+	require.Equal(t, 1, st.Kinds[retention.Idempotency].Batches)
 }
