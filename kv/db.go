@@ -20,23 +20,19 @@ import (
 	"github.com/oncekv/oncekv/seal"
 )
 
-// Defaults used when the corresponding Options field is zero.
+// Defaults used when the corresponding Options field is zero (each field's
+// comment gives its value).
 const (
-	// DefaultLockTimeout is how long Open waits for another process to release
-	// the file lock before failing with a *LockedError.
-	DefaultLockTimeout = time.Second
-
-	// DefaultFileMode is the permission of a newly created database file.
-	DefaultFileMode os.FileMode = 0o600
-
-	// DefaultMaxBatchSize is the most calls Batch groups into one transaction.
-	DefaultMaxBatchSize = 1000
+	defaultLockTimeout             = time.Second
+	defaultFileMode    os.FileMode = 0o600
+	defaultMaxBatchSize            = 1000
 )
 
 // Options configure Open. A nil *Options means all defaults.
 type Options struct {
 	// LockTimeout is how long Open waits for the file lock held by another
-	// process. 0 means DefaultLockTimeout. Negative values are invalid.
+	// process before failing with a *FileError (ErrLocked). 0 means one
+	// second. Negative values are invalid.
 	LockTimeout time.Duration
 
 	// ReadOnly opens the file with a shared lock; writes fail (with
@@ -64,8 +60,8 @@ type Options struct {
 	// the system clock (time.Now).
 	Clock Clock
 
-	// MaxBatchSize bounds the number of calls grouped by Batch. 0 means
-	// DefaultMaxBatchSize.
+	// MaxBatchSize bounds the number of calls grouped by Batch into one
+	// transaction. 0 means 1000.
 	MaxBatchSize int
 
 	// MaxBatchDelay is how long a batch may wait for more calls before it
@@ -73,8 +69,7 @@ type Options struct {
 	// load batches grow by themselves, and a lone caller pays no delay.
 	MaxBatchDelay time.Duration
 
-	// FileMode is the permission of a newly created file. 0 means
-	// DefaultFileMode (0600).
+	// FileMode is the permission of a newly created file. 0 means 0600.
 	FileMode os.FileMode
 
 	// InitialMmapSize is passed to bbolt: a larger initial mapping avoids
@@ -94,16 +89,16 @@ func (o *Options) withDefaults() Options {
 		r = *o
 	}
 	if r.LockTimeout == 0 {
-		r.LockTimeout = DefaultLockTimeout
+		r.LockTimeout = defaultLockTimeout
 	}
 	if r.Clock == nil {
 		r.Clock = systemClock{}
 	}
 	if r.MaxBatchSize == 0 {
-		r.MaxBatchSize = DefaultMaxBatchSize
+		r.MaxBatchSize = defaultMaxBatchSize
 	}
 	if r.FileMode == 0 {
-		r.FileMode = DefaultFileMode
+		r.FileMode = defaultFileMode
 	}
 	return r
 }
@@ -140,8 +135,8 @@ type DB struct {
 // Open opens (creating if needed) the bbolt file at path with oncekv's
 // defaults: mode 0600, a bounded wait for the file lock, the hashmap
 // freelist, and the format check. A file locked by another process fails
-// with a *LockedError after Options.LockTimeout; a file from a newer format
-// fails with a *FormatError and is not modified.
+// with a *FileError wrapping ErrLocked after Options.LockTimeout; a file
+// from a newer format fails with ErrNewerFormat and is not modified.
 func Open(path string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
