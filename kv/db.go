@@ -23,9 +23,9 @@ import (
 // Defaults used when the corresponding Options field is zero (each field's
 // comment gives its value).
 const (
-	defaultLockTimeout             = time.Second
-	defaultFileMode    os.FileMode = 0o600
-	defaultMaxBatchSize            = 1000
+	defaultLockTimeout              = time.Second
+	defaultFileMode     os.FileMode = 0o600
+	defaultMaxBatchSize             = 1000
 )
 
 // Options configure Open. A nil *Options means all defaults.
