@@ -522,6 +522,17 @@ func TestPauseBetweenBatches(t *testing.T) {
 		})
 		return n == 5
 	}, 10*time.Second, time.Millisecond, "the first batch of 5 is removed")
+	// Still pausing a while later (a default 1ms pause would have run the
+	// second batch by now; a slow machine can only make this pass more).
+	time.Sleep(50 * time.Millisecond)
+	left := 0
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
+			left++
+		}
+		return nil
+	}))
+	require.Equal(t, 5, left, "the sweep pauses between batches")
 	cancel()
 	<-done
 	require.ErrorIs(t, err, context.Canceled, "canceled during the pause")
