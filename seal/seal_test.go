@@ -138,3 +138,25 @@ func TestKeyFromEnv(t *testing.T) {
 	require.ErrorIs(t, err, seal.ErrInvalidKey)
 	require.ErrorContains(t, err, "$SEAL_TEST_KEY")
 }
+
+// The edges of the layout: an empty plaintext seals to exactly Overhead
+// bytes and opens; a header alone is recognised (its key ID read) but does
+// not open.
+func TestLayoutEdges(t *testing.T) {
+	k, _ := seal.NewKey(3)
+	r, err := seal.NewRing(k)
+	require.NoError(t, err)
+	empty := r.Seal(nil, nil, []byte("aad"))
+	require.Len(t, empty, seal.Overhead)
+	p, err := r.Open(nil, empty, []byte("aad"))
+	require.NoError(t, err)
+	require.Empty(t, p)
+	header := empty[:seal.Overhead-16]
+	require.True(t, seal.IsSealed(header))
+	id, ok := seal.KeyID(header)
+	require.True(t, ok)
+	require.Equal(t, uint32(3), id)
+	require.False(t, seal.IsSealed(header[:len(header)-1]))
+	_, err = r.Open(nil, header, []byte("aad"))
+	require.ErrorIs(t, err, seal.ErrTampered)
+}
