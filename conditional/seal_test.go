@@ -13,23 +13,8 @@ import (
 	"github.com/oncekv/oncekv/conditional"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/seal"
+	"github.com/oncekv/oncekv/seal/sealtest"
 )
-
-func sealRing(t *testing.T, current uint32, older ...uint32) *seal.Ring {
-	t.Helper()
-	key := func(id uint32) seal.Key {
-		k := seal.Key{ID: id}
-		copy(k.Secret[:], fmt.Sprintf("conditional test key %d ------------", id))
-		return k
-	}
-	var old []seal.Key
-	for _, id := range older {
-		old = append(old, key(id))
-	}
-	r, err := seal.NewRing(key(current), old...)
-	require.NoError(t, err)
-	return r
-}
 
 func sealedOrders(t *testing.T, db *kv.DB) *conditional.Table[Order] {
 	t.Helper()
@@ -46,7 +31,7 @@ func sealedOrders(t *testing.T, db *kv.DB) *conditional.Table[Order] {
 // reports nothing it cannot verify; with a wrong key it reports every row.
 func TestSealedTable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 1)})
+	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1)})
 	require.NoError(t, err)
 	tbl := sealedOrders(t, db)
 	for i := range 3 {
@@ -116,7 +101,7 @@ func TestSealedTable(t *testing.T) {
 // A sealed value copied onto another row fails to open there.
 func TestSealedRowSwap(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.db")
-	ring := sealRing(t, 1)
+	ring := sealtest.Ring(t, 1)
 	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: ring})
 	require.NoError(t, err)
 	tbl := sealedOrders(t, db)
@@ -148,7 +133,7 @@ func TestSealedRowSwap(t *testing.T) {
 // in stay in clear.
 func TestResealTables(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 1)})
+	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1)})
 	require.NoError(t, err)
 	sealed := sealedOrders(t, db)
 	other, err := conditional.NewTable(db, "archive", &conditional.Options[Order]{Seal: true})
@@ -165,24 +150,14 @@ func TestResealTables(t *testing.T) {
 	}
 	require.NoError(t, db.Close())
 
-	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 2, 1)})
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2, 1)})
 	require.NoError(t, err)
-	var after []byte
-	total, batches := 0, 0
-	for first := true; first || after != nil; first = false {
-		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-			next, n, err := conditional.Reseal(tx, db.Cipher(), after, 2)
-			after, total = next, total+n
-			return err
-		}))
-		batches++
-		require.Less(t, batches, 50)
-	}
+	total, batches := sealtest.Reseal(t, db, conditional.Reseal, 2)
 	require.Equal(t, 10, total, "5 sealed rows in each of two tables")
 	require.GreaterOrEqual(t, batches, 5+1)
 	require.NoError(t, db.Close())
 
-	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 2)})
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2)})
 	require.NoError(t, err)
 	defer db.Close()
 	problems, err := db.Check(ctx, conditional.Checker)

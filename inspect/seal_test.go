@@ -3,7 +3,6 @@ package inspect_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -22,27 +21,12 @@ import (
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/seal"
+	"github.com/oncekv/oncekv/seal/sealtest"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
 
 const secret = "4111-1111-1111-1111 Jane Q. Customer"
-
-func ring(t *testing.T, current uint32, older ...uint32) *seal.Ring {
-	t.Helper()
-	key := func(id uint32) seal.Key {
-		k := seal.Key{ID: id}
-		copy(k.Secret[:], fmt.Sprintf("inspect test key %d ------------------", id))
-		return k
-	}
-	var old []seal.Key
-	for _, id := range older {
-		old = append(old, key(id))
-	}
-	r, err := seal.NewRing(key(current), old...)
-	require.NoError(t, err)
-	return r
-}
 
 type account struct {
 	Owner string `json:"owner"`
@@ -121,7 +105,7 @@ func intentIDs() (parked, succeeded string) {
 // check verifies every value opens with the supplied keys.
 func TestEverySealedKind(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sealed.db")
-	published := sealedWorld(t, path, ring(t, 1))
+	published := sealedWorld(t, path, sealtest.Ring(t, 1))
 	require.Len(t, published, 1)
 	require.JSONEq(t, `{"card":"`+secret+`"}`, string(published[0].Payload), "the relay publishes the opened payload")
 
@@ -133,7 +117,7 @@ func TestEverySealedKind(t *testing.T) {
 	require.Contains(t, string(raw), "acme|POST /v1/cards", "scopes and keys stay clear (documented)")
 
 	// With the key: everything reads back.
-	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: ring(t, 1)})
+	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1)})
 	require.NoError(t, err)
 	l, _ := ledger.New(db, nil)
 	rec, err := l.Get(ctx, "acme|POST /v1/cards", "k1")
@@ -233,7 +217,7 @@ func TestEverySealedKind(t *testing.T) {
 // data; so does a value with one flipped byte.
 func TestSealedSwapAndTamperInTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sealed.db")
-	sealedWorld(t, path, ring(t, 1))
+	sealedWorld(t, path, sealtest.Ring(t, 1))
 	parkedID, okID := intentIDs()
 	b, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
@@ -247,7 +231,7 @@ func TestSealedSwapAndTamperInTheFile(t *testing.T) {
 	}))
 	require.NoError(t, b.Close())
 
-	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: ring(t, 1)})
+	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1)})
 	require.NoError(t, err)
 	defer db.Close()
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
@@ -290,8 +274,8 @@ func TestRekeyWithoutKey(t *testing.T) {
 // then the old key can be retired.
 func TestRekeyEveryKind(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sealed.db")
-	sealedWorld(t, path, ring(t, 1))
-	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: ring(t, 2, 1)})
+	sealedWorld(t, path, sealtest.Ring(t, 1))
+	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2, 1)})
 	require.NoError(t, err)
 	var last inspect.RekeyProgress
 	n, err := inspect.Rekey(ctx, db, inspect.RekeyOptions{BatchSize: 1, Progress: func(p inspect.RekeyProgress) { last = p }})
@@ -304,7 +288,7 @@ func TestRekeyEveryKind(t *testing.T) {
 	require.Zero(t, n)
 	require.NoError(t, db.Close())
 
-	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: ring(t, 2)})
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2)})
 	require.NoError(t, err)
 	defer db.Close()
 	problems, err := db.Check(ctx, inspect.Checkers()...)
@@ -334,11 +318,11 @@ func TestRekeyEveryKind(t *testing.T) {
 // garbage or an empty body as if stored so; with the key it shows the body.
 func TestConsoleOnEncryptedFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sealed.db")
-	sealedWorld(t, path, ring(t, 1))
+	sealedWorld(t, path, sealtest.Ring(t, 1))
 	for _, withKey := range []bool{false, true} {
 		opts := &kv.Options{ReadOnly: true}
 		if withKey {
-			opts.Cipher = ring(t, 1)
+			opts.Cipher = sealtest.Ring(t, 1)
 		}
 		db, err := kv.Open(path, opts)
 		require.NoError(t, err)

@@ -18,23 +18,8 @@ import (
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/seal"
+	"github.com/oncekv/oncekv/seal/sealtest"
 )
-
-func testRing(t testing.TB, current uint32, older ...uint32) *seal.Ring {
-	t.Helper()
-	key := func(id uint32) seal.Key {
-		k := seal.Key{ID: id}
-		copy(k.Secret[:], fmt.Sprintf("test key %d -------------------------", id))
-		return k
-	}
-	var old []seal.Key
-	for _, id := range older {
-		old = append(old, key(id))
-	}
-	r, err := seal.NewRing(key(current), old...)
-	require.NoError(t, err)
-	return r
-}
 
 // fixChecksum recomputes a record's CRC-32C after a test altered it.
 func fixChecksum(v []byte) []byte {
@@ -46,7 +31,7 @@ func fixChecksum(v []byte) []byte {
 const secret = "4111-1111-1111-1111 Jane Q. Customer"
 
 func TestSealedRecordRoundTrip(t *testing.T) {
-	ring := testRing(t, 1)
+	ring := sealtest.Ring(t, 1)
 	for _, body := range [][]byte{{}, []byte(`{"card":"` + secret + `"}`), bytes.Repeat([]byte(secret+" "), 400)} {
 		r := sampleRecord(body)
 		r.Response.Header.Set("X-Card", secret)
@@ -79,7 +64,7 @@ func TestSealedRecordRoundTrip(t *testing.T) {
 		require.Equal(t, uint32(1), oe.KeyID)
 
 		// Another ring with the same key ID (a wrong key file) does not open it.
-		_, err = decodeRecordWith(testRing(t, 2), r.Scope, r.Key, v, bodyRequired)
+		_, err = decodeRecordWith(sealtest.Ring(t, 2), r.Scope, r.Key, v, bodyRequired)
 		require.ErrorIs(t, err, seal.ErrUnknownKey)
 		wrong, err := seal.NewRing(seal.Key{ID: 1})
 		require.NoError(t, err)
@@ -98,7 +83,7 @@ func TestSealedRecordRoundTrip(t *testing.T) {
 // only the seal can catch it, fails with an error: never a replay of
 // altered bytes, never a panic.
 func TestSealedRecordTamperedByteByByte(t *testing.T) {
-	ring := testRing(t, 1)
+	ring := sealtest.Ring(t, 1)
 	r := sampleRecord([]byte(`{"card":"` + secret + `"}`))
 	var e record.Encoder
 	v := bytes.Clone(encodeRecordWith(&e, ring, r, 0))
@@ -150,7 +135,7 @@ func replay(l *Ledger, key string) (*Record, error) {
 // from its bytes (the control without one shows that the grep bites).
 func TestSealedFileRevealsNoBody(t *testing.T) {
 	dir := t.TempDir()
-	for _, ring := range []*seal.Ring{nil, testRing(t, 1)} {
+	for _, ring := range []*seal.Ring{nil, sealtest.Ring(t, 1)} {
 		path := filepath.Join(dir, fmt.Sprintf("cards-%v.db", ring != nil))
 		db, l := openSealed(t, path, ring)
 		for i := range 20 {
@@ -180,7 +165,7 @@ func TestSealedFileRevealsNoBody(t *testing.T) {
 func TestSealedWithoutKeyAndTampered(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "cards.db")
-	ring := testRing(t, 1)
+	ring := sealtest.Ring(t, 1)
 	db, l := openSealed(t, path, ring)
 	for i := range 5 {
 		storeSecret(t, l, fmt.Sprint(i))
@@ -250,13 +235,13 @@ func TestRekeyUnderLoad(t *testing.T) {
 		storeSecret(t, l, fmt.Sprint("clear-", i)) // before encryption was set
 	}
 	require.NoError(t, db.Close())
-	db, l = openSealed(t, path, testRing(t, 1))
+	db, l = openSealed(t, path, sealtest.Ring(t, 1))
 	for i := range 700 {
 		storeSecret(t, l, fmt.Sprint("k1-", i))
 	}
 	require.NoError(t, db.Close())
 
-	db, l = openSealed(t, path, testRing(t, 2, 1))
+	db, l = openSealed(t, path, sealtest.Ring(t, 2, 1))
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for w := range 4 {
@@ -270,8 +255,7 @@ func TestRekeyUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	n, batches, err := rekeyLedger(db, 64)
-	require.NoError(t, err)
+	n, batches := sealtest.Reseal(t, db, Reseal, 64)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -279,8 +263,7 @@ func TestRekeyUnderLoad(t *testing.T) {
 	}
 	require.Equal(t, 1000, n, "every record sealed under key 1 or in clear, once")
 	require.Greater(t, batches, 1000/64)
-	again, _, err := rekeyLedger(db, 500)
-	require.NoError(t, err)
+	again, _ := sealtest.Reseal(t, db, Reseal, 500)
 	require.Zero(t, again, "a second rekey finds nothing to do")
 	require.Equal(t, 1600, l.Stats().Records)
 	problems, err := db.Check(ctx, RecordKind)
@@ -288,7 +271,7 @@ func TestRekeyUnderLoad(t *testing.T) {
 	require.Empty(t, problems, "usage counters follow the size change of sealing")
 	require.NoError(t, db.Close())
 
-	db, l = openSealed(t, path, testRing(t, 2)) // key 1 retired
+	db, l = openSealed(t, path, sealtest.Ring(t, 2)) // key 1 retired
 	defer db.Close()
 	for _, k := range []string{"clear-0", "clear-299", "k1-0", "k1-699", "k2-3-149"} {
 		got, err := replay(l, k)
@@ -320,7 +303,7 @@ func TestSealedKeyedLayout(t *testing.T) {
 		require.Equal(t, "keyed", l.records.Layout())
 		return db, l
 	}
-	db, l := open(testRing(t, 1))
+	db, l := open(sealtest.Ring(t, 1))
 	for i := range 50 {
 		storeSecret(t, l, fmt.Sprint(i))
 	}
@@ -329,14 +312,13 @@ func TestSealedKeyedLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), secret)
 
-	db, _ = open(testRing(t, 2, 1))
+	db, _ = open(sealtest.Ring(t, 2, 1))
 	require.Same(t, db.Cipher(), kv.CipherOf(mustTx(t, db)))
-	n, _, err := rekeyLedger(db, 7)
-	require.NoError(t, err)
+	n, _ := sealtest.Reseal(t, db, Reseal, 7)
 	require.Equal(t, 50, n)
 	require.NoError(t, db.Close())
 
-	db, l = open(testRing(t, 2))
+	db, l = open(sealtest.Ring(t, 2))
 	defer db.Close()
 	for _, k := range []string{"0", "49"} {
 		got, err := replay(l, k)
@@ -354,23 +336,4 @@ func mustTx(t *testing.T, db *kv.DB) kv.Tx {
 	var out kv.Tx
 	require.NoError(t, db.View(context.Background(), func(tx kv.Tx) error { out = tx; return nil }))
 	return out
-}
-
-// rekeyLedger runs the ledger's part of a rekey (what inspect.Rekey does
-// for every kind) in batches of limit, returning the records rewritten and
-// the batches committed.
-func rekeyLedger(db *kv.DB, limit int) (resealed, batches int, err error) {
-	var after []byte
-	for first := true; first || after != nil; first = false {
-		err := db.Update(context.Background(), func(tx kv.Tx) error {
-			next, n, err := Reseal(tx, db.Cipher(), after, limit)
-			after, resealed = next, resealed+n
-			return err
-		})
-		if err != nil {
-			return resealed, batches, err
-		}
-		batches++
-	}
-	return resealed, batches, nil
 }

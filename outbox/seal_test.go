@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,23 +14,8 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/seal"
+	"github.com/oncekv/oncekv/seal/sealtest"
 )
-
-func sealRing(t *testing.T, current uint32, older ...uint32) *seal.Ring {
-	t.Helper()
-	key := func(id uint32) seal.Key {
-		k := seal.Key{ID: id}
-		copy(k.Secret[:], fmt.Sprintf("outbox test key %d -----------------", id))
-		return k
-	}
-	var old []seal.Key
-	for _, id := range older {
-		old = append(old, key(id))
-	}
-	r, err := seal.NewRing(key(current), old...)
-	require.NoError(t, err)
-	return r
-}
 
 // Sealed payloads: the relay publishes them opened, whether the event is
 // published at once, after a failed attempt, or after quarantine and
@@ -41,7 +25,7 @@ func sealRing(t *testing.T, current uint32, older ...uint32) *seal.Ring {
 // buckets to a new key.
 func TestSealedPayloads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "o.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 1)})
+	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1)})
 	require.NoError(t, err)
 	ob := outbox.New(db)
 	payload := func(id string) []byte { return []byte(`{"secret":"payload-of-` + id + `"}`) }
@@ -105,20 +89,12 @@ func TestSealedPayloads(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	// Rotation across pending, published and quarantined.
-	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 2, 1)})
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2, 1)})
 	require.NoError(t, err)
-	var after []byte
-	total := 0
-	for first := true; first || after != nil; first = false {
-		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-			next, n, err := outbox.Reseal(tx, db.Cipher(), after, 1)
-			after, total = next, total+n
-			return err
-		}))
-	}
+	total, _ := sealtest.Reseal(t, db, outbox.Reseal, 1)
 	require.Equal(t, 4, total)
 	require.NoError(t, db.Close())
-	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 2)})
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2)})
 	require.NoError(t, err)
 	problems, err = db.Check(ctx, outbox.RecordKind)
 	require.NoError(t, err)
@@ -137,7 +113,7 @@ func TestSealedPayloads(t *testing.T) {
 		return pub.Put(append([]byte(nil), k2...), append([]byte(nil), v1...))
 	}))
 	require.NoError(t, b.Close())
-	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 2)})
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2)})
 	require.NoError(t, err)
 	defer db.Close()
 	problems, err = db.Check(ctx, outbox.RecordKind)

@@ -1,7 +1,6 @@
 package sideeffect_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,25 +10,10 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/seal"
+	"github.com/oncekv/oncekv/seal/sealtest"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
-
-func sealRing(t *testing.T, current uint32, older ...uint32) *seal.Ring {
-	t.Helper()
-	key := func(id uint32) seal.Key {
-		k := seal.Key{ID: id}
-		copy(k.Secret[:], fmt.Sprintf("sideeffect test key %d -------------", id))
-		return k
-	}
-	var old []seal.Key
-	for _, id := range older {
-		old = append(old, key(id))
-	}
-	r, err := seal.NewRing(key(current), old...)
-	require.NoError(t, err)
-	return r
-}
 
 const secretPayload = "card 4111-1111-1111-1111"
 
@@ -39,7 +23,7 @@ const secretPayload = "card 4111-1111-1111-1111"
 // empty, and GetTx fails typed; Reseal moves them to a new key.
 func TestSealedIntents(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "i.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 1)})
+	db, err := kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1)})
 	require.NoError(t, err)
 	fake := providertest.New(providertest.Rates{}, 1)
 	fake.Script = func(string, sideeffect.Call) providertest.Fault { return providertest.FailBeforeCharge }
@@ -110,20 +94,12 @@ func TestSealedIntents(t *testing.T) {
 	require.Empty(t, problems)
 	require.NoError(t, db.Close())
 
-	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealRing(t, 2, 1)})
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2, 1)})
 	require.NoError(t, err)
-	var after []byte
-	total := 0
-	for first := true; first || after != nil; first = false {
-		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-			next, n, err := sideeffect.Reseal(tx, db.Cipher(), after, 1)
-			after, total = next, total+n
-			return err
-		}))
-	}
+	total, _ := sealtest.Reseal(t, db, sideeffect.Reseal, 1)
 	require.Equal(t, 2, total)
 	require.NoError(t, db.Close())
-	db, err = kv.Open(path, &kv.Options{ReadOnly: true, Cipher: sealRing(t, 2)})
+	db, err = kv.Open(path, &kv.Options{ReadOnly: true, Cipher: sealtest.Ring(t, 2)})
 	require.NoError(t, err)
 	defer db.Close()
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {

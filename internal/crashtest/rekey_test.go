@@ -17,21 +17,17 @@ import (
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/seal"
+	"github.com/oncekv/oncekv/seal/sealtest"
 )
 
 // rekeyRing is the ring of a service rotating from key 1 to key 2 (older
 // lists the keys it still opens).
 func rekeyRing(current uint32, older ...uint32) *seal.Ring {
-	key := func(id uint32) seal.Key {
-		k := seal.Key{ID: id}
-		copy(k.Secret[:], fmt.Sprintf("crash test key %d -------------------", id))
-		return k
-	}
 	var old []seal.Key
 	for _, id := range older {
-		old = append(old, key(id))
+		old = append(old, sealtest.Key(id))
 	}
-	r, err := seal.NewRing(key(current), old...)
+	r, err := seal.NewRing(sealtest.Key(current), old...)
 	if err != nil {
 		panic(err)
 	}

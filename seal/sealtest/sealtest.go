@@ -1,0 +1,57 @@
+package sealtest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/seal"
+)
+
+// Key returns the test key with the given ID: its secret is derived from
+// the ID, so every call returns the same key. Never use it outside tests.
+func Key(id uint32) seal.Key {
+	k := seal.Key{ID: id}
+	copy(k.Secret[:], fmt.Sprintf("sealtest key %d --------------------------------", id))
+	return k
+}
+
+// Ring returns a ring sealing with the test key current and opening the
+// test keys older too.
+func Ring(t testing.TB, current uint32, older ...uint32) *seal.Ring {
+	t.Helper()
+	keys := make([]seal.Key, 0, len(older))
+	for _, id := range older {
+		keys = append(keys, Key(id))
+	}
+	r, err := seal.NewRing(Key(current), keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// ResealFunc is one package's part of a rekey (ledger.Reseal,
+// sideeffect.Reseal, outbox.Reseal, conditional.Reseal).
+type ResealFunc func(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, resealed int, err error)
+
+// Reseal runs reseal over db with db's ring, in transactions of batch
+// records, as inspect.Rekey does for every kind, and returns the records
+// rewritten and the transactions committed.
+func Reseal(t testing.TB, db *kv.DB, reseal ResealFunc, batch int) (resealed, batches int) {
+	t.Helper()
+	var after []byte
+	for first := true; first || after != nil; first = false {
+		err := db.Update(context.Background(), func(tx kv.Tx) error {
+			next, n, err := reseal(tx, db.Cipher(), after, batch)
+			after, resealed = next, resealed+n
+			return err
+		})
+		if err != nil {
+			t.Fatalf("reseal, batch %d: %v", batches+1, err)
+		}
+		batches++
+	}
+	return resealed, batches
+}
