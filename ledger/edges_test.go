@@ -2,13 +2,16 @@ package ledger_test
 
 import (
 	"bytes"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -60,4 +63,29 @@ func TestResponseSizeEdges(t *testing.T) {
 	r, err := l.Get(ctx, "acme|POST /x", "max")
 	require.NoError(t, err)
 	require.Nil(t, r.Response.Header, "no headers stored, none replayed")
+}
+
+// Headers with several values replay every value in order; a per-scope
+// retention shorter than the lease is raised to the lease (a claim never
+// outlives its record).
+func TestMultiValueHeadersAndShortRetention(t *testing.T) {
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	db, err := kv.Open(filepath.Join(t.TempDir(), "h.db"), &kv.Options{NoSync: true, Clock: clock})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute, RetentionFor: func(scope string) time.Duration {
+		if strings.HasPrefix(scope, "short|") {
+			return time.Second
+		}
+		return 0
+	}})
+	require.NoError(t, err)
+	h := http.Header{"Vary": {"Accept", "Accept-Encoding", "Origin"}, "Link": {"</a>; rel=next", "</b>; rel=prev"}, "X-One": {"1"}}
+	_, err = l.Do(ctx, ledger.Request{Scope: "short|POST /x", Key: "k", Fingerprint: ledger.Fingerprint{1}},
+		func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Header: h, Body: []byte("b")}, nil })
+	require.NoError(t, err)
+	r, err := l.Get(ctx, "short|POST /x", "k")
+	require.NoError(t, err)
+	require.Equal(t, h, r.Response.Header)
+	require.Equal(t, clock.Now().Add(time.Minute), r.ExpiresAt, "raised to the lease")
 }
