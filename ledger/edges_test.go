@@ -82,7 +82,9 @@ func TestMultiValueHeadersAndShortRetention(t *testing.T) {
 	require.NoError(t, err)
 	h := http.Header{"Vary": {"Accept", "Accept-Encoding", "Origin"}, "Link": {"</a>; rel=next", "</b>; rel=prev"}, "X-One": {"1"}}
 	_, err = l.Do(ctx, ledger.Request{Scope: "short|POST /x", Key: "k", Fingerprint: ledger.Fingerprint{1}},
-		func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Header: h, Body: []byte("b")}, nil })
+		func(kv.Tx) (ledger.Response, error) {
+			return ledger.Response{Status: 201, Header: h, Body: []byte("b")}, nil
+		})
 	require.NoError(t, err)
 	r, err := l.Get(ctx, "short|POST /x", "k")
 	require.NoError(t, err)
