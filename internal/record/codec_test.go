@@ -187,3 +187,65 @@ func TestTimesOutsideTheEncodingAreClamped(t *testing.T) {
 	require.True(t, d.Time().Before(time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)))
 	require.NoError(t, d.Done())
 }
+
+// Reads that end exactly at the end of a record succeed; one byte more
+// fails as corrupt (never reads past, never panics), and the failure names
+// the offset. The smallest record (a header and a checksum) decodes.
+func TestDecoderExactEnds(t *testing.T) {
+	t.Parallel()
+	var e record.Encoder
+	e.Reset(record.KindInbox, 1)
+	empty := bytes.Clone(e.Finish())
+	require.Len(t, empty, 3+4)
+	d, layout, err := record.NewDecoder(record.KindInbox, empty)
+	require.NoError(t, err)
+	require.Equal(t, byte(1), layout)
+	require.NoError(t, d.Done())
+	require.Zero(t, d.Uvarint(), "nothing left: the varint is missing")
+	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
+	d, _, _ = record.NewDecoder(record.KindInbox, empty)
+	require.Zero(t, d.Varint())
+	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
+
+	e.Reset(record.KindInbox, 1)
+	e.Fixed([]byte{1, 2, 3})
+	rec := bytes.Clone(e.Finish())
+	d, _, _ = record.NewDecoder(record.KindInbox, rec)
+	require.Equal(t, []byte{1, 2, 3}, d.Fixed(3), "exactly what is left")
+	require.NoError(t, d.Done())
+	d, _, _ = record.NewDecoder(record.KindInbox, rec)
+	require.Nil(t, d.Fixed(4))
+	var ce *record.CorruptError
+	require.ErrorAs(t, d.Err(), &ce)
+	require.Equal(t, 3, ce.Offset, "the failure is at the first field, after the 3-byte header")
+	d, _, _ = record.NewDecoder(record.KindInbox, rec)
+	require.Nil(t, d.Fixed(-1))
+	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
+	d, _, _ = record.NewDecoder(record.KindInbox, rec)
+	require.Empty(t, d.Fixed(0))
+	require.NoError(t, d.Err(), "a zero-length field is fine")
+	d.Fixed(2)
+	require.Nil(t, d.Fixed(2), "one byte left, two asked")
+	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
+	d, _, _ = record.NewDecoder(record.KindInbox, rec)
+	d.Fixed(2)
+	require.Equal(t, byte(3), d.Byte(), "the last byte")
+	require.Zero(t, d.Byte())
+	require.ErrorAs(t, d.Err(), &ce)
+	require.Equal(t, 3+3, ce.Offset)
+
+	// A byte string that fills the record exactly, then one that claims a
+	// byte more than there is.
+	e.Reset(record.KindInbox, 1)
+	e.Bytes([]byte("abc"))
+	rec = bytes.Clone(e.Finish())
+	d, _, _ = record.NewDecoder(record.KindInbox, rec)
+	require.Equal(t, []byte("abc"), d.Bytes())
+	require.NoError(t, d.Done())
+	e.Reset(record.KindInbox, 1)
+	e.Uvarint(4)
+	e.Fixed([]byte("abc"))
+	d, _, _ = record.NewDecoder(record.KindInbox, bytes.Clone(e.Finish()))
+	require.Nil(t, d.Bytes())
+	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
+}
