@@ -1,0 +1,115 @@
+package recstore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/kv"
+)
+
+// entryOf builds a log entry around body with a valid checksum.
+func entryOf(body []byte) []byte {
+	v := append([]byte{record.Magic, byte(record.KindLogEntry), entryLayout}, body...)
+	return binary.LittleEndian.AppendUint32(v, crc32.Checksum(v, castagnoli))
+}
+
+// unwrap at its edges: the smallest entry (empty scope, key and value),
+// lengths that fill the entry exactly, one byte more than there is (never
+// a read past the end), a body too short for a length; intact on the
+// smallest input it accepts.
+func TestEntryEdges(t *testing.T) {
+	sc, k, v, ok := unwrap(wrap("", "", nil))
+	require.True(t, ok)
+	require.Empty(t, sc)
+	require.Empty(t, k)
+	require.Empty(t, v)
+	require.Len(t, wrap("", "", nil), 3+2+4)
+
+	sc, k, v, ok = unwrap(entryOf([]byte{2, 'a', 'b', 1, 'c'}))
+	require.True(t, ok, "scope and key fill the body exactly")
+	require.Equal(t, "ab", string(sc))
+	require.Equal(t, "c", string(k))
+	require.Empty(t, v)
+
+	for name, body := range map[string][]byte{
+		"no body":            {},
+		"scope one too long": {3, 'a', 'b'},
+		"no key length":      {1, 'a'},
+		"key one too long":   {1, 'a', 2, 'b'},
+		"bad scope varint":   {0x80},
+		"bad key varint":     {0, 0x80},
+	} {
+		_, _, _, ok := unwrap(entryOf(body))
+		require.False(t, ok, name)
+	}
+	_, _, _, ok = unwrap([]byte{record.Magic, byte(record.KindLogEntry), entryLayout, 0, 0, 0})
+	require.False(t, ok, "shorter than a header and a checksum")
+
+	require.True(t, intact([]byte{0, 0, 0, 0}), "the checksum of nothing is 0")
+	require.False(t, intact([]byte{0, 0, 0}))
+}
+
+// The directory keeps several positions under one hash (a collision, a
+// record moving) and forgets them one by one.
+func TestDirectorySeveralPositionsPerHash(t *testing.T) {
+	d := newDirectory(0)
+	d.add(7, 1)
+	d.add(7, 2)
+	d.add(7, 3)
+	d.add(7, 2) // already there
+	n, extra := d.len()
+	require.Equal(t, 3, n)
+	require.Equal(t, 2, extra)
+	positions := func() []uint64 {
+		var out []uint64
+		d.candidates(7, func(p uint64) bool { out = append(out, p); return false })
+		return out
+	}
+	require.Equal(t, []uint64{1, 2, 3}, positions())
+	d.remove(7, 2)
+	require.Equal(t, []uint64{1, 3}, positions())
+	d.remove(7, 1)
+	require.Equal(t, []uint64{3}, positions())
+	n, extra = d.len()
+	require.Equal(t, 1, n)
+	require.Zero(t, extra)
+	d.remove(7, 9) // not there: nothing changes
+	d.remove(7, 3)
+	require.Empty(t, positions())
+	n, _ = d.len()
+	require.Zero(t, n)
+}
+
+// After a reopen, new records of the same expiry second get positions past
+// every stored one (the rebuild restores the counter): nothing written
+// before is overwritten, and every record of both rounds is found.
+func TestPositionsAfterReopenNeverCollide(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	exp := t0.Add(time.Hour)
+	for round := range 2 {
+		db, err := kv.Open(path, &kv.Options{NoSync: true})
+		require.NoError(t, err)
+		s, err := Open(ctx, db, spec)
+		require.NoError(t, err)
+		for i := range 50 {
+			key := fmt.Sprintf("r%d-%d", round, i)
+			put(t, db, s, "s", key, exp, value(key))
+		}
+		require.Equal(t, 50*(round+1), s.Stats().Positions)
+		for r := 0; r <= round; r++ {
+			for i := range 50 {
+				key := fmt.Sprintf("r%d-%d", r, i)
+				require.Equal(t, value(key), get(t, db, s, "s", key), key)
+			}
+		}
+		require.False(t, s.(*logStore).wrapped.Load(), "the counter is far from wrapping")
+		require.NoError(t, db.Close())
+	}
+}
