@@ -1,0 +1,147 @@
+package idemhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
+)
+
+// These tests pin down edges that mutants (make mutate) showed no test
+// looked at.
+
+// Statuses at the edges: 999 is a status (passed through, not stored:
+// only statuses below 500 are); 500 is not stored, so a retry runs again;
+// a 400 that wrote nothing is not stored; a 4xx error body of exactly
+// MaxStoredErrorBytes is stored.
+func TestStatusEdges(t *testing.T) {
+	b := setup(t, func(c *idemhttp.Config) { c.MaxStoredErrorBytes = len("failed") })
+	body := `{"amount_cents":100}`
+
+	b.fail.Store(999)
+	r := b.post(t, "sk_acme", "k-999", body)
+	require.Equal(t, 999, r.status)
+	b.fail.Store(500)
+	for range 2 {
+		r = b.post(t, "sk_acme", "k-500", body)
+		require.Equal(t, 500, r.status)
+	}
+	require.EqualValues(t, 3, b.runs.Load(), "a 500 is not stored: the retry ran again")
+
+	b.fail.Store(409)
+	for range 2 {
+		r = b.post(t, "sk_acme", "k-409", body)
+		require.Equal(t, 409, r.status)
+	}
+	require.EqualValues(t, 4, b.runs.Load(), "an error body of exactly the limit is stored and replayed")
+	require.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+
+	b.fail.Store(0)
+	for range 2 {
+		r = b.post(t, "sk_acme", "k-400", "not json", "Content-Type", "text/plain")
+		require.Equal(t, 400, r.status)
+	}
+	require.EqualValues(t, 4, b.runs.Load(), "the handler refused before writing")
+	require.Empty(t, r.header.Get("Idempotent-Replayed"), "a 400 that wrote nothing is not stored")
+}
+
+// Without a key (KeyOptional), a 500 rolls the handler's writes back.
+func TestUnkeyedServerErrorRollsBack(t *testing.T) {
+	b := setup(t, func(c *idemhttp.Config) { c.KeyOptional = true })
+	before := b.orderCount(t)
+	b.fail.Store(500)
+	r := b.post(t, "sk_acme", "", `{"amount_cents":1}`)
+	require.Equal(t, 500, r.status)
+	require.Equal(t, before, b.orderCount(t))
+	b.fail.Store(0)
+	r = b.post(t, "sk_acme", "", `{"amount_cents":1}`)
+	require.Equal(t, 201, r.status)
+	require.Equal(t, before+1, b.orderCount(t))
+}
+
+// A quoted key may use up to twice MaxKeyLen bytes of escapes; one byte
+// more is refused.
+func TestQuotedKeyLength(t *testing.T) {
+	b := setup(t, nil)
+	longest := `"` + strings.Repeat(`\\`, ledger.MaxKeyLen) + `"`
+	require.Len(t, longest, 2*ledger.MaxKeyLen+2)
+	r := b.post(t, "sk_acme", longest, `{"amount_cents":1}`)
+	require.Equal(t, 201, r.status, r.body)
+	r = b.post(t, "sk_acme", `"`+strings.Repeat(`\\`, ledger.MaxKeyLen)+`a"`, `{"amount_cents":1}`)
+	require.Equal(t, 400, r.status)
+}
+
+// A stored response may be exactly the ledger's MaxResponseBytes; one byte
+// more is a 500 and nothing is stored; every request reaches the
+// observer as an "http" call.
+func TestResponseLimitAndObserver(t *testing.T) {
+	var mu sync.Mutex
+	var outcomes []string
+	obs := &observe.Observer{Request: func(_ context.Context, e observe.Request) {
+		if e.Call == "http" {
+			mu.Lock()
+			outcomes = append(outcomes, string(e.Outcome))
+			mu.Unlock()
+		}
+	}}
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Observer: obs}, ledger.RecordKind)
+	l, err := ledger.New(db, &ledger.Config{MaxResponseBytes: 64})
+	require.NoError(t, err)
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ N int }
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		tx, _ := idemhttp.Tx(r.Context())
+		bk, _ := tx.CreateBucketIfNotExists([]byte("x"))
+		_ = bk.Put([]byte(fmt.Sprint(in.N)), []byte("1"))
+		w.WriteHeader(201)
+		_, _ = w.Write([]byte(strings.Repeat("b", in.N)))
+	})))
+	defer srv.Close()
+	send := func(key string, n int) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(fmt.Sprintf(`{"N":%d}`, n)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 201, send("fits", 64))
+	require.Equal(t, 500, send("over", 65))
+	require.Equal(t, 201, send("fits", 64))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, outcomes, 3)
+}
+
+// Problem details are clipped at MaxProblemDetail bytes, never inside a
+// UTF-8 sequence; a detail of exactly the limit is kept whole.
+func TestProblemDetailClipping(t *testing.T) {
+	detail := func(d string) string {
+		rec := httptest.NewRecorder()
+		idemhttp.WriteProblem(rec, idemhttp.Problem{Type: "t", Title: "x", Status: 400, Detail: d}, 0)
+		var p idemhttp.Problem
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+		return p.Detail
+	}
+	exact := strings.Repeat("a", idemhttp.MaxProblemDetail)
+	require.Equal(t, exact, detail(exact))
+	require.Equal(t, exact+"...", detail(exact+"b"))
+	// "é" is two bytes; the limit falls between them: cut before the rune.
+	rune2 := strings.Repeat("a", idemhttp.MaxProblemDetail-1) + "é"
+	require.Equal(t, strings.Repeat("a", idemhttp.MaxProblemDetail-1)+"...", detail(rune2))
+}
