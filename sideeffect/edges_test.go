@@ -107,13 +107,20 @@ func TestRequeueResolveVersionsAndLimits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, parked.Version+1, requeued.Version)
 
+	// One limit per transaction: etcd takes at most 1.5 MiB in one.
 	var resolved *sideeffect.Intent
 	require.NoError(t, b.db.Update(ctx, func(tx kv.Tx) error {
 		resolved, err = sideeffect.ResolveTx(tx, in.ID, sideeffect.Resolution{State: sideeffect.StateFailed,
-			Result: bytes.Repeat([]byte("r"), 1<<20), Reason: strings.Repeat("x", 1<<20)}, b.clock.Now())
+			Result: bytes.Repeat([]byte("r"), 1<<20), Reason: "dashboard"}, b.clock.Now())
 		return err
 	}))
 	require.Equal(t, requeued.Version+1, resolved.Version)
+	require.NoError(t, b.db.Update(ctx, func(tx kv.Tx) error {
+		resolved, err = sideeffect.ResolveTx(tx, in.ID, sideeffect.Resolution{State: sideeffect.StateFailed,
+			Reason: strings.Repeat("x", 1<<20)}, b.clock.Now())
+		return err
+	}))
+	require.Equal(t, requeued.Version+2, resolved.Version)
 	require.NoError(t, b.db.Update(ctx, func(tx kv.Tx) error {
 		_, err := sideeffect.ResolveTx(tx, in.ID, sideeffect.Resolution{State: sideeffect.StateFailed, Reason: strings.Repeat("x", 1<<20+1)}, b.clock.Now())
 		require.ErrorIs(t, err, sideeffect.ErrInvalidResolution)
