@@ -113,3 +113,23 @@ func TestPositionsAfterReopenNeverCollide(t *testing.T) {
 		require.NoError(t, db.Close())
 	}
 }
+
+// The log is appended at its tail, so its leaves are packed full (bbolt
+// splits at 100% instead of 50%): a batch writes half as many leaf pages.
+func TestLogLeavesArePackedFull(t *testing.T) {
+	db, s := open(t)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		for i := range 3000 {
+			if _, err := s.Put(ctx, tx, "s", fmt.Sprint(i), Ref{}, time.Time{}, t0.Add(time.Hour), value(fmt.Sprint(i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		st := kv.BoltTx(tx).Bucket(s.log.Bytes()).Stats()
+		fill := float64(st.LeafInuse) / float64(st.LeafPageN*db.Bolt().Info().PageSize)
+		require.Greater(t, fill, 0.8, "%d leaf pages, %.2f full", st.LeafPageN, fill)
+		return nil
+	}))
+}
