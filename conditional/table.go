@@ -139,7 +139,7 @@ func (t *Table[T]) load(tx kv.Tx, id string) (storedRow, bool, error) {
 		return storedRow{}, false, nil
 	}
 	r, err := decodeRow(v)
-	if err == nil {
+	if err == nil && r.sealed {
 		err = r.open(kv.CipherOf(tx), t.name, id)
 	}
 	if err != nil {

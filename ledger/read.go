@@ -2,14 +2,12 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"iter"
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/seal"
 )
 
 // Get returns the live record for (scope, key), with its response, or
@@ -51,11 +49,7 @@ func (l *Ledger) InspectTx(tx kv.Tx, scope, key string) (*Record, error) {
 	if v == nil {
 		return nil, ErrNotFound
 	}
-	ring := l.db.Cipher()
-	r, err := decodeRecordWith(ring, scope, key, v, bodyIfOpen)
-	if errors.Is(err, seal.ErrUnknownKey) {
-		r, err = decodeRecordWith(ring, scope, key, v, statusOnly)
-	}
+	r, err := decodeRecordWith(l.db.Cipher(), scope, key, v, bodyIfOpen)
 	if err != nil {
 		return nil, &RecordError{Scope: scope, Key: key, Err: err}
 	}

@@ -134,12 +134,8 @@ const (
 	bodyRequired
 )
 
-// encodeRecord writes r into e. Bodies longer than threshold (when
+// encodeRecordWith writes r into e. Bodies longer than threshold (when
 // threshold > 0) are compressed; with a ring, the response is sealed.
-func encodeRecord(e *record.Encoder, r *Record, threshold int) []byte {
-	return encodeRecordWith(e, nil, r, threshold)
-}
-
 func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold int) []byte {
 	e.Reset(record.KindIdempotency, recordLayout)
 	e.Byte(byte(r.Status))

@@ -32,7 +32,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	for _, body := range [][]byte{{}, []byte(`{"id":1}`), bytes.Repeat([]byte("compress me "), 500)} {
 		r := sampleRecord(body)
 		var e record.Encoder
-		enc := bytes.Clone(encodeRecord(&e, r, record.DefaultCompressThreshold))
+		enc := bytes.Clone(encodeRecordWith(&e, nil, r, record.DefaultCompressThreshold))
 		got, err := decodeRecord(recordKey(nil, r.Scope, r.Key), enc, true)
 		require.NoError(t, err)
 		require.Equal(t, r.Compressed, got.Compressed)
@@ -54,7 +54,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	inProgress.Status, inProgress.Response, inProgress.CompletedAt = StatusInProgress, nil, time.Time{}
 	inProgress.LeaseExpiresAt = inProgress.CreatedAt.Add(time.Minute)
 	var e record.Encoder
-	enc := encodeRecord(&e, inProgress, 0)
+	enc := encodeRecordWith(&e, nil, inProgress, 0)
 	require.Equal(t, len(enc), inProgress.StoredBytes, "the encoder reports the stored size")
 	got, err := decodeRecord(recordKey(nil, "acme|POST /v1/orders", "key-1"), enc, true)
 	require.NoError(t, err)
@@ -65,8 +65,8 @@ func TestRecordRoundTrip(t *testing.T) {
 // decoder; whatever decodes re-encodes to a record that decodes the same.
 func FuzzDecodeRecord(f *testing.F) {
 	var e record.Encoder
-	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecord(&e, sampleRecord([]byte("hello")), 0)))
-	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecord(&e, sampleRecord(bytes.Repeat([]byte("z"), 3000)), 1024)))
+	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecordWith(&e, nil, sampleRecord([]byte("hello")), 0)))
+	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecordWith(&e, nil, sampleRecord(bytes.Repeat([]byte("z"), 3000)), 1024)))
 	f.Add([]byte("no-separator"), []byte{0xB7, 0x10, 1, 2, 0, 0, 0, 0})
 	sealedSample := sampleRecord([]byte("hello"))
 	f.Add([]byte("acme|POST /v1/orders\x00key-1"), bytes.Clone(encodeRecordWith(&e, fuzzRing, sealedSample, 0)))
@@ -108,7 +108,7 @@ func fuzzOne(t *testing.T, key, val []byte) {
 			return
 		}
 		var e record.Encoder
-		again, err := decodeRecord(key, encodeRecord(&e, r, 0), true)
+		again, err := decodeRecord(key, encodeRecordWith(&e, nil, r, 0), true)
 		require.NoError(t, err)
 		require.Equal(t, r.Response, again.Response)
 		require.Equal(t, r.Version, again.Version)

@@ -183,6 +183,30 @@ func KeyFromEnv(name string) (k Key, ok bool, err error) {
 	return k, true, nil
 }
 
+// LoadRing builds a ring from key files (the first is the current key, the
+// others older ones still read) or, when files is empty, from the key in
+// the environment variable envName (KeyFromEnv). It returns nil, and no
+// error, when neither gives a key: the caller runs without encryption. The
+// CLI's --key-file and the examples' -key-file use it.
+func LoadRing(envName string, files ...string) (*Ring, error) {
+	var keys []Key
+	for _, f := range files {
+		k, err := ReadKeyFile(f)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		k, ok, err := KeyFromEnv(envName)
+		if err != nil || !ok {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return NewRing(keys[0], keys[1:]...)
+}
+
 // NewKey returns a random key with the given ID, and its ParseKey form.
 func NewKey(id uint32) (Key, string) {
 	k := Key{ID: id}

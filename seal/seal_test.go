@@ -3,6 +3,7 @@ package seal_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -159,4 +160,38 @@ func TestLayoutEdges(t *testing.T) {
 	require.False(t, seal.IsSealed(header[:len(header)-1]))
 	_, err = r.Open(nil, header, []byte("aad"))
 	require.ErrorIs(t, err, seal.ErrTampered)
+}
+
+// LoadRing: files first (the first current), the environment otherwise,
+// nothing when neither names a key.
+func TestLoadRing(t *testing.T) {
+	dir := t.TempDir()
+	write := func(id uint32) (seal.Key, string) {
+		k, line := seal.NewKey(id)
+		p := filepath.Join(dir, fmt.Sprint("key", id))
+		require.NoError(t, os.WriteFile(p, []byte(line), 0o600))
+		return k, p
+	}
+	k1, p1 := write(1)
+	_, p2 := write(2)
+	t.Setenv("SEAL_LOAD_KEY", "")
+	r, err := seal.LoadRing("SEAL_LOAD_KEY")
+	require.NoError(t, err)
+	require.Nil(t, r, "no key anywhere: no encryption")
+	r, err = seal.LoadRing("SEAL_LOAD_KEY", p2, p1)
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), r.Current())
+	require.True(t, r.Has(1))
+	_, line := seal.NewKey(5)
+	t.Setenv("SEAL_LOAD_KEY", line)
+	r, err = seal.LoadRing("SEAL_LOAD_KEY")
+	require.NoError(t, err)
+	require.Equal(t, uint32(5), r.Current())
+	r, err = seal.LoadRing("SEAL_LOAD_KEY", p1)
+	require.NoError(t, err)
+	require.Equal(t, k1.ID, r.Current(), "files win over the environment")
+	_, err = seal.LoadRing("SEAL_LOAD_KEY", filepath.Join(dir, "missing"))
+	require.Error(t, err)
+	_, err = seal.LoadRing("SEAL_LOAD_KEY", p1, p1)
+	require.ErrorIs(t, err, seal.ErrInvalidKey, "one key ID twice")
 }

@@ -176,8 +176,6 @@ const (
 // intentAAD binds an intent's sealed fields to its ID.
 func intentAAD(id string) []byte { return sealing.AAD("sideeffect.intent", id) }
 
-func encodeIntent(e *record.Encoder, in *Intent) []byte { return encodeIntentWith(e, nil, in) }
-
 // encodeIntentWith encodes in, sealing its private fields with ring (if
 // not nil).
 func encodeIntentWith(e *record.Encoder, ring *seal.Ring, in *Intent) []byte {

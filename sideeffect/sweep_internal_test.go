@@ -57,7 +57,7 @@ func TestSweepNeverRemovesLiveIntents(t *testing.T) {
 			require.NoError(t, err)
 			in.ExpiresAt = t0
 			var e record.Encoder
-			require.NoError(t, intentsNS.Bucket(tx).Put([]byte(id), encodeIntent(&e, in)))
+			require.NoError(t, intentsNS.Bucket(tx).Put([]byte(id), encodeIntentWith(&e, nil, in)))
 		}
 		return nil
 	}))

@@ -216,32 +216,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 // loadKeys reads -key-file: the current key, then older ones after commas;
 // or $ONCEKV_KEY ("ID:HEX"). It reports whether older keys were given.
-func loadKeys(files string) (*seal.Ring, bool, error) {
-	var keys []seal.Key
-	for f := range strings.SplitSeq(files, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		k, err := seal.ReadKeyFile(f)
-		if err != nil {
-			return nil, false, fmt.Errorf("-key-file: %w", err)
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) == 0 {
-		k, ok, err := seal.KeyFromEnv("ONCEKV_KEY")
-		if err != nil {
-			return nil, false, err
-		}
-		if ok {
-			keys = append(keys, k)
+func loadKeys(list string) (*seal.Ring, bool, error) {
+	var files []string
+	for f := range strings.SplitSeq(list, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			files = append(files, f)
 		}
 	}
-	if len(keys) == 0 {
-		return nil, false, nil
+	r, err := seal.LoadRing("ONCEKV_KEY", files...)
+	if err != nil {
+		return nil, false, fmt.Errorf("-key-file: %w", err)
 	}
-	r, err := seal.NewRing(keys[0], keys[1:]...)
-	return r, len(keys) > 1, err
+	return r, len(files) > 1, nil
 }
 
 // prometheusObserver returns oncekv's OpenTelemetry observer, read by a

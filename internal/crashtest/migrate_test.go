@@ -40,6 +40,22 @@ func migrateChild(path string) int {
 	return 0
 }
 
+// runKillable runs this test binary as a child with env set and the
+// failpoint fp armed ("" for none). It reports whether the child was
+// SIGKILLed at the failpoint; any other failure fails t.
+func runKillable(t *testing.T, env, fp string) (killed bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env, "ONCEKV_FAILPOINT="+fp)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return false
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child failed: %v\n%s", err, out)
+	return true
+}
+
 // TestCrashDuringMigration kills a process migrating a format-1 file
 // between its batches, several times, then lets one finish: every record
 // answers exactly as before, none is lost or doubled, the file checks
@@ -65,17 +81,7 @@ func TestCrashDuringMigration(t *testing.T) {
 			require.NoError(t, err)
 		}
 	})
-	run := func(fp string) (killed bool) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "CRASH_MIGRATE="+path, "ONCEKV_FAILPOINT="+fp)
-		out, err := cmd.CombinedOutput()
-		if err == nil {
-			return false
-		}
-		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child failed: %v\n%s", err, out)
-		return true
-	}
+	run := func(fp string) bool { return runKillable(t, "CRASH_MIGRATE="+path, fp) }
 	crashes := 0
 	for _, hit := range []int{1, 1, 2, 1} { // batches of ledger, then of the inbox
 		if run(fmt.Sprintf("%s@%d", failpoint.RecstoreMigrated, hit)) {

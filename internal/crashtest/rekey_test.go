@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -113,17 +111,7 @@ func TestCrashDuringRekey(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, problems)
 	}
-	run := func(fp string) (killed bool) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "CRASH_REKEY="+path, "ONCEKV_FAILPOINT="+fp)
-		out, err := cmd.CombinedOutput()
-		if err == nil {
-			return false
-		}
-		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child failed: %v\n%s", err, out)
-		return true
-	}
+	run := func(fp string) bool { return runKillable(t, "CRASH_REKEY="+path, fp) }
 	crashes := 0
 	for _, hit := range []int{1, 3, 2, 5} {
 		if run(fmt.Sprintf("%s@%d", failpoint.RekeyBetweenBatches, hit)) {

@@ -22,27 +22,9 @@ const keyEnv = "ONCEKV_KEY"
 // may follow, and --old-key-file for rekey), or from $ONCEKV_KEY; nil when
 // no key is given: sealed values are then shown as "encrypted (key id N)".
 func (o *options) ring(older ...string) (*seal.Ring, error) {
-	var keys []seal.Key
-	for _, f := range append(append([]string(nil), o.keyFiles...), older...) {
-		k, err := seal.ReadKeyFile(f)
-		if err != nil {
-			return nil, usagef("--key-file: %v", err)
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) == 0 {
-		k, ok, err := seal.KeyFromEnv(keyEnv)
-		if err != nil {
-			return nil, usagef("%v", err)
-		}
-		if !ok {
-			return nil, nil
-		}
-		keys = append(keys, k)
-	}
-	r, err := seal.NewRing(keys[0], keys[1:]...)
+	r, err := seal.LoadRing(keyEnv, append(append([]string(nil), o.keyFiles...), older...)...)
 	if err != nil {
-		return nil, usagef("keys: %v", err)
+		return nil, usagef("--key-file or $%s: %v", keyEnv, err)
 	}
 	return r, nil
 }
