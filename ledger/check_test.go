@@ -43,9 +43,15 @@ func TestCheckFindsBrokenLogAndCorruptRecords(t *testing.T) {
 			entries = append(entries, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
 		}
 		require.Len(t, entries, 3)
+		const scope = "acme|POST /v1/orders"
 		find := func(key string) [2][]byte {
 			for _, e := range entries {
-				if bytes.Contains(e[1], []byte("\x01"+key)) { // the key, length-prefixed (1 byte)
+				// The entry's identity: a 3-byte header, then scope and key,
+				// each length-prefixed. (A search for the key's bytes anywhere
+				// could match inside another entry's random owner ID.)
+				id := append([]byte{byte(len(scope))}, scope...)
+				id = append(append(id, byte(len(key))), key...)
+				if bytes.HasPrefix(e[1][3:], id) {
 					return e
 				}
 			}
