@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -91,10 +92,11 @@ func (l *Ledger) doWaiting(ctx context.Context, req Request, work Work) (res Res
 	deadline := time.Now().Add(req.Wait)
 	for {
 		res, err := l.do(ctx, req, work)
-		var ip *InProgressError
-		if req.Wait > 0 && errors.As(err, &ip) && l.Wait(ctx, ip, deadline) {
-			waited = true
-			continue
+		if req.Wait > 0 && err != nil {
+			if ip := (*InProgressError)(nil); errors.As(err, &ip) && l.Wait(ctx, ip, deadline) {
+				waited = true
+				continue
+			}
 		}
 		return res, waited, err
 	}
@@ -104,12 +106,12 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	// Fast path: replays, mismatches and conflicts need no write
 	// transaction. A key the directory has never seen needs no look at all.
 	if l.records.MayHave(req.Scope, req.Key) {
-		var a admission
-		err := l.db.View(ctx, func(tx kv.Tx) error {
-			var err error
-			a, err = l.admit(tx, req)
-			return err
-		})
+		p := peeks.Get().(*peek)
+		p.l, p.req = l, req
+		err := l.db.View(ctx, p.fn)
+		a := p.a
+		*p = peek{fn: p.fn}
+		peeks.Put(p)
 		if a.replayed || err != nil {
 			return a.replay, err
 		}
@@ -128,6 +130,27 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 		failpoint.Inject(failpoint.LedgerDoAfterCommit)
 	}
 	return res, err
+}
+
+// peek is the read-only look-up of do, pooled with its transaction
+// function: a replay, the hot read path, allocates no closure and no
+// admission.
+type peek struct {
+	l   *Ledger
+	req Request
+	a   admission
+	fn  func(kv.Tx) error // p.admit, bound once
+}
+
+var peeks = sync.Pool{New: func() any {
+	p := &peek{}
+	p.fn = p.admit
+	return p
+}}
+
+func (p *peek) admit(tx kv.Tx) (err error) {
+	p.a, err = p.l.admit(tx, p.req)
+	return err
 }
 
 // Peek answers a request from the stored record without writing anything:
@@ -185,11 +208,34 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 		return admission{}, err
 	}
 	a := admission{now: l.now()}
-	ref, prev, err := l.load(tx, req.Scope, req.Key, true)
-	if err != nil || prev == nil {
-		return a, err
+	ref, v, err := l.records.Get(tx, req.Scope, req.Key)
+	if err != nil {
+		return a, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
+	}
+	if v == nil {
+		return a, nil
+	}
+	// Decoded on the stack: a replay, the common case, allocates only the
+	// response's headers and body.
+	var cur Record
+	var resp Response
+	has, err := decodeInto(&cur, &resp, l.db.Cipher(), req.Scope, req.Key, v, bodyRequired)
+	if err != nil {
+		return a, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
 	}
 	a.ref = ref
+	if !cur.Expired(a.now) && cur.Status == StatusCompleted && cur.Fingerprint.Equal(req.Fingerprint) {
+		a.replay, a.replayed = Result{Response: resp, Replayed: true, Version: cur.Version}, true
+		return a, nil
+	}
+	both := &struct {
+		Record
+		resp Response
+	}{cur, resp}
+	prev := &both.Record
+	if has {
+		prev.Response = &both.resp
+	}
 	a.prev = prev
 	if prev.Expired(a.now) {
 		return a, nil
@@ -197,8 +243,6 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 	switch {
 	case !prev.Fingerprint.Equal(req.Fingerprint):
 		return a, mismatch(prev, req)
-	case prev.Status == StatusCompleted:
-		a.replay, a.replayed = Result{Response: *prev.Response, Replayed: true, Version: prev.Version}, true
 	case !l.takeable(prev, a.now):
 		return a, l.inProgress(prev, a.now)
 	default:

@@ -578,3 +578,55 @@ func TestBatchedRecordsKeepTheirOwnBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentReplaysKeepTheirOwnAnswers replays many keys from many
+// goroutines, interleaved with mismatches and new keys: the read path
+// reuses its look-up state between calls (a pool), and a state not reset
+// would hand one key's answer, or a stale replay flag, to another call.
+func TestConcurrentReplaysKeepTheirOwnAnswers(t *testing.T) {
+	l, b := setup(t, nil)
+	const keys = 64
+	for i := range keys {
+		id := fmt.Sprintf("ord-%d", i)
+		_, err := l.Do(ctx, req("k-"+id, id), order(id, nil))
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range 300 {
+				i := (g*131 + n*7) % keys
+				id := fmt.Sprintf("ord-%d", i)
+				switch n % 3 {
+				case 0, 1: // a replay: its own body and Location, never another's
+					res, err := l.Do(ctx, req("k-"+id, id), order(id, nil))
+					if err != nil || !res.Replayed || string(res.Response.Body) != `{"id":"`+id+`","status":"pending"}` ||
+						res.Response.Header.Get("Location") != "/v1/orders/"+id {
+						errs <- fmt.Errorf("replay of %s: replayed %v, body %q, location %q, err %v", id, res.Replayed, res.Response.Body, res.Response.Header.Get("Location"), err)
+						return
+					}
+				case 2: // a reused key right after a replay: a mismatch, not a replay
+					if _, err := l.Do(ctx, req("k-"+id, "other"), order(id, nil)); !errors.Is(err, ledger.ErrMismatch) {
+						errs <- fmt.Errorf("reused key %s: want a mismatch, got %v", id, err)
+						return
+					}
+					fresh := fmt.Sprintf("new-%d-%d", g, n)
+					res, err := l.Do(ctx, req("k-"+fresh, fresh), order(fresh, nil))
+					if err != nil || res.Replayed {
+						errs <- fmt.Errorf("new key %s: replayed %v, err %v", fresh, res.Replayed, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Len(t, orders(t, b.db), keys+8*100)
+}

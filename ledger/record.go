@@ -219,20 +219,37 @@ func decodeRecordAs(scope, key string, v []byte, withBody bool) (*Record, error)
 // decodeRecordWith decodes a record, opening a sealed response with ring
 // as mode asks.
 func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMode) (*Record, error) {
-	var d record.Decoder
-	layout, err := d.Reset(record.KindIdempotency, v)
-	if err != nil {
-		return nil, err
-	}
-	if layout != recordLayout {
-		return nil, d.Fail(fmt.Sprintf("unknown record layout %d", layout))
-	}
-	// One allocation for the record and its response: a replay needs both.
+	// One allocation for the record and its response.
 	both := &struct {
 		Record
 		resp Response
-	}{Record: Record{StoredBytes: len(v), Scope: scope, Key: key}}
+	}{}
 	r := &both.Record
+	has, err := decodeInto(r, &both.resp, ring, scope, key, v, mode)
+	if err != nil {
+		return nil, err
+	}
+	if has {
+		r.Response = &both.resp
+	}
+	return r, nil
+}
+
+// decodeInto decodes a record into r and its response into resp, and
+// reports whether there is a response (decoded as mode says). It does not
+// link them (r.Response stays nil) and allocates nothing but the
+// response's headers and body, so a replay decodes into the caller's
+// stack.
+func decodeInto(r *Record, resp *Response, ring *seal.Ring, scope, key string, v []byte, mode bodyMode) (bool, error) {
+	var d record.Decoder
+	layout, err := d.Reset(record.KindIdempotency, v)
+	if err != nil {
+		return false, err
+	}
+	if layout != recordLayout {
+		return false, d.Fail(fmt.Sprintf("unknown record layout %d", layout))
+	}
+	*r = Record{StoredBytes: len(v), Scope: scope, Key: key}
 	r.Status = Status(d.Byte())
 	copy(r.Fingerprint[:], d.Fixed(32))
 	r.Version = d.Uvarint()
@@ -243,61 +260,60 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 	r.ExpiresAt = d.Time()
 	flags := d.Byte()
 	if err := d.Err(); err != nil {
-		return nil, err
+		return false, err
 	}
 	if r.Status != StatusInProgress && r.Status != StatusCompleted {
-		return nil, d.Fail(fmt.Sprintf("unknown status %d", r.Status))
+		return false, d.Fail(fmt.Sprintf("unknown status %d", r.Status))
 	}
 	if flags&^(flagResponse|flagCompressed|flagSealed) != 0 {
-		return nil, d.Fail(fmt.Sprintf("unknown flags 0x%02x", flags))
+		return false, d.Fail(fmt.Sprintf("unknown flags 0x%02x", flags))
 	}
 	r.Compressed = flags&flagCompressed != 0
 	if flags&flagResponse == 0 {
 		if r.Status == StatusCompleted {
-			return nil, d.Fail("completed record without a response")
+			return false, d.Fail("completed record without a response")
 		}
-		return r, d.Done()
+		return false, d.Done()
 	}
 	st := d.Uvarint()
 	if st > 999 {
-		return nil, d.Fail(fmt.Sprintf("response status %d out of range", st))
+		return false, d.Fail(fmt.Sprintf("response status %d out of range", st))
 	}
 	r.ResponseStatus = int(st)
 	if flags&flagSealed != 0 {
 		blob := d.Bytes()
 		if err := d.Done(); err != nil {
-			return nil, err
+			return false, err
 		}
 		id, ok := seal.KeyID(blob)
 		if !ok {
-			return nil, d.Fail("sealed response without the sealed layout")
+			return false, d.Fail("sealed response without the sealed layout")
 		}
 		r.Sealed, r.KeyID = true, id
 		if mode == statusOnly || (mode == bodyIfOpen && (ring == nil || !ring.Has(id))) {
 			if mode == bodyIfOpen {
 				r.blob = bytes.Clone(blob) // a check verifies it (checkSealed)
 			}
-			return r, nil
+			return false, nil
 		}
 		p, err := ring.Open(nil, blob, responseAAD(scope, key))
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		// The opened response is a record of its own: decode the rest from it.
 		if layout, err := d.Reset(record.KindIdempotency, p); err != nil {
-			return nil, err
+			return false, err
 		} else if layout != recordLayout {
-			return nil, d.Fail(fmt.Sprintf("unknown sealed response layout %d", layout))
+			return false, d.Fail(fmt.Sprintf("unknown sealed response layout %d", layout))
 		}
 		v = p
 	} else if mode == statusOnly {
-		return r, d.Err()
+		return false, d.Err()
 	}
-	resp := &both.resp
-	resp.Status = int(st)
+	*resp = Response{Status: int(st)}
 	nh := d.Uvarint()
 	if nh > uint64(len(v)) {
-		return nil, d.Fail(fmt.Sprintf("%d headers in a %d-byte record", nh, len(v)))
+		return false, d.Fail(fmt.Sprintf("%d headers in a %d-byte record", nh, len(v)))
 	}
 	if nh > 0 {
 		// Two passes over the header section: the first (on a copy of the
@@ -309,7 +325,7 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 			scan.Bytes()
 			nv := scan.Uvarint()
 			if nv > uint64(len(v)) {
-				return nil, scan.Fail(fmt.Sprintf("%d header values in a %d-byte record", nv, len(v)))
+				return false, scan.Fail(fmt.Sprintf("%d header values in a %d-byte record", nv, len(v)))
 			}
 			for j := uint64(0); j < nv && scan.Err() == nil; j++ {
 				scan.Bytes()
@@ -317,7 +333,7 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 			nvals += nv
 		}
 		if err := scan.Err(); err != nil {
-			return nil, err
+			return false, err
 		}
 		hdrStart := d.Offset()
 		hs := string(v[hdrStart:scan.Offset()])
@@ -337,29 +353,28 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 	rawLen := d.Uvarint()
 	body := d.Bytes()
 	if err := d.Done(); err != nil {
-		return nil, err
+		return false, err
 	}
 	if r.Compressed {
 		if rawLen > record.MaxDecompressedSize {
-			return nil, d.Fail(fmt.Sprintf("body of %d bytes exceeds the decompression limit", rawLen))
+			return false, d.Fail(fmt.Sprintf("body of %d bytes exceeds the decompression limit", rawLen))
 		}
 		// Pre-size from the stored length, but never trust it for more than a
 		// few times the compressed size: DecodeAll grows the buffer if needed.
 		out, err := record.Decompress(record.KindIdempotency, make([]byte, 0, min(rawLen, uint64(8*len(body)+4096))), body)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		body = out
 	} else {
 		body = bytes.Clone(body)
 	}
 	if uint64(len(body)) != rawLen {
-		return nil, d.Fail(fmt.Sprintf("body is %d bytes, record says %d", len(body), rawLen))
+		return false, d.Fail(fmt.Sprintf("body is %d bytes, record says %d", len(body), rawLen))
 	}
 	if body == nil {
 		body = []byte{}
 	}
 	resp.Body = body
-	r.Response = resp
-	return r, nil
+	return true, nil
 }
