@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -174,10 +176,11 @@ func BenchmarkTwoPhase(b *testing.B) {
 	p.report(b)
 }
 
-// bareRead is the baseline of the read pairs: a View that copies the
-// stored value of the same size as a response.
+// bareRead is the baseline of the read pairs: a bbolt View (raw, as the
+// write pairs' bare Update is) that copies the stored value of the same
+// size as a response.
 func bareRead(db *kv.DB, k, buf []byte) []byte {
-	_ = db.View(ctx, func(tx kv.Tx) error {
+	_ = db.Bolt().View(func(tx *bolt.Tx) error {
 		buf = append(buf[:0], tx.Bucket([]byte("responses")).Get(k)...)
 		return nil
 	})

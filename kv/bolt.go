@@ -23,6 +23,18 @@ func (b *boltBackend) View(_ context.Context, fn func(Tx) error) error {
 	return b.db.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
 }
 
+// view is DB.View on bbolt: bbolt's View without its closure, the read
+// path's fixed cost (a replay's transaction). fn gets the guarded Tx, and
+// the transaction rolls back however fn returns, a panic included.
+func (b *boltBackend) view(fn func(Tx) error) error {
+	t, err := b.db.Begin(false)
+	if err != nil {
+		return closedErr(err)
+	}
+	defer func() { _ = t.Rollback() }()
+	return fn((*guardedBolt)(t))
+}
+
 func (b *boltBackend) Traits() Traits {
 	return Traits{Name: "bbolt", SingleWriter: true, GroupCommit: true}
 }

@@ -322,6 +322,9 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
+	if b, ok := db.backend.(*boltBackend); ok {
+		return b.view(fn)
+	}
 	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(db.guard(t)) }))
 }
 

@@ -343,3 +343,40 @@ func TestCipherOf(t *testing.T) {
 	require.NoError(t, plain.View(ctx, func(tx kv.Tx) error { require.Nil(t, kv.CipherOf(tx)); return nil }))
 	require.NoError(t, db.Close())
 }
+
+// TestViewReleasesItsTransaction checks that a View ends its read
+// transaction however fn returns: an error is returned as is, a panic
+// propagates, and afterwards the file can still grow (bbolt remaps it
+// only once no read transaction holds the old mapping) and close.
+func TestViewReleasesItsTransaction(t *testing.T) {
+	t.Parallel()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "v.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	require.ErrorIs(t, db.View(ctx, func(kv.Tx) error { return boom }), boom)
+	require.PanicsWithValue(t, "in view", func() {
+		_ = db.View(ctx, func(kv.Tx) error { panic("in view") })
+	})
+	require.Equal(t, 0, db.Bolt().Stats().OpenTxN)
+	big := make([]byte, 1<<20)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("grow"))
+		if err != nil {
+			return err
+		}
+		for i := range 40 { // 40 MiB: past the initial mapping, so bbolt remaps
+			if err := b.Put(fmt.Appendf(nil, "%02d", i), big); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close blocked: a View left its read transaction open")
+	}
+}

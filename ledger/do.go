@@ -11,6 +11,7 @@ import (
 	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
 )
@@ -89,7 +90,10 @@ func (l *Ledger) Do(ctx context.Context, req Request, work Work) (Result, error)
 // doWaiting runs do, waiting for an attempt in progress when req.Wait
 // says so; waited reports that it did.
 func (l *Ledger) doWaiting(ctx context.Context, req Request, work Work) (res Result, waited bool, err error) {
-	deadline := time.Now().Add(req.Wait)
+	var deadline time.Time
+	if req.Wait > 0 {
+		deadline = time.Now().Add(req.Wait)
+	}
 	for {
 		res, err := l.do(ctx, req, work)
 		if req.Wait > 0 && err != nil {
@@ -216,26 +220,28 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 		return a, nil
 	}
 	// Decoded on the stack: a replay, the common case, allocates only the
-	// response's headers and body.
+	// response's headers and body, and only a replay decodes them (the
+	// other outcomes need the head alone).
+	var d record.Decoder
 	var cur Record
-	var resp Response
-	has, err := decodeInto(&cur, &resp, l.db.Cipher(), req.Scope, req.Key, v, bodyRequired)
+	flags, err := decodeHead(&d, &cur, req.Scope, req.Key, v)
 	if err != nil {
 		return a, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
 	}
 	a.ref = ref
 	if !cur.Expired(a.now) && cur.Status == StatusCompleted && cur.Fingerprint.Equal(req.Fingerprint) {
+		var resp Response
+		if _, err := decodeResponse(&d, &cur, &resp, l.db.Cipher(), req.Scope, req.Key, v, flags, bodyRequired); err != nil {
+			return a, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
+		}
 		a.replay, a.replayed = Result{Response: resp, Replayed: true, Version: cur.Version}, true
 		return a, nil
 	}
-	both := &struct {
-		Record
-		resp Response
-	}{cur, resp}
-	prev := &both.Record
-	if has {
-		prev.Response = &both.resp
+	if _, err := decodeResponse(&d, &cur, nil, nil, req.Scope, req.Key, v, flags, statusOnly); err != nil {
+		return a, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
 	}
+	prev := new(Record)
+	*prev = cur
 	a.prev = prev
 	if prev.Expired(a.now) {
 		return a, nil

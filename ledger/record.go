@@ -242,12 +242,24 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 // stack.
 func decodeInto(r *Record, resp *Response, ring *seal.Ring, scope, key string, v []byte, mode bodyMode) (bool, error) {
 	var d record.Decoder
-	layout, err := d.Reset(record.KindIdempotency, v)
+	flags, err := decodeHead(&d, r, scope, key, v)
 	if err != nil {
 		return false, err
 	}
+	return decodeResponse(&d, r, resp, ring, scope, key, v, flags, mode)
+}
+
+// decodeHead checks v's checksum and decodes the record's fixed part into
+// r (status, fingerprint, version, owner, times), leaving d at the
+// response; it returns the record's flags. A look-up decides from the
+// head whether the response is needed at all.
+func decodeHead(d *record.Decoder, r *Record, scope, key string, v []byte) (byte, error) {
+	layout, err := d.Reset(record.KindIdempotency, v)
+	if err != nil {
+		return 0, err
+	}
 	if layout != recordLayout {
-		return false, d.Fail(fmt.Sprintf("unknown record layout %d", layout))
+		return 0, d.Fail(fmt.Sprintf("unknown record layout %d", layout))
 	}
 	*r = Record{StoredBytes: len(v), Scope: scope, Key: key}
 	r.Status = Status(d.Byte())
@@ -260,19 +272,26 @@ func decodeInto(r *Record, resp *Response, ring *seal.Ring, scope, key string, v
 	r.ExpiresAt = d.Time()
 	flags := d.Byte()
 	if err := d.Err(); err != nil {
-		return false, err
+		return 0, err
 	}
 	if r.Status != StatusInProgress && r.Status != StatusCompleted {
-		return false, d.Fail(fmt.Sprintf("unknown status %d", r.Status))
+		return 0, d.Fail(fmt.Sprintf("unknown status %d", r.Status))
 	}
 	if flags&^(flagResponse|flagCompressed|flagSealed) != 0 {
-		return false, d.Fail(fmt.Sprintf("unknown flags 0x%02x", flags))
+		return 0, d.Fail(fmt.Sprintf("unknown flags 0x%02x", flags))
 	}
 	r.Compressed = flags&flagCompressed != 0
+	if flags&flagResponse == 0 && r.Status == StatusCompleted {
+		return 0, d.Fail("completed record without a response")
+	}
+	return flags, nil
+}
+
+// decodeResponse decodes the rest of the record whose head decodeHead
+// read with d: the response status, then the headers and body as mode
+// says, into resp; it reports whether there is a response.
+func decodeResponse(d *record.Decoder, r *Record, resp *Response, ring *seal.Ring, scope, key string, v []byte, flags byte, mode bodyMode) (bool, error) {
 	if flags&flagResponse == 0 {
-		if r.Status == StatusCompleted {
-			return false, d.Fail("completed record without a response")
-		}
 		return false, d.Done()
 	}
 	st := d.Uvarint()
@@ -320,7 +339,7 @@ func decodeInto(r *Record, resp *Response, ring *seal.Ring, scope, key string, v
 		// decoder) finds its end and counts values; the second makes every
 		// name and value a substring of one string. Three allocations in
 		// all, whatever the number of headers.
-		scan, nvals := d, uint64(0)
+		scan, nvals := *d, uint64(0)
 		for i := uint64(0); i < nh && scan.Err() == nil; i++ {
 			scan.Bytes()
 			nv := scan.Uvarint()

@@ -46,24 +46,27 @@ func (d *directory) hashBytes(scope, key []byte) uint64 {
 	return bits.RotateLeft64(maphash.Bytes(d.seed, scope)*0x9E3779B97F4A7C15, 31) ^ maphash.Bytes(d.seed, key)
 }
 
-// candidates calls fn for every position recorded under h until fn
-// returns true. fn runs under the read lock: it must not call back into
-// the directory.
-func (d *directory) candidates(h uint64, fn func(pos uint64) bool) {
+// candidates appends to buf the positions recorded under h, the first
+// one first, and returns it. The lock is held only to copy them: the
+// caller reads the log without blocking writers.
+func (d *directory) candidates(h uint64, buf []uint64) []uint64 {
 	d.mu.RLock()
-	defer d.mu.RUnlock()
-	p, ok := d.one[h]
-	if !ok {
-		return
-	}
-	if fn(p) {
-		return
-	}
-	for _, p := range d.more[h] {
-		if fn(p) {
-			return
+	if p, ok := d.one[h]; ok {
+		buf = append(buf, p)
+		if more := d.more[h]; len(more) > 0 {
+			buf = append(buf, more...)
 		}
 	}
+	d.mu.RUnlock()
+	return buf
+}
+
+// has reports whether any position is recorded under h.
+func (d *directory) has(h uint64) bool {
+	d.mu.RLock()
+	_, ok := d.one[h]
+	d.mu.RUnlock()
+	return ok
 }
 
 // add records that pos may hold the record of hash h.

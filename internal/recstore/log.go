@@ -80,28 +80,24 @@ func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 	if b == nil {
 		return Ref{}, nil, nil
 	}
-	var (
-		found Ref
-		val   []byte
-		err   error
-	)
-	s.dir.candidates(s.dir.hash(scope, key), func(pos uint64) bool {
-		v := b.Get(posKey(pos))
+	var buf [4]uint64
+	for _, pos := range s.dir.candidates(s.dir.hash(scope, key), buf[:0]) {
+		var k [8]byte
+		binary.BigEndian.PutUint64(k[:], pos)
+		v := b.Get(k[:])
 		if v == nil {
-			return false // a stale hint: rolled back, swept or moved
+			continue // a stale hint: rolled back, swept or moved
 		}
-		sc, k, payload, ok := unwrap(v)
-		if ok && string(sc) == scope && string(k) == key {
-			found, val = Ref{pos: pos}, payload
-			return true
+		sc, k2, payload, ok := unwrap(v)
+		if ok && string(sc) == scope && string(k2) == key {
+			return Ref{pos: pos}, payload, nil
 		}
 		if !ok || !intact(v) {
-			err = fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
-			return true
+			return Ref{}, nil, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
 		}
-		return false // another key with the same hash
-	})
-	return found, val, err
+		// another key with the same hash
+	}
+	return Ref{}, nil, nil
 }
 
 // newPos returns an unused log position for a record expiring at expiry.
@@ -139,9 +135,7 @@ func (s *logStore) bucket(tx kv.Tx) (kv.Bucket, error) {
 // (the directory is authoritative for misses), so a caller can skip a read
 // transaction for a key never seen.
 func (s *logStore) MayHave(scope, key string) bool {
-	found := false
-	s.dir.candidates(s.dir.hash(scope, key), func(uint64) bool { found = true; return true })
-	return found
+	return s.dir.has(s.dir.hash(scope, key))
 }
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
