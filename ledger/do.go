@@ -109,9 +109,9 @@ func (l *Ledger) doWaiting(ctx context.Context, req Request, work Work) (res Res
 func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error) {
 	// Fast path: replays, mismatches and conflicts need no write
 	// transaction. A key the directory has never seen needs no look at all.
-	if l.records.MayHave(req.Scope, req.Key) {
+	if probe, ok := l.records.Probe(req.Scope, req.Key); ok {
 		p := peeks.Get().(*peek)
-		p.l, p.req = l, req
+		p.l, p.req, p.probe = l, req, probe
 		err := l.db.View(ctx, p.fn)
 		a := p.a
 		*p = peek{fn: p.fn}
@@ -140,10 +140,11 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 // function: a replay, the hot read path, allocates no closure and no
 // admission.
 type peek struct {
-	l   *Ledger
-	req Request
-	a   admission
-	fn  func(kv.Tx) error // p.admit, bound once
+	l     *Ledger
+	req   Request
+	probe recstore.Probe
+	a     admission
+	fn    func(kv.Tx) error // p.admit, bound once
 }
 
 var peeks = sync.Pool{New: func() any {
@@ -153,7 +154,7 @@ var peeks = sync.Pool{New: func() any {
 }}
 
 func (p *peek) admit(tx kv.Tx) (err error) {
-	p.a, err = p.l.admit(tx, p.req)
+	p.a, err = p.l.admitProbed(tx, p.req, p.probe)
 	return err
 }
 
@@ -211,8 +212,14 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return admission{}, err
 	}
+	return l.admitProbed(tx, req, recstore.Probe{})
+}
+
+// admitProbed is admit for a request already validated, starting from
+// what the directory said before tx began (Do's read path).
+func (l *Ledger) admitProbed(tx kv.Tx, req Request, probe recstore.Probe) (admission, error) {
 	a := admission{now: l.now()}
-	ref, v, err := l.records.Get(tx, req.Scope, req.Key)
+	ref, v, err := l.records.GetProbed(tx, req.Scope, req.Key, probe)
 	if err != nil {
 		return a, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
 	}

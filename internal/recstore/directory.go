@@ -61,12 +61,12 @@ func (d *directory) candidates(h uint64, buf []uint64) []uint64 {
 	return buf
 }
 
-// has reports whether any position is recorded under h.
-func (d *directory) has(h uint64) bool {
+// first returns the first position recorded under h, if any.
+func (d *directory) first(h uint64) (uint64, bool) {
 	d.mu.RLock()
-	_, ok := d.one[h]
+	p, ok := d.one[h]
 	d.mu.RUnlock()
-	return ok
+	return p, ok
 }
 
 // add records that pos may hold the record of hash h.

@@ -35,7 +35,11 @@ var _ Store = (*keyed)(nil)
 func (s *keyed) Layout() string { return "keyed" }
 func (s *keyed) Stats() Stats   { return Stats{Layout: "keyed"} }
 
-func (s *keyed) MayHave(string, string) bool { return true }
+func (s *keyed) Probe(string, string) (Probe, bool) { return Probe{}, true }
+
+func (s *keyed) GetProbed(tx kv.Tx, scope, key string, _ Probe) (Ref, []byte, error) {
+	return s.Get(tx, scope, key)
+}
 
 func (s *keyed) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 	b := s.records.Bucket(tx)

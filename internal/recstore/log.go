@@ -76,28 +76,48 @@ func (s *logStore) Stats() Stats {
 var ErrDamagedRecord = record.ErrCorrupt
 
 func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
+	return s.GetProbed(tx, scope, key, Probe{})
+}
+
+func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error) {
 	b := s.log.Bucket(tx)
 	if b == nil {
 		return Ref{}, nil, nil
 	}
+	if p.pos != 0 {
+		if ref, v, err, ok := s.at(b, p.pos, scope, key); ok {
+			return ref, v, err
+		}
+	}
 	var buf [4]uint64
 	for _, pos := range s.dir.candidates(s.dir.hash(scope, key), buf[:0]) {
-		var k [8]byte
-		binary.BigEndian.PutUint64(k[:], pos)
-		v := b.Get(k[:])
-		if v == nil {
-			continue // a stale hint: rolled back, swept or moved
+		if pos == p.pos {
+			continue // looked at already
 		}
-		sc, k2, payload, ok := unwrap(v)
-		if ok && string(sc) == scope && string(k2) == key {
-			return Ref{pos: pos}, payload, nil
+		if ref, v, err, ok := s.at(b, pos, scope, key); ok {
+			return ref, v, err
 		}
-		if !ok || !intact(v) {
-			return Ref{}, nil, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
-		}
-		// another key with the same hash
 	}
 	return Ref{}, nil, nil
+}
+
+// at looks for the record of (scope, key) at pos: ok reports that the
+// look-up ends there (the record, or a damaged entry).
+func (s *logStore) at(b kv.Bucket, pos uint64, scope, key string) (Ref, []byte, error, bool) {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], pos)
+	v := b.Get(k[:])
+	if v == nil {
+		return Ref{}, nil, nil, false // a stale hint: rolled back, swept or moved
+	}
+	sc, k2, payload, ok := unwrap(v)
+	if ok && string(sc) == scope && string(k2) == key {
+		return Ref{pos: pos}, payload, nil, true
+	}
+	if !ok || !intact(v) {
+		return Ref{}, nil, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key), true
+	}
+	return Ref{}, nil, nil, false // another key with the same hash
 }
 
 // newPos returns an unused log position for a record expiring at expiry.
@@ -131,11 +151,12 @@ func (s *logStore) bucket(tx kv.Tx) (kv.Bucket, error) {
 	return b, nil
 }
 
-// MayHave reports whether (scope, key) may have a record: false is final
+// Probe reports whether (scope, key) may have a record: false is final
 // (the directory is authoritative for misses), so a caller can skip a read
 // transaction for a key never seen.
-func (s *logStore) MayHave(scope, key string) bool {
-	return s.dir.has(s.dir.hash(scope, key))
+func (s *logStore) Probe(scope, key string) (Probe, bool) {
+	pos, ok := s.dir.first(s.dir.hash(scope, key))
+	return Probe{pos: pos}, ok
 }
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {

@@ -155,6 +155,45 @@ func TestHitsAreVerified(t *testing.T) {
 	require.Equal(t, value("x"), get(t, db, s, "a", "x"))
 }
 
+// A probe made before a read transaction may be stale by the time it
+// starts: the record moved (a later expiry), or the probe points at
+// another key's record. The look-up verifies what it finds where the probe
+// points and otherwise looks afresh, so it returns the record the
+// transaction sees, and a probe never makes a record appear.
+func TestStaleProbesAreVerified(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "k", t0, value("v1"))
+	put(t, db, s, "a", "other", t0, value("other"))
+	probe, ok := s.Probe("a", "k")
+	require.True(t, ok)
+	_, ok = s.Probe("a", "never")
+	require.False(t, ok, "a key never written needs no look")
+
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { // the record moves after the probe
+		ref, _, err := s.Get(tx, "a", "k")
+		require.NoError(t, err)
+		moved, err := s.Put(ctx, tx, "a", "k", ref, t0, t0.Add(time.Hour), value("v2"))
+		require.NotEqual(t, probe.pos, moved.pos)
+		return err
+	}))
+	getProbed := func(key string, p Probe) []byte {
+		var out []byte
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			_, v, err := s.GetProbed(tx, "a", key, p)
+			out = append(out, v...)
+			return err
+		}))
+		return out
+	}
+	require.Equal(t, value("v2"), getProbed("k", probe), "found at its new place, not lost behind the old one")
+
+	otherProbe, _ := s.Probe("a", "other")
+	require.Equal(t, value("v2"), getProbed("k", otherProbe), "another key's record is not an answer")
+	require.Nil(t, getProbed("missing", otherProbe))
+	require.Equal(t, value("other"), getProbed("other", otherProbe))
+}
+
 // A damaged entry met where a key was expected is an error naming the
 // record, never a miss (which would run the work again).
 func TestDamagedEntryIsAnError(t *testing.T) {

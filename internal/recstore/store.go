@@ -69,9 +69,21 @@ type Store interface {
 	Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool)
 	// Stats describes the store in this process.
 	Stats() Stats
-	// MayHave reports whether (scope, key) may have a record. False is
-	// final; true means look (the keyed layout always says true).
-	MayHave(scope, key string) bool
+	// Probe reports whether (scope, key) may have a record. False is
+	// final; true means look (the keyed layout always says true), with
+	// GetProbed and the Probe returned, so that the look-up does not go
+	// through the directory a second time.
+	Probe(scope, key string) (Probe, bool)
+	// GetProbed is Get starting from p, from a Probe made before tx began
+	// or in it: a record found where p points is verified like any other,
+	// and when it is not there the look-up starts afresh.
+	GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error)
+}
+
+// Probe is what Store.Probe found: the first position the directory
+// holds for a key (log layout), or nothing.
+type Probe struct {
+	pos uint64
 }
 
 // Stats describes a store.
