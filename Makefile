@@ -41,7 +41,7 @@ mutate: ## mutation testing with gremlins over the library packages (slow: about
 	./scripts/mutate.sh
 
 chart: ## rerun the client sweep (1-128 clients, 200k rows preloaded, durable) and redraw bench/throughput.svg (about 10 minutes)
-	go run ./cmd/oncekv bench --clients-list 1,2,4,8,16,32,64,128 --preload 200000 --duration 4s --keyed --bare-bolt-batch --json > $${TMPDIR:-/tmp}/oncekv-sweep.json
+	go run ./cmd/oncekv bench --clients-list 1,2,4,8,16,32,64,128 --preload 200000 --duration 4s --keyed --bare-bolt-batch --floor --json > $${TMPDIR:-/tmp}/oncekv-sweep.json
 	go run ./bench/chart -in $${TMPDIR:-/tmp}/oncekv-sweep.json -out bench/throughput.svg
 
 bench-postgres: ## compare with PostgreSQL (claim + insert + complete) on a throwaway server started by the test (needs the postgresql package)

@@ -53,6 +53,13 @@ type HarnessConfig struct {
 	// the stored responses are sealed: its throughput against "oncekv" is
 	// the cost of encryption at rest.
 	Encrypted bool
+	// Floor adds a workload "floor": the business write plus one
+	// record-sized Put at the tail of a second bucket (sequential keys,
+	// leaves packed full), in the same group-committed transaction, with
+	// no oncekv code: what bbolt charges any design that keeps a durable
+	// record beside the business write. Its ratio is the ceiling under
+	// the ledger's.
+	Floor bool
 	// Extra workloads run in the same rounds (oncekv bench --against-postgres).
 	Extra         []Workload
 	Progress      func(done, total time.Duration)
@@ -240,6 +247,13 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		}
 		workloads = append(workloads, w)
 	}
+	if cfg.Floor {
+		w, err := FloorWorkload(ctx, "floor", cfg, open)
+		if err != nil {
+			return Report{}, err
+		}
+		workloads = append(workloads, w)
+	}
 	if cfg.Keyed {
 		w, err := LedgerWorkload(ctx, "oncekv-keyed", cfg, open, true)
 		if err != nil {
@@ -377,6 +391,90 @@ func LedgerWorkload(ctx context.Context, name string, cfg HarnessConfig, open fu
 		},
 		Close: ldb.Close,
 	}, nil
+}
+
+// FloorWorkload is the business write plus one Put, at the tail of a
+// second bucket, of a value as large as the log entry the ledger workload
+// stores (measured on a scratch file from open): the least a durable
+// record beside the business write costs in bbolt, with no look-up,
+// encoding or directory.
+func FloorWorkload(ctx context.Context, name string, cfg HarnessConfig, open func(string) (*kv.DB, error)) (Workload, error) {
+	size, err := entrySize(ctx, cfg, open)
+	if err != nil {
+		return Workload{}, err
+	}
+	db, err := open(name)
+	if err != nil {
+		return Workload{}, err
+	}
+	entry := make([]byte, size)
+	var seq atomic.Uint64 // bbolt's single writer makes each transaction's keys ascend
+	record := func(tx kv.Tx) error {
+		bt := kv.BoltTx(tx)
+		if bt == nil {
+			return fmt.Errorf("bench: the floor workload needs bbolt")
+		}
+		log, err := bt.CreateBucketIfNotExists([]byte("floor.log"))
+		if err != nil {
+			return err
+		}
+		log.FillPercent = 1
+		return log.Put(binary.BigEndian.AppendUint64(nil, seq.Add(1)), entry)
+	}
+	return Workload{
+		Name: name,
+		Preload: func(ctx context.Context, n int, payload []byte) error {
+			return fill(ctx, db, n, func(tx kv.Tx, i int) error {
+				if err := business(tx, preloadKey(i), payload); err != nil {
+					return err
+				}
+				return record(tx)
+			})
+		},
+		Op: func(ctx context.Context, k, payload, _ []byte) error {
+			fn := func(tx kv.Tx) error {
+				if err := business(tx, k, payload); err != nil {
+					return err
+				}
+				return record(tx)
+			}
+			if cfg.Commit == "update" {
+				return db.Update(ctx, fn)
+			}
+			return db.Batch(ctx, fn)
+		},
+		Close: db.Close,
+	}, nil
+}
+
+// entrySize is the size of the log entry the ledger workload stores per
+// operation, measured on a scratch file from open.
+func entrySize(ctx context.Context, cfg HarnessConfig, open func(string) (*kv.DB, error)) (int, error) {
+	db, err := open("entry-size")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = db.Close() }()
+	req := ledger.Request{Scope: "bench|POST /v1/orders", Key: fmt.Sprintf("%x", preloadKey(1)), Fingerprint: ledger.Fingerprint{1}}
+	return storedEntrySize(ctx, db, req, ledger.Response{Status: 201, Body: make([]byte, cfg.ResponseSize)})
+}
+
+// storedEntrySize stores resp for req through a ledger on db and returns
+// the size of the log entry written: the record, and the scope and key it
+// is filed under.
+func storedEntrySize(ctx context.Context, db *kv.DB, req ledger.Request, resp ledger.Response) (int, error) {
+	l, err := ledger.New(db, nil)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := l.Do(ctx, req, func(kv.Tx) (ledger.Response, error) { return resp, nil }); err != nil {
+		return 0, err
+	}
+	r, err := l.Get(ctx, req.Scope, req.Key)
+	if err != nil {
+		return 0, err
+	}
+	return r.StoredBytes + len(req.Scope) + len(req.Key) + 9, nil // framing: header, two lengths, checksum
 }
 
 // drive runs op from c clients for d and records latencies.

@@ -3,8 +3,15 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
 )
 
 // BenchmarkGroupCommit runs the durable load harness at several client
@@ -28,4 +35,48 @@ func BenchmarkGroupCommit(b *testing.B) {
 			b.ReportMetric(rep.Get("oncekv").P99us, "oncekv-p99-us")
 		})
 	}
+}
+
+// The floor workload writes what it claims: per operation, the business
+// row and one entry, in its second bucket, exactly as large as the log
+// entry the ledger stores for the same request (read from a ledger file).
+func TestFloorWorkload(t *testing.T) {
+	dir := t.TempDir()
+	cfg := HarnessConfig{ResponseSize: 100}
+	open := func(name string) (*kv.DB, error) {
+		return kv.Open(filepath.Join(dir, name+".db"), &kv.Options{NoSync: true})
+	}
+	ctx := context.Background()
+	w, err := FloorWorkload(ctx, "floor", cfg, open)
+	require.NoError(t, err)
+	payload := make([]byte, 200)
+	require.NoError(t, w.Preload(ctx, 50, payload))
+	for i := range 10 {
+		require.NoError(t, w.Op(ctx, fmt.Appendf(nil, "op-%d", i), payload, nil))
+	}
+	require.NoError(t, w.Close())
+
+	// The ledger's own entry for the same request, read raw.
+	ldb, err := open("ledger")
+	require.NoError(t, err)
+	defer ldb.Close()
+	want, err := storedEntrySize(ctx, ldb, ledger.Request{Scope: "bench|POST /v1/orders", Key: fmt.Sprintf("%x", preloadKey(1)), Fingerprint: ledger.Fingerprint{1}},
+		ledger.Response{Status: 201, Body: make([]byte, cfg.ResponseSize)})
+	require.NoError(t, err)
+	var raw []int
+	require.NoError(t, ldb.Bolt().View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("\x00oncekv/ledger.log")).ForEach(func(_, v []byte) error { raw = append(raw, len(v)); return nil })
+	}))
+	require.Equal(t, []int{want}, raw, "the size the floor writes is the ledger's entry size")
+
+	db, err := open("floor")
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.Bolt().View(func(tx *bolt.Tx) error {
+		require.Equal(t, 60, tx.Bucket([]byte(ordersBucket)).Stats().KeyN)
+		n := 0
+		err := tx.Bucket([]byte("floor.log")).ForEach(func(_, v []byte) error { n++; require.Len(t, v, want); return nil })
+		require.Equal(t, 60, n)
+		return err
+	}))
 }

@@ -45,6 +45,7 @@ var labels = map[string]string{
 	"bare-boltbatch": "bare bbolt write (bbolt DB.Batch)",
 	"oncekv":         "oncekv, record log (after)",
 	"oncekv-keyed":   "oncekv, keyed records (before)",
+	"floor":          "floor: bare write + a record-sized Put, raw bbolt",
 	"postgres":       "PostgreSQL, claim + insert + complete",
 }
 
@@ -54,6 +55,7 @@ var colors = map[string]color.Color{
 	"bare-boltbatch": color.RGBA{R: 0xaa, G: 0xaa, B: 0xaa, A: 0xff},
 	"oncekv":         color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	"oncekv-keyed":   color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	"floor":          color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	"postgres":       color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 }
 

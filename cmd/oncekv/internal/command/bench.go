@@ -56,9 +56,11 @@ ops/s, latency percentiles and each workload's throughput ratio to bare;
 --json for scripts (and bench/chart), --gobench for benchstat.
 
 --preload N fills every file with N rows (and records) first, so the trees
-have a realistic depth. --keyed adds the ledger on the layout it had before
-the record log (format 1), --bare-bolt-batch the bare write through bbolt's
-own DB.Batch, --against-postgres DSN the classic PostgreSQL pattern (claim
+have a realistic depth. --floor adds what raw bbolt charges for the least a
+durable record needs (the business write and one record-sized Put at the
+tail of a second bucket): the ceiling under the ledger's ratio. --keyed
+adds the ledger on the layout it had before the record log (format 1),
+--bare-bolt-batch the bare write through bbolt's own DB.Batch, --against-postgres DSN the classic PostgreSQL pattern (claim
 insert, business insert, completion update, one transaction, synchronous
 commit) on a server you point it at, --against-etcd the bare write and the
 ledger on etcd (the cluster at ENDPOINTS, or "embedded": three members in
@@ -194,6 +196,7 @@ workload at each client count.`,
 	f.BoolVar(&cfg.BareBoltBatch, "bare-bolt-batch", false, "add the bare write through bbolt's own DB.Batch as a workload")
 	f.BoolVar(&cfg.Encrypted, "encrypted", false, "add the ledger with encryption at rest (a random key): its ratio to oncekv is the cost of sealing")
 	f.BoolVar(&cfg.Keyed, "keyed", false, "add the ledger on its format-1 layout (records under their keys), as before the record log")
+	f.BoolVar(&cfg.Floor, "floor", false, "add the floor: the business write plus a record-sized Put at the tail of a second bucket, raw bbolt, the least a durable record costs")
 	f.StringVar(&postgres, "against-postgres", "", "add the classic PostgreSQL pattern on this server (a pgx DSN; tables oncekv_bench_* are created and emptied)")
 	f.StringVar(&etcd, "against-etcd", "", "add the bare write and the ledger on etcd: the cluster at these endpoints (keys under /oncekv-bench/, deleted after), or \"embedded\" (three members in this process)")
 	f.IntVar(&cfg.Rounds, "rounds", 2, "alternations of the workloads")
