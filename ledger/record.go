@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"slices"
@@ -137,6 +138,7 @@ const (
 // encodeRecordWith writes r into e. Bodies longer than threshold (when
 // threshold > 0) are compressed; with a ring, the response is sealed.
 func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold int) []byte {
+	e.Grow(encodedSize(r))
 	e.Reset(record.KindIdempotency, recordLayout)
 	e.Byte(byte(r.Status))
 	e.Fixed(r.Fingerprint[:])
@@ -181,6 +183,24 @@ func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold i
 	out := e.Finish()
 	r.StoredBytes = len(out)
 	return out
+}
+
+// encodedSize is at least the size of r encoded in clear, uncompressed:
+// encodeRecordWith sizes its buffer once with it.
+func encodedSize(r *Record) int {
+	const head = 3 + 1 + 32 + binary.MaxVarintLen64 + 16 + 4*binary.MaxVarintLen64 + 1 + 4
+	n := head
+	if resp := r.Response; resp != nil {
+		n += 3 * binary.MaxVarintLen64 // status, header count, body length
+		for name, vs := range resp.Header {
+			n += 2*binary.MaxVarintLen64 + len(name)
+			for _, v := range vs {
+				n += binary.MaxVarintLen64 + len(v)
+			}
+		}
+		n += binary.MaxVarintLen64 + len(resp.Body)
+	}
+	return n
 }
 
 // encodeResponse writes a response's headers and its body (as stored:

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -85,6 +86,10 @@ type Encoder struct {
 func (e *Encoder) Reset(k Kind, v byte) {
 	e.buf = append(e.buf[:0], recordMagic, byte(k), v)
 }
+
+// Grow makes room for n more bytes, so that a record whose size the caller
+// can estimate is encoded into one allocation instead of a growing buffer.
+func (e *Encoder) Grow(n int) { e.buf = slices.Grow(e.buf, n) }
 
 // Uvarint appends an unsigned integer.
 func (e *Encoder) Uvarint(x uint64) { e.buf = binary.AppendUvarint(e.buf, x) }

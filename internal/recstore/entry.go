@@ -19,6 +19,7 @@ const entryLayout = 1
 // the commit).
 func wrap(scope, key string, value []byte) []byte {
 	var e record.Encoder
+	e.Grow(3 + 2*binary.MaxVarintLen64 + len(scope) + len(key) + len(value) + 4)
 	e.Reset(record.KindLogEntry, entryLayout)
 	e.String(scope)
 	e.String(key)
