@@ -249,3 +249,22 @@ func TestDecoderExactEnds(t *testing.T) {
 	require.Nil(t, d.Bytes())
 	require.ErrorIs(t, d.Err(), kv.ErrCorrupt)
 }
+
+// Grow sizes the buffer once: a record encoded within the size given
+// costs one allocation, and the bytes are those of an encoder that grew.
+func TestEncoderGrowAllocatesOnce(t *testing.T) {
+	body := make([]byte, 300)
+	encode := func(grow bool) []byte {
+		var e record.Encoder
+		if grow {
+			e.Grow(3 + 10 + len(body) + 16 + 4)
+		}
+		e.Reset(record.KindIdempotency, 1)
+		e.Bytes(body)
+		e.Fixed(make([]byte, 16))
+		return e.Finish()
+	}
+	require.Equal(t, encode(false), encode(true))
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = encode(true) }))
+	require.Greater(t, testing.AllocsPerRun(100, func() { _ = encode(false) }), 1.0)
+}
