@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -83,25 +84,77 @@ func load(b *testing.B, url string, n, c int, seq *atomic.Int64) time.Duration {
 // idempotency middleware with the same handler without it, on real loopback
 // servers, at the same concurrency, alternating rounds in one run.
 func BenchmarkMiddleware(b *testing.B) {
+	httpPairs(b, func(b *testing.B, db *kv.DB) http.Handler {
+		l, err := ledger.New(db, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return mw.Wrap(orderHandler(db))
+	})
+}
+
+// BenchmarkFloorMiddleware is the floor under BenchmarkMiddleware: the
+// same handler without the middleware, whose transaction also puts a
+// value as large as the middleware's log entry at the tail of a second
+// bucket (raw bbolt, no fingerprint, no look-up, no encoding).
+func BenchmarkFloorMiddleware(b *testing.B) {
+	req := ledger.Request{Scope: "acme|POST /v1/orders", Key: "key-1000000", Fingerprint: ledger.Fingerprint{1}}
+	resp := ledger.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: fmt.Appendf(nil, `{"id":%q,"bytes":%d}`, key("ord", 1000000), len(orderValue))}
+	size, err := storedEntrySize(ctx, openDB(b, "size", &kv.Options{NoSync: true}), req, resp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	entry := make([]byte, size)
+	httpPairs(b, func(b *testing.B, db *kv.DB) http.Handler {
+		var seq atomic.Uint64
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			id := r.Header.Get("X-Order")
+			err := db.Batch(r.Context(), func(tx kv.Tx) error {
+				if err := putOrder(tx, []byte(id)); err != nil {
+					return err
+				}
+				log, err := kv.BoltTx(tx).CreateBucketIfNotExists([]byte("floor.log"))
+				if err != nil {
+					return err
+				}
+				log.FillPercent = 1
+				return log.Put(binary.BigEndian.AppendUint64(nil, seq.Add(1)), entry)
+			})
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"id":%q,"bytes":%d}`, id, len(body))
+		})
+	})
+}
+
+// httpPairs runs, durable or not and at 1 and 16 clients, the plain
+// order handler against the handler subject returns on its own file, each
+// behind a ServeMux on a loopback server (so the pair differs by what
+// subject adds alone), alternating rounds in one run.
+func httpPairs(b *testing.B, subject func(*testing.B, *kv.DB) http.Handler) {
 	for _, sync := range []bool{false, true} {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("durable=%t/clients=%d", sync, clients), func(b *testing.B) {
 				opts := &kv.Options{NoSync: !sync}
-				plainDB, mwDB := openDB(b, "plain", opts), openDB(b, "mw", opts)
-				l, err := ledger.New(mwDB, nil)
-				if err != nil {
-					b.Fatal(err)
+				plainDB, subjectDB := openDB(b, "plain", opts), openDB(b, "subject", opts)
+				serve := func(h http.Handler) *httptest.Server {
+					mux := http.NewServeMux()
+					mux.Handle("POST /v1/orders", h)
+					srv := httptest.NewServer(mux)
+					b.Cleanup(srv.Close)
+					return srv
 				}
-				mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-				if err != nil {
-					b.Fatal(err)
-				}
-				plain := httptest.NewServer(orderHandler(plainDB))
-				defer plain.Close()
-				mux := http.NewServeMux()
-				mux.Handle("POST /v1/orders", mw.Wrap(orderHandler(mwDB)))
-				wrapped := httptest.NewServer(mux)
-				defer wrapped.Close()
+				plain, wrapped := serve(orderHandler(plainDB)), serve(subject(b, subjectDB))
 
 				var seq atomic.Int64
 				var p pair
