@@ -20,20 +20,40 @@ import (
 // the record (OnCommit), or after the rollback of the managed transaction
 // that added them (Journal). Positions are never reused within a process,
 // so removing (hash, position) then can never remove a live record's entry.
+//
+// The directory is split into shards by hash, each with its own lock: the
+// writer adds entries while holding bbolt's writer lock, so it must not
+// wait for, or wake, the many readers probing other keys at the same time.
 type directory struct {
-	seed maphash.Seed
+	seed   maphash.Seed
+	shards [dirShards]dirShard
+}
 
+// dirShards is the number of shards (a power of two).
+const dirShards = 64
+
+type dirShard struct {
 	mu sync.RWMutex
 	// one holds the first position of each hash: almost every hash has
 	// exactly one. more holds the rest (a record moving, a rolled-back
 	// insert, a collision).
 	one  map[uint64]uint64
 	more map[uint64][]uint64
+	_    [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 func newDirectory(sizeHint int) *directory {
-	return &directory{seed: maphash.MakeSeed(), one: make(map[uint64]uint64, sizeHint), more: map[uint64][]uint64{}}
+	d := &directory{seed: maphash.MakeSeed()}
+	for i := range d.shards {
+		d.shards[i].one = make(map[uint64]uint64, sizeHint/dirShards)
+		d.shards[i].more = map[uint64][]uint64{}
+	}
+	return d
 }
+
+// shard returns the shard of hash h. The top bits choose it: the maps
+// index by the low ones.
+func (d *directory) shard(h uint64) *dirShard { return &d.shards[h>>(64-6)] }
 
 // hash is keyed per process (maphash's random seed), so a client cannot
 // choose keys that collide. Scope and key are hashed apart and mixed, so
@@ -50,50 +70,54 @@ func (d *directory) hashBytes(scope, key []byte) uint64 {
 // one first, and returns it. The lock is held only to copy them: the
 // caller reads the log without blocking writers.
 func (d *directory) candidates(h uint64, buf []uint64) []uint64 {
-	d.mu.RLock()
-	if p, ok := d.one[h]; ok {
+	sh := d.shard(h)
+	sh.mu.RLock()
+	if p, ok := sh.one[h]; ok {
 		buf = append(buf, p)
-		if more := d.more[h]; len(more) > 0 {
+		if more := sh.more[h]; len(more) > 0 {
 			buf = append(buf, more...)
 		}
 	}
-	d.mu.RUnlock()
+	sh.mu.RUnlock()
 	return buf
 }
 
 // first returns the first position recorded under h, if any.
 func (d *directory) first(h uint64) (uint64, bool) {
-	d.mu.RLock()
-	p, ok := d.one[h]
-	d.mu.RUnlock()
+	sh := d.shard(h)
+	sh.mu.RLock()
+	p, ok := sh.one[h]
+	sh.mu.RUnlock()
 	return p, ok
 }
 
 // add records that pos may hold the record of hash h.
 func (d *directory) add(h, pos uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	p, ok := d.one[h]
+	sh := d.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p, ok := sh.one[h]
 	switch {
 	case !ok:
-		d.one[h] = pos
-	case p == pos || slices.Contains(d.more[h], pos):
+		sh.one[h] = pos
+	case p == pos || slices.Contains(sh.more[h], pos):
 	default:
-		d.more[h] = append(d.more[h], pos)
+		sh.more[h] = append(sh.more[h], pos)
 	}
 }
 
 // remove forgets pos under h.
 func (d *directory) remove(h, pos uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	rest := d.more[h]
-	if p, ok := d.one[h]; ok && p == pos {
+	sh := d.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rest := sh.more[h]
+	if p, ok := sh.one[h]; ok && p == pos {
 		if len(rest) == 0 {
-			delete(d.one, h)
+			delete(sh.one, h)
 			return
 		}
-		d.one[h] = rest[0]
+		sh.one[h] = rest[0]
 		rest = rest[1:]
 	} else if i := slices.Index(rest, pos); i >= 0 {
 		rest = slices.Delete(rest, i, i+1)
@@ -101,19 +125,22 @@ func (d *directory) remove(h, pos uint64) {
 		return
 	}
 	if len(rest) == 0 {
-		delete(d.more, h)
+		delete(sh.more, h)
 	} else {
-		d.more[h] = rest
+		sh.more[h] = rest
 	}
 }
 
 // len returns the number of positions recorded.
 func (d *directory) len() (positions, extra int) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	extra = 0
-	for _, r := range d.more {
-		extra += len(r)
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.RLock()
+		for _, r := range sh.more {
+			extra += len(r)
+		}
+		positions += len(sh.one)
+		sh.mu.RUnlock()
 	}
-	return len(d.one) + extra, extra
+	return positions + extra, extra
 }

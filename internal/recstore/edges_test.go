@@ -83,6 +83,32 @@ func TestDirectorySeveralPositionsPerHash(t *testing.T) {
 	require.Zero(t, n)
 }
 
+// Hashes that differ only in the bits that choose a shard live in
+// different shards, and each keeps its own positions; len counts them all.
+func TestDirectoryShards(t *testing.T) {
+	d := newDirectory(0)
+	hashes := []uint64{7, 1<<58 | 7, 63<<58 | 7, 0xFFFF_FFFF_FFFF_FFFF}
+	for i, h := range hashes {
+		d.add(h, uint64(i+1))
+	}
+	require.NotSame(t, d.shard(hashes[0]), d.shard(hashes[1]))
+	require.NotSame(t, d.shard(hashes[1]), d.shard(hashes[2]))
+	for i, h := range hashes {
+		require.Equal(t, []uint64{uint64(i + 1)}, d.candidates(h, nil))
+		p, ok := d.first(h)
+		require.True(t, ok)
+		require.Equal(t, uint64(i+1), p)
+	}
+	n, extra := d.len()
+	require.Equal(t, len(hashes), n)
+	require.Zero(t, extra)
+	d.remove(hashes[2], 3)
+	require.Empty(t, d.candidates(hashes[2], nil))
+	require.Equal(t, []uint64{4}, d.candidates(hashes[3], nil), "a neighbour's entry is untouched")
+	n, _ = d.len()
+	require.Equal(t, len(hashes)-1, n)
+}
+
 // After a reopen, new records of the same expiry second get positions past
 // every stored one (the rebuild restores the counter): nothing written
 // before is overwritten, and every record of both rounds is found.
