@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +114,32 @@ func fuzzOne(t *testing.T, key, val []byte) {
 		require.NoError(t, err)
 		require.Equal(t, r.Response, again.Response)
 		require.Equal(t, r.Version, again.Version)
+	}
+}
+
+// encodedSize is what encodeRecordWith sizes its buffer with: it must be at
+// least the encoded size of every record in clear (one allocation), and
+// not far above it (no waste on the hot path).
+func TestEncodedSizeCoversTheRecord(t *testing.T) {
+	many := http.Header{}
+	for i := range 40 {
+		many[fmt.Sprintf("X-H%d", i)] = []string{strings.Repeat("v", i), "", strings.Repeat("w", 300)}
+	}
+	for name, r := range map[string]*Record{
+		"claim":      {Status: StatusInProgress, Version: 1 << 62, LeaseExpiresAt: time.Unix(1<<40, 0)},
+		"no headers": {Status: StatusCompleted, Response: &Response{Status: 999, Body: make([]byte, 1000)}},
+		"empty body": {Status: StatusCompleted, Response: &Response{Status: 200, Header: http.Header{"A": {""}}}},
+		"many":       {Status: StatusCompleted, Version: 1 << 62, Response: &Response{Status: 201, Header: many, Body: make([]byte, 70000)}},
+	} {
+		var e record.Encoder
+		n := len(encodeRecordWith(&e, nil, r, 0))
+		require.GreaterOrEqual(t, encodedSize(r), n, name)
+		slack := 200 // the head's and the response's varints at their widest
+		if r.Response != nil {
+			for _, vs := range r.Response.Header {
+				slack += 2*binary.MaxVarintLen64 + len(vs)*binary.MaxVarintLen64
+			}
+		}
+		require.LessOrEqual(t, encodedSize(r), n+slack, name)
 	}
 }
