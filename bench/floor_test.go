@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/binary"
 	"net/http"
 	"testing"
 
@@ -37,8 +36,7 @@ func recordSize(b *testing.B) int {
 func BenchmarkFloorSingleTx(b *testing.B) {
 	opts := &kv.Options{NoSync: true}
 	bare, floor := openDB(b, "bare", opts), openDB(b, "floor", opts)
-	rec := make([]byte, recordSize(b))
-	var seq uint64
+	record := floorRecord(recordSize(b))
 	var p pair
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -46,17 +44,12 @@ func BenchmarkFloorSingleTx(b *testing.B) {
 		k := key("ord", i)
 		p.timeBare(func() { bareWrite(b, bare, k) })
 		p.timeSubject(func() {
-			err := floor.Bolt().Update(func(tx *bolt.Tx) error {
-				if err := putOrder(kv.WrapTx(tx), k); err != nil {
+			err := floor.Bolt().Update(func(btx *bolt.Tx) error {
+				tx := kv.WrapTx(btx)
+				if err := putOrder(tx, k); err != nil {
 					return err
 				}
-				log, err := tx.CreateBucketIfNotExists([]byte("log"))
-				if err != nil {
-					return err
-				}
-				log.FillPercent = 1
-				seq++
-				return log.Put(binary.BigEndian.AppendUint64(nil, seq), rec)
+				return record(tx)
 			})
 			if err != nil {
 				b.Fatal(err)

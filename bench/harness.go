@@ -407,20 +407,7 @@ func FloorWorkload(ctx context.Context, name string, cfg HarnessConfig, open fun
 	if err != nil {
 		return Workload{}, err
 	}
-	entry := make([]byte, size)
-	var seq atomic.Uint64 // bbolt's single writer makes each transaction's keys ascend
-	record := func(tx kv.Tx) error {
-		bt := kv.BoltTx(tx)
-		if bt == nil {
-			return fmt.Errorf("bench: the floor workload needs bbolt")
-		}
-		log, err := bt.CreateBucketIfNotExists([]byte("floor.log"))
-		if err != nil {
-			return err
-		}
-		log.FillPercent = 1
-		return log.Put(binary.BigEndian.AppendUint64(nil, seq.Add(1)), entry)
-	}
+	record := floorRecord(size)
 	return Workload{
 		Name: name,
 		Preload: func(ctx context.Context, n int, payload []byte) error {
@@ -445,6 +432,26 @@ func FloorWorkload(ctx context.Context, name string, cfg HarnessConfig, open fun
 		},
 		Close: db.Close,
 	}, nil
+}
+
+// floorRecord returns the floor's record write: one Put of a size-byte
+// value at the tail of a second bucket, "floor.log" (sequential keys,
+// leaves packed full, as the ledger's log), in a bbolt transaction.
+func floorRecord(size int) func(kv.Tx) error {
+	entry := make([]byte, size)
+	var seq atomic.Uint64 // bbolt's single writer makes each transaction's keys ascend
+	return func(tx kv.Tx) error {
+		bt := kv.BoltTx(tx)
+		if bt == nil {
+			return fmt.Errorf("bench: the floor needs bbolt")
+		}
+		log, err := bt.CreateBucketIfNotExists([]byte("floor.log"))
+		if err != nil {
+			return err
+		}
+		log.FillPercent = 1
+		return log.Put(binary.BigEndian.AppendUint64(nil, seq.Add(1)), entry)
+	}
 }
 
 // entrySize is the size of the log entry the ledger workload stores per

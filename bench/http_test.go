@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,11 +19,20 @@ import (
 // orderHandler is the business handler: store the order, answer 201. With
 // the middleware it writes through the request's transaction; without it,
 // it runs its own group-committed transaction, as a plain service would.
-func orderHandler(db *kv.DB) http.Handler {
+func orderHandler(db *kv.DB) http.Handler { return orderHandlerWith(db, nil) }
+
+// orderHandlerWith is orderHandler whose transaction also runs also (if
+// not nil) after the order's Put.
+func orderHandlerWith(db *kv.DB, also func(kv.Tx) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		id := r.Header.Get("X-Order")
-		write := func(tx kv.Tx) error { return putOrder(tx, []byte(id)) }
+		write := func(tx kv.Tx) error {
+			if err := putOrder(tx, []byte(id)); err != nil || also == nil {
+				return err
+			}
+			return also(tx)
+		}
 		var err error
 		if tx, ok := idemhttp.Tx(r.Context()); ok {
 			err = write(tx)
@@ -109,32 +117,7 @@ func BenchmarkFloorMiddleware(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	entry := make([]byte, size)
-	httpPairs(b, func(b *testing.B, db *kv.DB) http.Handler {
-		var seq atomic.Uint64
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			id := r.Header.Get("X-Order")
-			err := db.Batch(r.Context(), func(tx kv.Tx) error {
-				if err := putOrder(tx, []byte(id)); err != nil {
-					return err
-				}
-				log, err := kv.BoltTx(tx).CreateBucketIfNotExists([]byte("floor.log"))
-				if err != nil {
-					return err
-				}
-				log.FillPercent = 1
-				return log.Put(binary.BigEndian.AppendUint64(nil, seq.Add(1)), entry)
-			})
-			if err != nil {
-				http.Error(w, err.Error(), 500)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			fmt.Fprintf(w, `{"id":%q,"bytes":%d}`, id, len(body))
-		})
-	})
+	httpPairs(b, func(_ *testing.B, db *kv.DB) http.Handler { return orderHandlerWith(db, floorRecord(size)) })
 }
 
 // httpPairs runs, durable or not and at 1 and 16 clients, the plain
