@@ -109,16 +109,8 @@ func (l *Ledger) doWaiting(ctx context.Context, req Request, work Work) (res Res
 func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error) {
 	// Fast path: replays, mismatches and conflicts need no write
 	// transaction. A key the directory has never seen needs no look at all.
-	if probe, ok := l.records.Probe(req.Scope, req.Key); ok {
-		p := peeks.Get().(*peek)
-		p.l, p.req, p.probe = l, req, probe
-		err := l.db.View(ctx, p.fn)
-		a := p.a
-		*p = peek{fn: p.fn}
-		peeks.Put(p)
-		if a.replayed || err != nil {
-			return a.replay, err
-		}
+	if a, err := l.peek(ctx, req); a.replayed || err != nil {
+		return a.replay, err
 	}
 
 	var res Result
@@ -136,9 +128,24 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	return res, err
 }
 
-// peek is the read-only look-up of do, pooled with its transaction
-// function: a replay, the hot read path, allocates no closure and no
-// admission.
+// peek admits req (validated) from a read-only transaction, or from the
+// directory alone when it has never seen the key (no transaction at all).
+func (l *Ledger) peek(ctx context.Context, req Request) (admission, error) {
+	probe, ok := l.records.Probe(req.Scope, req.Key)
+	if !ok {
+		return admission{}, nil
+	}
+	p := peeks.Get().(*peek)
+	p.l, p.req, p.probe = l, req, probe
+	err := l.db.View(ctx, p.fn)
+	a := p.a
+	*p = peek{fn: p.fn}
+	peeks.Put(p)
+	return a, err
+}
+
+// peek is the state of Ledger.peek, pooled with its transaction function:
+// a replay, the hot read path, allocates no closure and no admission.
 type peek struct {
 	l     *Ledger
 	req   Request
@@ -165,7 +172,10 @@ func (p *peek) admit(tx kv.Tx) (err error) {
 // returns (nil, nil). Middleware uses it to answer retries before reading
 // anything else.
 func (l *Ledger) Peek(ctx context.Context, req Request) (*Result, error) {
-	a, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (admission, error) { return l.admit(tx, req) })
+	if err := validate(req.Scope, req.Key); err != nil {
+		return nil, err
+	}
+	a, err := l.peek(ctx, req)
 	return a.replayResult(), err
 }
 

@@ -630,3 +630,29 @@ func TestConcurrentReplaysKeepTheirOwnAnswers(t *testing.T) {
 	}
 	require.Len(t, orders(t, b.db), keys+8*100)
 }
+
+// A key the directory has never seen is answered without a read
+// transaction, by Peek as by Do; a key it has seen is read and replayed.
+func TestNewKeysCostNoReadTransaction(t *testing.T) {
+	l, b := setup(t, nil)
+	reads := func() int { return b.db.Bolt().Stats().TxN }
+	before := reads()
+	r, err := l.Peek(ctx, req("never-seen", "x"))
+	require.NoError(t, err)
+	require.Nil(t, r)
+	require.Equal(t, before, reads(), "Peek of a new key opened a read transaction")
+
+	_, err = l.Do(ctx, req("k1", "x"), order("o1", nil))
+	require.NoError(t, err)
+	before = reads()
+	r, err = l.Peek(ctx, req("k1", "x"))
+	require.NoError(t, err)
+	require.NotNil(t, r)
+	require.True(t, r.Replayed)
+	require.Equal(t, before+1, reads())
+	_, err = l.Peek(ctx, req("k1", "other"))
+	require.ErrorIs(t, err, ledger.ErrMismatch)
+
+	_, err = l.Peek(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: ""})
+	require.ErrorIs(t, err, ledger.ErrInvalidKey, "an invalid key is still refused before any look-up")
+}
