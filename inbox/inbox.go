@@ -154,10 +154,7 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 }
 
 func (in *Inbox) mark(ctx context.Context, tx kv.Tx, consumer, id string) (duplicate bool, err error) {
-	if err := validName("consumer", consumer, MaxConsumerLen); err != nil {
-		return false, err
-	}
-	if err := validName("message ID", id, MaxMessageIDLen); err != nil {
+	if err := validIDs(consumer, id); err != nil {
 		return false, err
 	}
 	ref, v, err := in.marks.Get(tx, consumer, id)
@@ -204,6 +201,18 @@ type Delivery struct {
 // applied; Ack is false. fn may run more than once and must write only
 // through tx.
 func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.Tx) error) (Delivery, error) {
+	if err := validIDs(consumer, id); err != nil {
+		return Delivery{}, err
+	}
+	// A redelivery of a message already applied is answered from a read
+	// transaction (none at all for an ID the directory has never seen):
+	// a committed mark is final, so no write transaction is needed.
+	if dup, err := in.seen(ctx, consumer, id); err != nil {
+		return Delivery{}, err
+	} else if dup {
+		in.report(ctx, consumer, true)
+		return Delivery{Ack: true, Duplicate: true}, nil
+	}
 	var d Delivery
 	j := &recstore.Journal{}
 	jctx := recstore.WithJournal(ctx, j)
@@ -232,20 +241,60 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 	if !d.Duplicate {
 		failpoint.Inject(failpoint.InboxAfterCommit) // committed, not yet acknowledged
 	}
-	if o := in.db.Observer(); o != nil && o.Message != nil {
-		o.Message(ctx, observe.Message{Consumer: consumer, Duplicate: d.Duplicate})
-	}
+	in.report(ctx, consumer, d.Duplicate)
 	return d, nil
 }
 
+// report tells the observer of a delivery handled.
+func (in *Inbox) report(ctx context.Context, consumer string, duplicate bool) {
+	if o := in.db.Observer(); o != nil && o.Message != nil {
+		o.Message(ctx, observe.Message{Consumer: consumer, Duplicate: duplicate})
+	}
+}
+
 // Seen reports whether consumer has a live record of message id.
+// An invalid consumer or message ID is an error (as for Handle).
 func (in *Inbox) Seen(ctx context.Context, consumer, id string) (bool, error) {
-	return txn.Run(ctx, in.db.View, func(tx kv.Tx) (bool, error) { return in.SeenTx(tx, consumer, id) })
+	if err := validIDs(consumer, id); err != nil {
+		return false, err
+	}
+	return in.seen(ctx, consumer, id)
+}
+
+// validIDs checks a consumer and a message ID.
+func validIDs(consumer, id string) error {
+	if err := validName("consumer", consumer, MaxConsumerLen); err != nil {
+		return err
+	}
+	return validName("message ID", id, MaxMessageIDLen)
+}
+
+// seen is Seen for a valid consumer and ID: the directory first (an ID it
+// has never seen needs no transaction), then a read transaction.
+func (in *Inbox) seen(ctx context.Context, consumer, id string) (bool, error) {
+	probe, ok := in.marks.Probe(consumer, id)
+	if !ok {
+		return false, nil
+	}
+	live, err := txn.Run(ctx, in.db.View, func(tx kv.Tx) (bool, error) {
+		_, v, err := in.marks.GetProbed(tx, consumer, id, probe)
+		return in.live(consumer, id, v, err)
+	})
+	if err != nil {
+		return false, fmt.Errorf("inbox: %q/%q: %w", consumer, id, err)
+	}
+	return live, nil
 }
 
 // SeenTx is Seen inside the caller's transaction.
 func (in *Inbox) SeenTx(tx kv.Tx, consumer, id string) (bool, error) {
 	_, v, err := in.marks.Get(tx, consumer, id)
+	return in.live(consumer, id, v, err)
+}
+
+// live reports whether v, the mark of consumer/id found by a look-up that
+// returned err, is a mark still within its window.
+func (in *Inbox) live(consumer, id string, v []byte, err error) (bool, error) {
 	if err != nil || v == nil {
 		return false, err
 	}

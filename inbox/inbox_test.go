@@ -256,3 +256,42 @@ func TestInboxEntriesAndObserver(t *testing.T) {
 	}))
 	require.ElementsMatch(t, []string{"m1", "m2"}, ids)
 }
+
+// A redelivery of a message already applied is answered without a write
+// transaction (bbolt would still write and sync its meta page for an empty
+// commit), and Seen of an ID never recorded without a read transaction.
+func TestInboxDuplicatesCostNoWrite(t *testing.T) {
+	if kvtest.Remote() {
+		t.Skip("the directory is bbolt's (a backend with several writers looks every key up)")
+	}
+	t.Parallel()
+	bb := setup(t)
+	in, err := inbox.New(bb.db, nil)
+	require.NoError(t, err)
+	_, err = in.Handle(ctx, "billing", "m1", apply(5))
+	require.NoError(t, err)
+
+	writes := func() int64 { st := bb.db.Bolt().Stats().TxStats; return st.GetWrite() }
+	reads := func() int { return bb.db.Bolt().Stats().TxN }
+	before := writes()
+	d, err := in.Handle(ctx, "billing", "m1", func(kv.Tx) error { panic("a duplicate ran its state change") })
+	require.NoError(t, err)
+	require.Equal(t, inbox.Delivery{Ack: true, Duplicate: true}, d)
+	require.Equal(t, before, writes(), "a duplicate committed a write transaction")
+	require.Equal(t, 5, balance(t, bb.db))
+
+	r := reads()
+	seen, err := in.Seen(ctx, "billing", "never")
+	require.NoError(t, err)
+	require.False(t, seen)
+	require.Equal(t, r, reads(), "Seen of a new ID opened a read transaction")
+	_, err = in.Seen(ctx, "billing", "")
+	require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+
+	// Past its window the mark no longer answers: the redelivery is applied.
+	bb.clock.Advance(8 * 24 * time.Hour)
+	d, err = in.Handle(ctx, "billing", "m1", apply(5))
+	require.NoError(t, err)
+	require.Equal(t, inbox.Delivery{Ack: true}, d)
+	require.Equal(t, 10, balance(t, bb.db))
+}
