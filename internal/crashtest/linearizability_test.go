@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -33,7 +34,7 @@ type lInput struct {
 }
 
 type lOutput struct {
-	kind string // claimed, replay, inprogress, ok, lost, executed, error
+	kind string // claimed, replay, inprogress, ok, lost, executed, unknown
 	ver  uint64
 	body string
 }
@@ -44,7 +45,12 @@ type lState struct {
 	body string
 }
 
-var ledgerModel = porcupine.Model{
+// ledgerModel is nondeterministic for one outcome: "unknown", a call
+// that failed without saying whether its commit happened (the replica was
+// closed under it: a crash; or etcd's answer to the commit was lost). Such
+// a call may have taken effect or not, at any time after it began
+// (recorded with no return), and the model follows both.
+var ledgerModel = (&porcupine.NondeterministicModel{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		by := map[string][]porcupine.Operation{}
 		var keys []string
@@ -61,51 +67,78 @@ var ledgerModel = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() any { return lState{} },
-	Step: func(state, input, output any) (bool, any) {
+	Init: func() []any { return []any{lState{}} },
+	Step: func(state, input, output any) []any {
 		s, in, out := state.(lState), input.(lInput), output.(lOutput)
-		if out.kind == "error" {
-			return true, s // failed before committing: no effect
+		if out.kind == "unknown" {
+			if next, changed := applied(s, in); changed {
+				return []any{s, next}
+			}
+			return []any{s}
 		}
-		switch in.op {
-		case "claim":
-			switch out.kind {
-			case "claimed":
-				if !s.done && out.ver == s.ver+1 {
-					s.ver = out.ver
-					return true, s
-				}
-			case "replay":
-				return s.done && out.body == s.body, s
-			case "inprogress":
-				return !s.done && s.ver > 0, s
-			}
-		case "complete":
-			switch out.kind {
-			case "ok":
-				if !s.done && in.ver == s.ver {
-					s.done, s.body = true, in.body
-					return true, s
-				}
-			case "lost": // a stale version is rejected
-				return s.done || in.ver != s.ver, s
-			}
-		case "do":
-			switch out.kind {
-			case "executed":
-				if !s.done {
-					s.done, s.body, s.ver = true, in.body, s.ver+1
-					return true, s
-				}
-			case "replay":
-				return s.done && out.body == s.body, s
-			}
+		if ok, next := step(s, in, out); ok {
+			return []any{next}
 		}
-		return false, s
+		return nil
 	},
 	DescribeOperation: func(input, output any) string {
 		return fmt.Sprintf("%+v -> %+v", input, output)
 	},
+}).ToModel()
+
+// applied is the state after in, had it succeeded, and whether it changes
+// anything.
+func applied(s lState, in lInput) (lState, bool) {
+	switch {
+	case s.done:
+		return s, false // a replay
+	case in.op == "do":
+		return lState{done: true, body: in.body, ver: s.ver + 1}, true
+	case in.op == "claim":
+		return lState{ver: s.ver + 1}, true
+	case in.op == "complete" && in.ver == s.ver:
+		return lState{done: true, body: in.body, ver: s.ver}, true
+	}
+	return s, false // a stale completion
+}
+
+// step is the deterministic model of the outcomes a call reported.
+func step(s lState, in lInput, out lOutput) (bool, lState) {
+	switch in.op {
+	case "claim":
+		switch out.kind {
+		case "claimed":
+			if !s.done && out.ver == s.ver+1 {
+				s.ver = out.ver
+				return true, s
+			}
+		case "replay":
+			return s.done && out.body == s.body, s
+		case "inprogress":
+			return !s.done && s.ver > 0, s
+		}
+	case "complete":
+		switch out.kind {
+		case "ok":
+			if !s.done && in.ver == s.ver {
+				s.done, s.body = true, in.body
+				return true, s
+			}
+		case "lost": // a stale version is rejected
+			return s.done || in.ver != s.ver, s
+		}
+	case "do":
+		switch out.kind {
+		case "executed":
+			if !s.done {
+				s.done, s.body, s.ver = true, in.body, s.ver+1
+				return true, s
+			}
+		case "replay":
+			return s.done && out.body == s.body, s
+		}
+	}
+	return false, s
 }
 
 // TestLedgerIsLinearizable records the history of concurrent duplicate
@@ -134,8 +167,12 @@ func TestLedgerIsLinearizable(t *testing.T) {
 	var mu sync.Mutex
 	var history []porcupine.Operation
 	record := func(client int, in lInput, call int64, out lOutput) {
+		ret := time.Now().UnixNano()
+		if out.kind == "unknown" {
+			ret = math.MaxInt64 // it may take effect at any time after its call
+		}
 		mu.Lock()
-		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: time.Now().UnixNano()})
+		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 		mu.Unlock()
 	}
 	var errSeen atomic.Value
@@ -156,7 +193,7 @@ func TestLedgerIsLinearizable(t *testing.T) {
 					call := time.Now().UnixNano()
 					res, err := l.Do(ctx, ledger.Request{Scope: "s|POST /do", Key: key, Fingerprint: ledger.Fingerprint{1}},
 						func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte(body)}, nil })
-					out := lOutput{kind: "error"}
+					out := lOutput{kind: "unknown"} // a crash under it: committed or not
 					switch {
 					case err == nil && res.Replayed:
 						out = lOutput{kind: "replay", body: string(res.Response.Body)}
@@ -166,7 +203,6 @@ func TestLedgerIsLinearizable(t *testing.T) {
 						continue // a do never meets a claim on its keys
 					case errors.Is(err, kv.ErrClosed):
 						time.Sleep(time.Millisecond)
-						continue
 					}
 					record(c, in, call, out)
 					continue
@@ -185,12 +221,12 @@ func TestLedgerIsLinearizable(t *testing.T) {
 				case errors.As(err, &ip):
 					record(c, in, call, lOutput{kind: "inprogress"})
 					continue
-				case errors.Is(err, kv.ErrClosed):
-					time.Sleep(time.Millisecond) // the crash is under way: no effect, try again
-					continue
-				default:
-					errSeen.Store(err.Error())
-					record(c, in, call, lOutput{kind: "error"})
+				default: // a crash under it (kv.ErrClosed): the claim committed or not
+					if !errors.Is(err, kv.ErrClosed) {
+						errSeen.Store(err.Error())
+					}
+					record(c, in, call, lOutput{kind: "unknown"})
+					time.Sleep(time.Millisecond)
 					continue
 				}
 				if rng.IntN(2) == 0 {
@@ -200,7 +236,7 @@ func TestLedgerIsLinearizable(t *testing.T) {
 				cin := lInput{op: "complete", key: key, ver: o.Claim.Version, body: body}
 				call = time.Now().UnixNano()
 				_, err = l.Complete(ctx, o.Claim, ledger.Response{Status: 200, Body: []byte(body)}, nil)
-				out := lOutput{kind: "error"}
+				out := lOutput{kind: "unknown"} // a crash under it: committed or not
 				switch {
 				case err == nil:
 					out = lOutput{kind: "ok"}
@@ -317,4 +353,27 @@ func TestLedgerModelRejectsViolations(t *testing.T) {
 		op(2, 8, 9, lInput{op: "claim", key: "k"}, lOutput{kind: "replay", body: "b"}),
 	}
 	require.True(t, porcupine.CheckOperations(ledgerModel, good))
+
+	// A call that failed under a crash may have committed, or not, at any
+	// time after it began: both continuations are accepted, and nothing
+	// it could not have done.
+	const never = math.MaxInt64
+	unknownDo := op(0, 0, never, lInput{op: "do", key: "k", body: "a"}, lOutput{kind: "unknown"})
+	unknownClaim := op(0, 0, never, lInput{op: "claim", key: "k"}, lOutput{kind: "unknown"})
+	for i, h := range [][]porcupine.Operation{
+		{unknownDo, op(1, 2, 3, lInput{op: "do", key: "k", body: "b"}, lOutput{kind: "replay", body: "a"})},
+		{unknownDo, op(1, 2, 3, lInput{op: "do", key: "k", body: "b"}, lOutput{kind: "executed", body: "b"})},
+		{unknownClaim, op(1, 2, 3, lInput{op: "claim", key: "k"}, lOutput{kind: "claimed", ver: 2})},
+		{unknownClaim, op(1, 2, 3, lInput{op: "claim", key: "k"}, lOutput{kind: "claimed", ver: 1})},
+	} {
+		require.True(t, porcupine.CheckOperations(ledgerModel, h), "possible outcome %d of an unknown call rejected", i)
+	}
+	for i, h := range [][]porcupine.Operation{
+		{unknownDo, op(1, 2, 3, lInput{op: "do", key: "k", body: "b"}, lOutput{kind: "replay", body: "c"})},
+		{unknownClaim, op(1, 2, 3, lInput{op: "claim", key: "k"}, lOutput{kind: "claimed", ver: 3})},
+		{op(1, 0, 1, lInput{op: "do", key: "k", body: "b"}, lOutput{kind: "executed", body: "b"}), unknownDo,
+			op(2, 2, 3, lInput{op: "do", key: "k", body: "c"}, lOutput{kind: "replay", body: "a"})},
+	} {
+		require.False(t, porcupine.CheckOperations(ledgerModel, h), "impossible outcome %d of an unknown call accepted", i)
+	}
 }

@@ -33,17 +33,26 @@ const EnvRemote = "ONCEKV_TEST_REMOTE"
 // reaches the same data.
 func Serve(ln net.Listener, newBackend func(name string) (kv.Backend, error)) error {
 	srv := rpc.NewServer()
-	if err := srv.RegisterName("KV", &remoteServer{newBackend: newBackend, txs: map[int64]*serverTx{}, backends: map[int64]kv.Backend{}}); err != nil {
+	rs := &remoteServer{newBackend: newBackend, txs: map[int64]*serverTx{}, backends: map[int64]kv.Backend{}, closing: make(chan struct{})}
+	if err := srv.RegisterName("KV", rs); err != nil {
 		return err
 	}
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
 	defer func() {
 		mu.Lock()
-		defer mu.Unlock()
 		for c := range conns {
 			_ = c.Close() // ends the connection's goroutines, here and in the client
 		}
+		mu.Unlock()
+		// Transactions a client left open (its process exited, or closed
+		// its database while beginning one) end now, not after remoteIdle:
+		// when Serve returns, no transaction of the server is running.
+		rs.mu.Lock()
+		rs.shut = true // no transaction begins from now on
+		rs.mu.Unlock()
+		close(rs.closing)
+		rs.running.Wait()
 	}()
 	for {
 		conn, err := ln.Accept()
@@ -110,6 +119,11 @@ type remoteServer struct {
 	backends   map[int64]kv.Backend
 	byName     map[string]int64
 	txs        map[int64]*serverTx
+	// closing ends the transactions still waiting for their client when
+	// Serve returns; running counts them.
+	closing chan struct{}
+	running sync.WaitGroup
+	shut    bool
 }
 
 // serverTx runs one backend transaction whose function takes its
@@ -121,6 +135,7 @@ type serverTx struct {
 	done    chan error
 	// pendingEnd is the client's "end" call waiting for the outcome.
 	pendingEnd chan OpReply
+	closing    <-chan struct{} // the server's
 }
 
 type serverOp struct {
@@ -157,19 +172,25 @@ var errRemoteRollback = errors.New("kvtest: rolled back by the client")
 func (s *remoteServer) Begin(args BeginArgs, reply *int64) error {
 	s.mu.Lock()
 	b := s.backends[args.Session]
-	s.next++
-	id := s.next
-	t := &serverTx{ops: make(chan serverOp), cursors: map[int64]kv.Cursor{}, done: make(chan error, 1)}
-	s.txs[id] = t
-	s.mu.Unlock()
-	if b == nil {
+	if shut := s.shut; b == nil || shut {
+		s.mu.Unlock()
+		if shut {
+			return errors.New("kvtest: the server is shutting down")
+		}
 		return fmt.Errorf("kvtest: no session %d", args.Session)
 	}
+	s.next++
+	id := s.next
+	t := &serverTx{ops: make(chan serverOp), cursors: map[int64]kv.Cursor{}, done: make(chan error, 1), closing: s.closing}
+	s.txs[id] = t
+	s.running.Add(1)
+	s.mu.Unlock()
 	run := b.View
 	if args.Writable {
 		run = b.Update
 	}
 	go func() {
+		defer s.running.Done()
 		err := run(context.Background(), func(tx kv.Tx) error { return t.serve(tx) })
 		if t.pendingEnd != nil { // the outcome of the client's commit
 			r := OpReply{}
@@ -201,6 +222,8 @@ func (t *serverTx) serve(tx kv.Tx) error {
 		case op = <-t.ops:
 		case <-time.After(remoteIdle):
 			return errRemoteAbandoned // the client went away mid-transaction
+		case <-t.closing:
+			return errRemoteAbandoned // the server is shutting down
 		}
 		if op.args.Op == "end" {
 			if !op.args.Commit {
