@@ -85,7 +85,7 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 		return Ref{}, nil, nil
 	}
 	if p.pos != 0 {
-		if ref, v, err, ok := s.at(b, p.pos, scope, key); ok {
+		if ref, v, ok, err := s.at(b, p.pos, scope, key); ok {
 			return ref, v, err
 		}
 	}
@@ -94,7 +94,7 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 		if pos == p.pos {
 			continue // looked at already
 		}
-		if ref, v, err, ok := s.at(b, pos, scope, key); ok {
+		if ref, v, ok, err := s.at(b, pos, scope, key); ok {
 			return ref, v, err
 		}
 	}
@@ -103,21 +103,21 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 
 // at looks for the record of (scope, key) at pos: ok reports that the
 // look-up ends there (the record, or a damaged entry).
-func (s *logStore) at(b kv.Bucket, pos uint64, scope, key string) (Ref, []byte, error, bool) {
+func (s *logStore) at(b kv.Bucket, pos uint64, scope, key string) (Ref, []byte, bool, error) {
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], pos)
 	v := b.Get(k[:])
 	if v == nil {
-		return Ref{}, nil, nil, false // a stale hint: rolled back, swept or moved
+		return Ref{}, nil, false, nil // a stale hint: rolled back, swept or moved
 	}
 	sc, k2, payload, ok := unwrap(v)
 	if ok && string(sc) == scope && string(k2) == key {
-		return Ref{pos: pos}, payload, nil, true
+		return Ref{pos: pos}, payload, true, nil
 	}
 	if !ok || !intact(v) {
-		return Ref{}, nil, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key), true
+		return Ref{}, nil, true, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
 	}
-	return Ref{}, nil, nil, false // another key with the same hash
+	return Ref{}, nil, false, nil // another key with the same hash
 }
 
 // newPos returns an unused log position for a record expiring at expiry.
