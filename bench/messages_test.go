@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/outbox"
 )
 
@@ -31,6 +33,56 @@ func BenchmarkInboxMark(b *testing.B) {
 			}
 		})
 	}
+	p.report(b)
+}
+
+// BenchmarkInboxDuplicate compares answering the redelivery of a message
+// already applied (inbox.Inbox.Handle of a recorded ID: a read
+// transaction, no commit) with a bare bbolt View reading a value. Durable:
+// a duplicate commits nothing, so the disk must not show up.
+func BenchmarkInboxDuplicate(b *testing.B) {
+	const n = 10000
+	bare, db := openDB(b, "bare", &kv.Options{}), openDB(b, "oncekv", &kv.Options{})
+	in, err := inbox.New(db, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := ledger.New(openDB(b, "fill", &kv.Options{NoSync: true}), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fillReplays(b, l, bare, n) // the bare side's values
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = string(key("msg", i))
+	}
+	for i := 0; i < n; i += 1000 {
+		err := db.Update(ctx, func(tx kv.Tx) error {
+			for _, id := range ids[i:min(i+1000, n)] {
+				if _, err := in.MarkTx(tx, "billing", id); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	var p pair
+	var sink []byte
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := key("idem", i%n)
+		p.timeBare(func() { sink = bareRead(bare, k, sink) })
+		p.timeSubject(func() {
+			d, err := in.Handle(ctx, "billing", ids[i%n], func(kv.Tx) error { return errors.New("bench: a duplicate ran") })
+			if err != nil || !d.Duplicate {
+				b.Fatalf("not a duplicate: %v", err)
+			}
+		})
+	}
+	_ = sink
 	p.report(b)
 }
 
