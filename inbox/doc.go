@@ -15,10 +15,12 @@
 //		msg.Ack() // only after the commit; d.Duplicate says it was seen before
 //	}
 //
-// A redelivery of a message already applied is answered from a read
-// transaction, without a commit (about 1 µs instead of a durable commit's
-// fsync); an ID never seen costs no transaction at all before the one that
-// applies it (the ID directory, see the README's "How records are kept").
+// On bbolt, a redelivery of a message already applied is answered from a
+// read transaction, without a commit (about 1 µs instead of a durable
+// commit's fsync), and an ID never seen costs no transaction before the one
+// that applies it (the ID directory, see the README's "How records are
+// kept"). On etcd, which has no directory, the write transaction finds
+// duplicates, saving new messages a read round trip.
 //
 // MarkTx does the same inside the caller's transaction; SeenTx and Seen
 // answer whether an ID is remembered.

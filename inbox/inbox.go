@@ -206,12 +206,16 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 	}
 	// A redelivery of a message already applied is answered from a read
 	// transaction (none at all for an ID the directory has never seen):
-	// a committed mark is final, so no write transaction is needed.
-	if dup, err := in.seen(ctx, consumer, id); err != nil {
-		return Delivery{}, err
-	} else if dup {
-		in.report(ctx, consumer, true)
-		return Delivery{Ack: true, Duplicate: true}, nil
+	// a committed mark is final, so no write transaction is needed. On a
+	// store without a directory (etcd) that read would cost every new
+	// message a round trip: the write transaction finds duplicates there.
+	if in.marks.Layout() == "log" {
+		if dup, err := in.seen(ctx, consumer, id); err != nil {
+			return Delivery{}, err
+		} else if dup {
+			in.report(ctx, consumer, true)
+			return Delivery{Ack: true, Duplicate: true}, nil
+		}
 	}
 	var d Delivery
 	j := &recstore.Journal{}
