@@ -150,13 +150,15 @@ func decodeInbox(consumer, id string, v []byte) (Entry, error) {
 // change and only acknowledge. The mark becomes durable with the caller's
 // commit; acknowledge the message only after that.
 func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err error) {
-	return in.mark(context.Background(), tx, consumer, id)
-}
-
-func (in *Inbox) mark(ctx context.Context, tx kv.Tx, consumer, id string) (duplicate bool, err error) {
 	if err := validIDs(consumer, id); err != nil {
 		return false, err
 	}
+	return in.mark(context.Background(), tx, consumer, id)
+}
+
+// mark is MarkTx for a consumer and ID already checked (Handle checks them
+// once, before its transaction).
+func (in *Inbox) mark(ctx context.Context, tx kv.Tx, consumer, id string) (duplicate bool, err error) {
 	ref, v, err := in.marks.Get(tx, consumer, id)
 	if err != nil {
 		return false, fmt.Errorf("inbox: %q/%q: %w", consumer, id, err)

@@ -138,6 +138,8 @@ func TestInboxWindowAndValidation(t *testing.T) {
 	for _, c := range [][2]string{{"", "m"}, {"c", ""}, {"c\x00", "m"}, {"c", strings.Repeat("m", 1025)}, {strings.Repeat("c", 256), "m"}} {
 		_, err := in.Handle(ctx, c[0], c[1], apply(1))
 		require.ErrorIs(t, err, inbox.ErrInvalidMessage)
+		err = bb.db.Update(ctx, func(tx kv.Tx) error { _, err := in.MarkTx(tx, c[0], c[1]); return err })
+		require.ErrorIs(t, err, inbox.ErrInvalidMessage, "MarkTx")
 	}
 	_, err = inbox.New(bb.db, &inbox.Config{Retention: -1})
 	require.Error(t, err)

@@ -116,7 +116,7 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	var res Result
 	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
 		var err error
-		res, err = l.DoTx(ctx, tx, req, work)
+		res, err = l.doTx(ctx, tx, req, work)
 		if err == nil && !res.Replayed {
 			failpoint.Inject(failpoint.LedgerDoBeforeCommit)
 		}
@@ -302,7 +302,16 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	if work == nil {
 		return Result{}, errNilWork
 	}
-	a, err := l.admit(tx, req)
+	if err := validate(req.Scope, req.Key); err != nil {
+		return Result{}, err
+	}
+	return l.doTx(ctx, tx, req, work)
+}
+
+// doTx is DoTx for a request and work already checked (Do checks them
+// once, before its group-commit transaction).
+func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Result, error) {
+	a, err := l.admitProbed(tx, req, recstore.Probe{})
 	switch {
 	case err != nil:
 		return Result{}, err

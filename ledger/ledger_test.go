@@ -499,6 +499,8 @@ func TestInvalidInputIsRejectedBeforeAnyWrite(t *testing.T) {
 		require.True(t, errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrInvalidScope), err)
 		_, err = l.Claim(ctx, r)
 		require.Error(t, err)
+		err = bb.db.Update(ctx, func(tx kv.Tx) error { _, err := l.DoTx(ctx, tx, r, order("x", nil)); return err })
+		require.True(t, errors.Is(err, ledger.ErrInvalidKey) || errors.Is(err, ledger.ErrInvalidScope), "DoTx: %v", err)
 	}
 	require.Empty(t, orders(t, bb.db))
 }
