@@ -276,16 +276,26 @@ func validIDs(consumer, id string) error {
 }
 
 // seen is Seen for a valid consumer and ID: the directory first (an ID it
-// has never seen needs no transaction), then a read transaction.
+// has never seen needs no transaction), then the cache of recent marks,
+// then a read transaction.
 func (in *Inbox) seen(ctx context.Context, consumer, id string) (bool, error) {
 	probe, ok := in.marks.Probe(consumer, id)
 	if !ok {
 		return false, nil
 	}
-	live, err := txn.Run(ctx, in.db.View, func(tx kv.Tx) (bool, error) {
-		_, v, err := in.marks.GetProbed(tx, consumer, id, probe)
-		return in.live(consumer, id, v, err)
-	})
+	var live bool
+	var err error
+	if _, v, ok := in.marks.Cached(probe, consumer, id); ok {
+		// A mark this process committed recently: no transaction.
+		if err = ctx.Err(); err == nil {
+			live, err = in.live(consumer, id, v, nil)
+		}
+	} else {
+		live, err = txn.Run(ctx, in.db.View, func(tx kv.Tx) (bool, error) {
+			_, v, err := in.marks.GetProbed(tx, consumer, id, probe)
+			return in.live(consumer, id, v, err)
+		})
+	}
 	if err != nil {
 		return false, fmt.Errorf("inbox: %q/%q: %w", consumer, id, err)
 	}

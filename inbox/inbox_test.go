@@ -275,14 +275,15 @@ func TestInboxDuplicatesCostNoWrite(t *testing.T) {
 
 	writes := func() int64 { st := bb.db.Bolt().Stats().TxStats; return st.GetWrite() }
 	reads := func() int { return bb.db.Bolt().Stats().TxN }
-	before := writes()
+	before, r := writes(), reads()
 	d, err := in.Handle(ctx, "billing", "m1", func(kv.Tx) error { panic("a duplicate ran its state change") })
 	require.NoError(t, err)
 	require.Equal(t, inbox.Delivery{Ack: true, Duplicate: true}, d)
 	require.Equal(t, before, writes(), "a duplicate committed a write transaction")
+	require.Equal(t, r, reads(), "a duplicate of a mark this process just wrote opened a read transaction")
 	require.Equal(t, 5, balance(t, bb.db))
 
-	r := reads()
+	r = reads()
 	seen, err := in.Seen(ctx, "billing", "never")
 	require.NoError(t, err)
 	require.False(t, seen)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"runtime/debug"
@@ -255,6 +256,12 @@ func (db *DB) Close() error {
 		return nil
 	}
 	defer unregister(db)
+	db.attached.Range(func(_, v any) bool {
+		if c, ok := v.(io.Closer); ok {
+			_ = c.Close()
+		}
+		return true
+	})
 	if db.bolt != nil {
 		boltCiphers.CompareAndDelete(db.bolt, db.opts.Cipher)
 	}
@@ -275,6 +282,9 @@ func (db *DB) Traits() Traits { return db.traits }
 // create on first use. Packages built on kv keep per-database state there
 // (the ledger's key directory and waiters), so that every handle they make
 // over one DB shares it. key should be a value of an unexported type.
+// When db closes, every attached value that is an io.Closer is closed
+// (before the backend), so state kept beside the database can stop
+// answering.
 func (db *DB) Attachment(key any, create func() any) any {
 	if v, ok := db.attached.Load(key); ok {
 		return v

@@ -135,6 +135,12 @@ func (l *Ledger) peek(ctx context.Context, req Request) (admission, error) {
 	if !ok {
 		return admission{}, nil
 	}
+	if ref, v, ok := l.records.Cached(probe, req.Scope, req.Key); ok {
+		if err := ctx.Err(); err != nil {
+			return admission{}, err // as the read transaction would
+		}
+		return l.judge(req, ref, v) // committed recently: no transaction
+	}
 	p := peeks.Get().(*peek)
 	p.l, p.req, p.probe = l, req, probe
 	err := l.db.View(ctx, p.fn)
@@ -228,11 +234,17 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 // admitProbed is admit for a request already validated, starting from
 // what the directory said before tx began (Do's read path).
 func (l *Ledger) admitProbed(tx kv.Tx, req Request, probe recstore.Probe) (admission, error) {
-	a := admission{now: l.now()}
 	ref, v, err := l.records.GetProbed(tx, req.Scope, req.Key, probe)
 	if err != nil {
-		return a, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
+		return admission{now: l.now()}, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
 	}
+	return l.judge(req, ref, v)
+}
+
+// judge applies admit's rules to v, the stored value of req's record at
+// ref (nil: no record).
+func (l *Ledger) judge(req Request, ref recstore.Ref, v []byte) (admission, error) {
+	a := admission{now: l.now()}
 	if v == nil {
 		return a, nil
 	}

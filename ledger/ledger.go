@@ -298,6 +298,12 @@ type Stats struct {
 	RebuildTime time.Duration
 	// Waited counts the calls of Wait (duplicates that waited).
 	Waited int64
+	// Cached is the number of records in the cache of recent records
+	// (log layout), and CachedBytes their size. Records this process
+	// committed are kept there, up to 16 MiB per database, so that a
+	// retry is answered without a read transaction.
+	Cached      int
+	CachedBytes int64
 }
 
 // DirectoryBytesPerRecord is the directory's measured heap per record: a Go
@@ -310,5 +316,6 @@ const DirectoryBytesPerRecord = 38
 func (l *Ledger) Stats() Stats {
 	st := l.records.Stats()
 	return Stats{Layout: st.Layout, Records: st.Positions, DirectoryBytes: int64(st.Positions) * DirectoryBytesPerRecord,
-		Rebuilt: st.Rebuilt, RebuildTime: st.RebuildTime, Waited: l.waited.Load()}
+		Rebuilt: st.Rebuilt, RebuildTime: st.RebuildTime, Waited: l.waited.Load(),
+		Cached: st.Cached, CachedBytes: int64(st.CachedBytes)}
 }

@@ -102,6 +102,7 @@ func TestRolledBackCallerTxLeavesNoTrace(t *testing.T) {
 	replay, err := l.Peek(ctx, req("k", "x"))
 	require.NoError(t, err)
 	require.Nil(t, replay, "nothing to replay after the rollback")
+	require.Zero(t, l.Stats().Cached, "the rolled-back record is in the cache of recent records")
 	ran := false
 	res, err := l.Do(ctx, req("k", "x"), func(tx kv.Tx) (ledger.Response, error) {
 		ran = true

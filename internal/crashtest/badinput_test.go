@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,21 @@ func TestLibraryBadInputs(t *testing.T) {
 	t.Parallel()
 	kvtest.RequireLocal(t, "flips bytes in the bbolt file")
 	ctx := context.Background()
-	db := kvtest.Open(t, &kv.Options{NoSync: true}, inspect.Checkers()...)
+	path := filepath.Join(t.TempDir(), "bad.db")
+	{
+		// The idempotency record to corrupt is written by an earlier open of
+		// the file: a record this process committed is answered from memory
+		// (the cache of recent entries), and the flips below stand for
+		// damage found in the file.
+		first := kvtest.OpenPath(t, path, &kv.Options{NoSync: true})
+		l, _ := ledger.New(first, nil)
+		_, err := l.Do(ctx, ledger.Request{Scope: "s|POST /x", Key: "victim"}, func(kv.Tx) (ledger.Response, error) {
+			return ledger.Response{Status: 201, Body: []byte("stored")}, nil
+		})
+		require.NoError(t, err)
+		require.NoError(t, first.Close())
+	}
+	db := kvtest.OpenPath(t, path, &kv.Options{NoSync: true}, inspect.Checkers()...)
 	l, _ := ledger.New(db, nil)
 	in, _ := inbox.New(db, nil)
 	ob := outbox.New(db)
@@ -46,9 +61,7 @@ func TestLibraryBadInputs(t *testing.T) {
 	ok := func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200}, nil }
 	req := func(scope, key string) ledger.Request { return ledger.Request{Scope: scope, Key: key} }
 
-	// Records to corrupt later.
-	_, err := l.Do(ctx, req("s|POST /x", "victim"), func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte("stored")}, nil })
-	require.NoError(t, err)
+	// Records to corrupt later (and the idempotency record above).
 	victimIntent, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Key: "victim", Purpose: "charge"})
 	require.NoError(t, err)
 	_, _, err = ob.Add(ctx, outbox.Event{ID: "victim-event", Topic: "t"})

@@ -39,7 +39,10 @@ type dirShard struct {
 	// insert, a collision).
 	one  map[uint64]uint64
 	more map[uint64][]uint64
-	_    [64]byte // keeps neighbouring shards' locks off one cache line
+	// recent caches the entries of the shard's hashes committed last
+	// (recent.go).
+	recent recentShard
+	_      [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 func newDirectory(sizeHint int) *directory {
@@ -82,13 +85,17 @@ func (d *directory) candidates(h uint64, buf []uint64) []uint64 {
 	return buf
 }
 
-// first returns the first position recorded under h, if any.
-func (d *directory) first(h uint64) (uint64, bool) {
+// first returns the first position recorded under h, if any, and
+// whether there are more.
+func (d *directory) first(h uint64) (pos uint64, extra, ok bool) {
 	sh := d.shard(h)
 	sh.mu.RLock()
-	p, ok := sh.one[h]
+	pos, ok = sh.one[h]
+	if ok && len(sh.more) > 0 {
+		extra = len(sh.more[h]) > 0
+	}
 	sh.mu.RUnlock()
-	return p, ok
+	return pos, extra, ok
 }
 
 // add records that pos may hold the record of hash h.

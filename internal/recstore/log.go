@@ -60,7 +60,18 @@ type logStore struct {
 	rebuilt     int
 	rebuildTime time.Duration
 	unreadable  atomic.Int64
+
+	// open is false once the database is closed: the cache of recent
+	// entries stops answering, so callers meet kv.ErrClosed as before.
+	open *openFlag
 }
+
+// openFlag is attached to the database (kv.DB.Attachment), which closes it.
+type openFlag struct{ closed atomic.Bool }
+
+func (f *openFlag) Close() error { f.closed.Store(true); return nil }
+
+type openFlagKey struct{}
 
 var _ Store = (*logStore)(nil)
 
@@ -68,7 +79,9 @@ func (s *logStore) Layout() string { return "log" }
 
 func (s *logStore) Stats() Stats {
 	n, extra := s.dir.len()
-	return Stats{Layout: "log", Positions: n, Extra: extra, Rebuilt: s.rebuilt, RebuildTime: s.rebuildTime, Unreadable: int(s.unreadable.Load())}
+	cached, cachedBytes := s.dir.recentLen()
+	return Stats{Layout: "log", Positions: n, Extra: extra, Rebuilt: s.rebuilt, RebuildTime: s.rebuildTime, Unreadable: int(s.unreadable.Load()),
+		Cached: cached, CachedBytes: cachedBytes}
 }
 
 // ErrDamagedRecord is returned (wrapped) when a look-up meets a record whose
@@ -89,6 +102,10 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 			return ref, v, err
 		}
 	}
+	// Not where the probe pointed (swept, moved, rolled back, another
+	// key's), or no probe: look afresh, the directory may have changed.
+	// The hash is taken again rather than from p: a probe of another key
+	// must not turn into a miss (which would run the work again).
 	var buf [4]uint64
 	for _, pos := range s.dir.candidates(s.dir.hash(scope, key), buf[:0]) {
 		if pos == p.pos {
@@ -155,8 +172,9 @@ func (s *logStore) bucket(tx kv.Tx) (kv.Bucket, error) {
 // (the directory is authoritative for misses), so a caller can skip a read
 // transaction for a key never seen.
 func (s *logStore) Probe(scope, key string) (Probe, bool) {
-	pos, ok := s.dir.first(s.dir.hash(scope, key))
-	return Probe{pos: pos}, ok
+	h := s.dir.hash(scope, key)
+	pos, extra, ok := s.dir.first(h)
+	return Probe{pos: pos, h: h, extra: extra}, ok
 }
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
@@ -164,15 +182,23 @@ func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Re
 	if err != nil {
 		return Ref{}, err
 	}
+	h := s.dir.hash(scope, key)
+	if !prev.IsZero() {
+		s.dir.forget(h, prev.pos) // before the commit that changes it
+	}
+	entry := wrap(scope, key, value)
 	if !prev.IsZero() && posSec(prev.pos) == expirySec(expiry) {
 		// Same place in expiry order: overwrite; the directory is unchanged.
-		return prev, b.Put(posKey(prev.pos), wrap(scope, key, value))
+		if err := b.Put(posKey(prev.pos), entry); err != nil {
+			return Ref{}, err
+		}
+		s.rememberOnCommit(tx, h, prev.pos, entry)
+		return prev, nil
 	}
 	pos := s.newPos(b, expiry)
-	if err := b.Put(posKey(pos), wrap(scope, key, value)); err != nil {
+	if err := b.Put(posKey(pos), entry); err != nil {
 		return Ref{}, err
 	}
-	h := s.dir.hash(scope, key)
 	s.dir.add(h, pos) // visible to the next writer before this one releases the lock
 	journalFrom(ctx).note(s.dir, h, pos)
 	failpoint.Inject(failpoint.RecstoreDirectoryAdded)
@@ -181,9 +207,60 @@ func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Re
 			return Ref{}, err
 		}
 		old := prev.pos
+		s.rememberOnCommit(tx, h, pos, entry)
 		tx.OnCommit(func() { s.dir.remove(h, old) })
+		return Ref{pos: pos}, nil
 	}
+	s.rememberOnCommit(tx, h, pos, entry)
 	return Ref{pos: pos}, nil
+}
+
+// rememberOnCommit caches entry, written at pos in tx, once tx commits
+// (recent.go).
+func (s *logStore) rememberOnCommit(tx kv.Tx, h, pos uint64, entry []byte) {
+	gen := s.dir.generation(h)
+	tx.OnCommit(func() { s.dir.remember(h, pos, gen, entry) })
+}
+
+// Cached returns the value of (scope, key)'s record from the cache of
+// recent entries, when the position p found is cached: no transaction is
+// needed. ok is false when the cache cannot say (look in the log).
+func (s *logStore) Cached(p Probe, scope, key string) (Ref, []byte, bool) {
+	if p.pos == 0 || s.open.closed.Load() {
+		return Ref{}, nil, false
+	}
+	h := p.h // a probe of another key can only miss here: entries are verified
+	if v, ok := s.cachedAt(h, p.pos, scope, key); ok {
+		return Ref{pos: p.pos}, v, true
+	}
+	if !p.extra {
+		return Ref{}, nil, false
+	}
+	// The first position may be a stale hint (a caller's rolled-back
+	// transaction) in front of the live one. A cached position is one
+	// committed and unchanged since, so whichever is found is the record.
+	var buf [4]uint64
+	for _, pos := range s.dir.candidates(h, buf[:0]) {
+		if pos == p.pos {
+			continue
+		}
+		if v, ok := s.cachedAt(h, pos, scope, key); ok {
+			return Ref{pos: pos}, v, true
+		}
+	}
+	return Ref{}, nil, false
+}
+
+func (s *logStore) cachedAt(h, pos uint64, scope, key string) ([]byte, bool) {
+	e := s.dir.cached(h, pos)
+	if e == nil {
+		return nil, false
+	}
+	sc, k, payload, ok := unwrap(e)
+	if !ok || string(sc) != scope || string(k) != key {
+		return nil, false // another key with the same hash
+	}
+	return payload, true
 }
 
 func (s *logStore) Delete(tx kv.Tx, scope, key string, ref Ref, _ time.Time) error {
@@ -191,10 +268,11 @@ func (s *logStore) Delete(tx kv.Tx, scope, key string, ref Ref, _ time.Time) err
 	if b == nil {
 		return nil
 	}
+	h, pos := s.dir.hash(scope, key), ref.pos
+	s.dir.forget(h, pos)
 	if err := b.Delete(posKey(ref.pos)); err != nil {
 		return err
 	}
-	h, pos := s.dir.hash(scope, key), ref.pos
 	tx.OnCommit(func() { s.dir.remove(h, pos) })
 	return nil
 }
@@ -324,7 +402,8 @@ func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
 	registry.mu.Unlock()
 
 	sl.once.Do(func() {
-		s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), dir: newDirectory(0)}
+		s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), dir: newDirectory(0),
+			open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
 		// Until the rebuild has seen every counter in the log, a new
 		// position is looked up before it is used: a migration cut short
 		// by a crash left records at positions this process's counter

@@ -1,6 +1,8 @@
 package recstore
 
 import (
+	"encoding/binary"
+
 	"github.com/oncekv/oncekv/internal/sealing"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -17,6 +19,7 @@ func (k *Kind[R]) Rewrite(tx kv.Tx, after []byte, limit int, fn func(scope, key 
 		if len(after) > 0 && after[0] == cursorLog {
 			inner = after[1:]
 		}
+		s := logOf(tx, k.Spec.Name)
 		next, n, err := sealing.Rewrite(k.logNS().Bucket(tx), inner, limit, func(pos, v []byte) ([]byte, error) {
 			scope, key, payload, ok := unwrap(v)
 			if !ok || !intact(v) {
@@ -25,6 +28,11 @@ func (k *Kind[R]) Rewrite(tx kv.Tx, after []byte, limit int, fn func(scope, key 
 			nv, err := fn(string(scope), string(key), payload)
 			if nv == nil || err != nil {
 				return nil, err
+			}
+			if s != nil && len(pos) == 8 {
+				// The cached entry is sealed with the old key: read the
+				// new one from the log.
+				s.dir.forget(s.dir.hashBytes(scope, key), binary.BigEndian.Uint64(pos))
 			}
 			return wrap(string(scope), string(key), nv), nil
 		})

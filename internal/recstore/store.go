@@ -78,12 +78,19 @@ type Store interface {
 	// or in it: a record found where p points is verified like any other,
 	// and when it is not there the look-up starts afresh.
 	GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error)
+	// Cached returns, without a transaction, the value of the record of
+	// (scope, key) at p when this process committed it recently and no
+	// change to it has begun since (log layout; recent.go). ok false means
+	// look in a transaction. The value must not be modified.
+	Cached(p Probe, scope, key string) (ref Ref, v []byte, ok bool)
 }
 
 // Probe is what Store.Probe found: the first position the directory
 // holds for a key (log layout), or nothing.
 type Probe struct {
-	pos uint64
+	pos   uint64
+	h     uint64 // the key's hash (log layout), when pos is set
+	extra bool   // the directory holds more positions under h
 }
 
 // Stats describes a store.
@@ -96,6 +103,8 @@ type Stats struct {
 	Rebuilt          int
 	RebuildTime      time.Duration
 	Unreadable       int
+	// Cache of recent entries (log only): entries held and their bytes.
+	Cached, CachedBytes int
 }
 
 // splitKey splits a keyed-layout bucket key scope NUL key.

@@ -1,0 +1,149 @@
+package recstore
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// The recent-entries cache keeps, per directory shard, the log entries
+// this process committed most recently, so that a retry (which comes
+// seconds after the request it repeats, not days) is answered from memory:
+// a directory probe, a map look-up, no read transaction. Older records are
+// read from the log as before.
+//
+// It must never answer with an entry the log no longer holds at that
+// position. Three rules make it so:
+//
+//   - An entry is added only after the transaction that wrote it commits
+//     (OnCommit): a rolled-back write, a batch run that failed, a caller's
+//     own transaction rolled back never reach it.
+//   - Every change of a position (overwrite, move, delete, sweep, rekey)
+//     removes the position inside the changing transaction, before its
+//     commit, and counts a generation of the shard. Until that commit, a
+//     reader that misses the cache reads the log, where the old value is
+//     still the committed one.
+//   - bbolt runs OnCommit after it releases the writer lock, so a later
+//     transaction may change the position between a commit and its
+//     OnCommit. The writer therefore takes the shard's generation inside
+//     its transaction, and the entry is added only if no change in the
+//     shard came in between.
+//
+// Entries are the exact bytes written (immutable once committed) and are
+// still verified against the (scope, key) asked for, as a hit read from
+// the log is. The cache holds what this process wrote: a process that
+// opens an existing file starts with it empty, and writes made to the
+// file behind oncekv's back (raw bbolt) are not seen by it.
+const (
+	// recentBytes bounds the cache of one kind in one database.
+	recentBytes = 16 << 20
+	// recentShardBytes bounds one shard: oldest entries are evicted first.
+	recentShardBytes = recentBytes / dirShards
+	// recentMaxEntry is the largest entry kept: a huge response would
+	// evict a shard's worth of small ones.
+	recentMaxEntry = recentShardBytes / 4
+)
+
+// recentShard is one shard's cache, beside (not under) the directory's
+// lock: adds come after commits, outside the writer's critical section.
+type recentShard struct {
+	mu      sync.RWMutex
+	gen     atomic.Uint64 // counts changes of cached positions
+	entries map[uint64][]byte
+	// order is the positions in the order they were added, from head on;
+	// it may still hold positions removed since (skipped when evicted,
+	// dropped when it is compacted).
+	order []uint64
+	head  int
+	bytes int
+}
+
+// cached returns the committed entry at pos, if the cache holds it.
+func (d *directory) cached(h, pos uint64) []byte {
+	r := &d.shard(h).recent
+	r.mu.RLock()
+	e := r.entries[pos]
+	r.mu.RUnlock()
+	return e
+}
+
+// generation returns the shard's change count, for remember.
+func (d *directory) generation(h uint64) uint64 { return d.shard(h).recent.gen.Load() }
+
+// remember adds the entry committed at pos, unless a position of the
+// shard changed since gen was taken (inside the writing transaction).
+func (d *directory) remember(h, pos, gen uint64, entry []byte) {
+	if len(entry) > recentMaxEntry {
+		return
+	}
+	r := &d.shard(h).recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen.Load() != gen {
+		return
+	}
+	if r.entries == nil {
+		r.entries = map[uint64][]byte{}
+	}
+	if old, ok := r.entries[pos]; ok {
+		r.bytes -= len(old)
+	}
+	r.entries[pos] = entry
+	r.order = append(r.order, pos)
+	r.bytes += len(entry)
+	for r.bytes > recentShardBytes && r.head < len(r.order) {
+		p := r.order[r.head]
+		r.head++
+		if e, ok := r.entries[p]; ok {
+			delete(r.entries, p)
+			r.bytes -= len(e)
+		}
+	}
+	r.compact()
+}
+
+// forget removes pos and counts a change, inside the transaction that
+// changes it.
+func (d *directory) forget(h, pos uint64) {
+	r := &d.shard(h).recent
+	r.mu.Lock()
+	r.gen.Add(1)
+	if e, ok := r.entries[pos]; ok {
+		delete(r.entries, pos)
+		r.bytes -= len(e)
+	}
+	r.mu.Unlock()
+}
+
+// compact drops the order's dead prefix and, when removed positions make
+// up most of it, the removed positions: its length stays within a small
+// multiple of the entries held.
+func (r *recentShard) compact() {
+	live := len(r.order) - r.head
+	if live <= 2*len(r.entries)+64 {
+		if r.head > len(r.order)/2 {
+			r.order = r.order[:copy(r.order, r.order[r.head:])]
+			r.head = 0
+		}
+		return
+	}
+	out := r.order[:0]
+	for _, p := range r.order[r.head:] {
+		if _, ok := r.entries[p]; ok {
+			out = append(out, p)
+		}
+	}
+	clear(r.order[len(out):])
+	r.order, r.head = out, 0
+}
+
+// recentLen returns the entries cached and their bytes.
+func (d *directory) recentLen() (n, bytes int) {
+	for i := range d.shards {
+		r := &d.shards[i].recent
+		r.mu.RLock()
+		n += len(r.entries)
+		bytes += r.bytes
+		r.mu.RUnlock()
+	}
+	return n, bytes
+}
