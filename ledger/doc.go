@@ -65,6 +65,19 @@
 // that opens its own transaction under group commit, and a Tx form (DoTx,
 // ClaimTx, ...) that works inside the caller's transaction and never commits.
 //
+// # Reading records
+//
+// On bbolt, records are appended to a log in expiry order and found through
+// an in-memory directory rebuilt at open (Stats: Records, Rebuilt,
+// RebuildTime): a key never seen costs no read transaction, and a record
+// found is always checked against the (scope, key) asked for. Records this
+// process committed recently are also kept in a bounded cache (16 MiB per
+// database; Stats: Cached, CachedBytes), so that a retry, which comes soon
+// after its original, is answered with no read transaction at all. An
+// entry enters the cache only after its commit and leaves it inside any
+// transaction that changes the record, before that commits: the cache
+// never answers with a record the file no longer holds.
+//
 // # Caveats
 //
 //   - A key is remembered only for its retention (Config.Retention, 24 hours

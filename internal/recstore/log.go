@@ -93,11 +93,11 @@ func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 }
 
 func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error) {
-	b := s.log.Bucket(tx)
-	if b == nil {
-		return Ref{}, nil, nil
-	}
+	var b kv.Bucket
 	if p.pos != 0 {
+		if b = s.log.Bucket(tx); b == nil {
+			return Ref{}, nil, nil
+		}
 		if ref, v, ok, err := s.at(b, p.pos, scope, key); ok {
 			return ref, v, err
 		}
@@ -110,6 +110,13 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 	for _, pos := range s.dir.candidates(s.dir.hash(scope, key), buf[:0]) {
 		if pos == p.pos {
 			continue // looked at already
+		}
+		if b == nil {
+			// Opened only now: a key the directory has never seen, the
+			// common case in a write transaction, costs no bucket look-up.
+			if b = s.log.Bucket(tx); b == nil {
+				return Ref{}, nil, nil
+			}
 		}
 		if ref, v, ok, err := s.at(b, pos, scope, key); ok {
 			return ref, v, err

@@ -9,7 +9,9 @@
 //     first used in a process, maps hash(scope, key) to log positions: a
 //     look-up costs a map probe and, on a hit, one Get of the tail-ordered
 //     key. This is Bitcask's key directory over an append-ordered log,
-//     inside bbolt's transactions.
+//     inside bbolt's transactions. Beside it, a bounded cache of the
+//     entries this process committed last (recent.go) answers a retry
+//     with no transaction at all (Cached).
 //   - keyed (etcd: several writers). Records live under scope NUL key, with
 //     a separate expiry index, and are looked up directly. This is also the
 //     layout of files written before the log (format 1); Migrate moves them.
