@@ -158,6 +158,8 @@ func TestSweepAndRewriteForgetCachedEntries(t *testing.T) {
 		return err
 	}))
 
+	require.Equal(t, 1, positions(s), "the swept record's directory entry stays after the commit")
+
 	_, ok = cachedValue(s, "s", "rekeyed")
 	require.True(t, ok)
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
@@ -197,6 +199,24 @@ func TestRecentCacheIsBounded(t *testing.T) {
 
 	s.dir.remember(h, 1<<40, s.dir.generation(h), make([]byte, recentMaxEntry+1))
 	require.Nil(t, s.dir.cached(h, 1<<40), "an entry over the size limit is cached")
+	s.dir.remember(h, 1<<41, s.dir.generation(h), make([]byte, recentMaxEntry))
+	require.NotNil(t, s.dir.cached(h, 1<<41), "an entry of the size limit is not cached")
+}
+
+// A shard filled exactly to its bound keeps every entry.
+func TestRecentCacheHoldsItsWholeBound(t *testing.T) {
+	_, s := open(t)
+	h := uint64(1) << 58 // shard 1
+	entry := make([]byte, recentShardBytes/8)
+	for i := 1; i <= 8; i++ {
+		s.dir.remember(h, uint64(i), s.dir.generation(h), entry)
+	}
+	n, bytes := s.dir.recentLen()
+	require.Equal(t, 8, n)
+	require.Equal(t, recentShardBytes, bytes)
+	s.dir.remember(h, 9, s.dir.generation(h), entry)
+	require.Nil(t, s.dir.cached(h, 1), "one over the bound evicts the oldest")
+	require.NotNil(t, s.dir.cached(h, 2))
 }
 
 // After Close the cache stops answering: callers read the log and meet
