@@ -244,6 +244,7 @@ func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.
 		j.Undo()
 		return Delivery{}, err
 	}
+	j.Committed()
 	if !d.Duplicate {
 		failpoint.Inject(failpoint.InboxAfterCommit) // committed, not yet acknowledged
 	}

@@ -245,6 +245,8 @@ func (l *Ledger) managed(ctx context.Context, fn func(ctx context.Context, tx kv
 	})
 	if err != nil {
 		j.Undo()
+	} else {
+		j.Committed()
 	}
 	return err
 }

@@ -10,7 +10,9 @@ import (
 // re-runs a call's function when another call of its batch fails, and each
 // run adds its own entries. The managed form makes a Journal, passes it down
 // in the context (WithJournal), calls Undo at the start of every run and
-// after a failed call, and leaves the entries of the run that committed.
+// after a failed call, leaves the entries of the run that committed, and
+// then calls Committed, which adds the entries written to the cache of
+// recent entries.
 //
 // The Tx forms, run in a caller's own transaction, have no Journal: if the
 // caller rolls back, its entries stay in the directory as stale hints
@@ -19,6 +21,17 @@ import (
 type Journal struct {
 	mu      sync.Mutex
 	entries []journaled
+	// recent holds the entries to add to the cache of recent entries once
+	// the call's transaction has committed (Committed): the caller's
+	// goroutine adds them, not the group commit's leader, which would
+	// delay the next batch by the time it takes to add a whole batch's.
+	recent []pendingEntry
+}
+
+type pendingEntry struct {
+	d           *directory
+	h, pos, gen uint64
+	entry       []byte
 }
 
 type journaled struct {
@@ -64,4 +77,27 @@ func (j *Journal) Undo() {
 		e.d.remove(e.h, e.pos)
 	}
 	j.entries = j.entries[:0]
+	clear(j.recent)
+	j.recent = j.recent[:0]
+}
+
+// remember notes an entry to cache once the call commits.
+func (j *Journal) remember(d *directory, h, pos, gen uint64, entry []byte) {
+	j.mu.Lock()
+	j.recent = append(j.recent, pendingEntry{d, h, pos, gen, entry})
+	j.mu.Unlock()
+}
+
+// Committed is called once the call's transaction has committed: the
+// entries it wrote join the cache of recent entries (each only if its
+// position has not changed since, see recent.go). A managed call that
+// does not call it only loses the cache's help.
+func (j *Journal) Committed() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, e := range j.recent {
+		e.d.remember(e.h, e.pos, e.gen, e.entry)
+	}
+	clear(j.recent)
+	j.recent = j.recent[:0]
 }

@@ -199,7 +199,7 @@ func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Re
 		if err := b.Put(posKey(prev.pos), entry); err != nil {
 			return Ref{}, err
 		}
-		s.rememberOnCommit(tx, h, prev.pos, entry)
+		s.rememberOnCommit(ctx, tx, h, prev.pos, entry)
 		return prev, nil
 	}
 	pos := s.newPos(b, expiry)
@@ -214,18 +214,22 @@ func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Re
 			return Ref{}, err
 		}
 		old := prev.pos
-		s.rememberOnCommit(tx, h, pos, entry)
+		s.rememberOnCommit(ctx, tx, h, pos, entry)
 		tx.OnCommit(func() { s.dir.remove(h, old) })
 		return Ref{pos: pos}, nil
 	}
-	s.rememberOnCommit(tx, h, pos, entry)
+	s.rememberOnCommit(ctx, tx, h, pos, entry)
 	return Ref{pos: pos}, nil
 }
 
 // rememberOnCommit caches entry, written at pos in tx, once tx commits
-// (recent.go).
-func (s *logStore) rememberOnCommit(tx kv.Tx, h, pos uint64, entry []byte) {
+// (recent.go): through the managed call's Journal in ctx, or OnCommit.
+func (s *logStore) rememberOnCommit(ctx context.Context, tx kv.Tx, h, pos uint64, entry []byte) {
 	gen := s.dir.generation(h)
+	if j := journalFrom(ctx); j != nil {
+		j.remember(s.dir, h, pos, gen, entry)
+		return
+	}
 	tx.OnCommit(func() { s.dir.remember(h, pos, gen, entry) })
 }
 

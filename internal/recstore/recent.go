@@ -15,18 +15,21 @@ import (
 // position. Three rules make it so:
 //
 //   - An entry is added only after the transaction that wrote it commits
-//     (OnCommit): a rolled-back write, a batch run that failed, a caller's
+//     (a managed call adds it from its own goroutine when it returns,
+//     through its Journal; a Tx form in a caller's transaction through
+//     OnCommit): a rolled-back write, a batch run that failed, a caller's
 //     own transaction rolled back never reach it.
 //   - Every change of a position (overwrite, move, delete, sweep, rekey)
 //     removes the position inside the changing transaction, before its
 //     commit, and counts a generation of the shard. Until that commit, a
 //     reader that misses the cache reads the log, where the old value is
 //     still the committed one.
-//   - bbolt runs OnCommit after it releases the writer lock, so a later
-//     transaction may change the position between a commit and its
-//     OnCommit. The writer therefore takes the shard's generation inside
-//     its transaction, and the entry is added only if no change in the
-//     shard came in between.
+//   - bbolt runs OnCommit after it releases the writer lock (and a
+//     managed call returns later still), so a later transaction may
+//     change the position between a commit and the entry's addition. The
+//     writer therefore takes the shard's generation inside its
+//     transaction, and the entry is added only if no change in the shard
+//     came in between.
 //
 // Entries are the exact bytes written (immutable once committed) and are
 // still verified against the (scope, key) asked for, as a hit read from

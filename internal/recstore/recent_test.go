@@ -286,3 +286,31 @@ func TestCacheUnderConcurrentChanges(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// A managed call's entries join the cache when the call says its
+// transaction committed (Journal.Committed, on the caller's goroutine),
+// not at the commit; a run undone never joins it.
+func TestJournalAddsEntriesAfterTheCall(t *testing.T) {
+	db, s := open(t)
+	exp := t0.Add(time.Hour)
+	j := &Journal{}
+	jctx := WithJournal(ctx, j)
+	write := func(key string) {
+		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+			_, err := s.Put(jctx, tx, "s", key, Ref{}, time.Time{}, exp, value(key))
+			return err
+		}))
+	}
+	write("undone")
+	j.Undo()
+	write("k")
+	_, ok := cachedValue(s, "s", "k")
+	require.False(t, ok, "cached before the call said it committed")
+	j.Committed()
+	v, ok := cachedValue(s, "s", "k")
+	require.True(t, ok)
+	require.Equal(t, value("k"), v)
+	_, ok = cachedValue(s, "s", "undone")
+	require.False(t, ok, "an undone run's entry is cached")
+	require.Equal(t, 1, s.Stats().Cached)
+}
