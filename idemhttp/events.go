@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/oncekv/oncekv/ledger"
@@ -54,7 +55,9 @@ func (m *Middleware) Stats() Stats {
 
 func (m *Middleware) event(e Event) {
 	m.counters[eventIndex[e.Kind]].Add(1)
-	m.log.Info("idempotent request", "outcome", string(e.Kind), "scope", e.Scope, "key", e.Key, "status", e.Status, "duration", e.Duration)
+	if m.log.Enabled(context.Background(), slog.LevelInfo) { // no boxing of the attributes for a logger that discards them
+		m.log.Info("idempotent request", "outcome", string(e.Kind), "scope", e.Scope, "key", e.Key, "status", e.Status, "duration", e.Duration)
+	}
 	if m.cfg.OnEvent != nil {
 		m.cfg.OnEvent(e)
 	}

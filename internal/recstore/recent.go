@@ -117,16 +117,11 @@ func (d *directory) forget(h, pos uint64) {
 	r.mu.Unlock()
 }
 
-// compact drops the order's dead prefix and, when removed positions make
-// up most of it, the removed positions: its length stays within a small
-// multiple of the entries held.
+// compact keeps the order within twice the entries held (plus a little):
+// when evicted and removed positions make up more than that, the live
+// ones are kept, oldest first, and the rest dropped.
 func (r *recentShard) compact() {
-	live := len(r.order) - r.head
-	if live <= 2*len(r.entries)+64 {
-		if r.head > len(r.order)/2 {
-			r.order = r.order[:copy(r.order, r.order[r.head:])]
-			r.head = 0
-		}
+	if len(r.order) <= 2*len(r.entries)+64 {
 		return
 	}
 	out := r.order[:0]
@@ -135,7 +130,6 @@ func (r *recentShard) compact() {
 			out = append(out, p)
 		}
 	}
-	clear(r.order[len(out):])
 	r.order, r.head = out, 0
 }
 

@@ -193,9 +193,28 @@ func TestRecentCacheIsBounded(t *testing.T) {
 	// Entries removed as fast as they come: the order does not grow.
 	for i := n + 1; i <= 20*n; i++ {
 		s.dir.remember(h, uint64(i), s.dir.generation(h), entry)
+		require.LessOrEqual(t, len(sh.order), 2*len(sh.entries)+64)
 		s.dir.forget(h, uint64(i))
 	}
-	require.LessOrEqual(t, len(sh.order)-sh.head, 2*len(sh.entries)+64+1)
+	// The entries still held are the newest of the first run; filled to
+	// the bound again, every entry added evicts exactly the oldest held.
+	next := uint64(30 * n)
+	for (len(sh.entries)+1)*len(entry) <= recentShardBytes {
+		next++
+		s.dir.remember(h, next, s.dir.generation(h), entry)
+	}
+	oldest := 1
+	for s.dir.cached(h, uint64(oldest)) == nil {
+		oldest++
+	}
+	for ; oldest <= n; oldest++ {
+		next++
+		s.dir.remember(h, next, s.dir.generation(h), entry)
+		require.Nil(t, s.dir.cached(h, uint64(oldest)), "entry %d outlived the eviction of the oldest", oldest)
+		if oldest < n {
+			require.NotNil(t, s.dir.cached(h, uint64(oldest+1)), "entry %d was evicted before an older one", oldest+1)
+		}
+	}
 
 	s.dir.remember(h, 1<<40, s.dir.generation(h), make([]byte, recentMaxEntry+1))
 	require.Nil(t, s.dir.cached(h, 1<<40), "an entry over the size limit is cached")
