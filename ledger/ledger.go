@@ -306,6 +306,12 @@ type Stats struct {
 	// retry is answered without a read transaction.
 	Cached      int
 	CachedBytes int64
+	// CacheHits counts the look-ups the cache answered since the process
+	// opened the database, and CacheMisses those of a key the directory
+	// holds that read the file instead (a record written before the
+	// process started, or evicted). Many misses for retries mean the
+	// cache is too small for how long your clients take to retry.
+	CacheHits, CacheMisses uint64
 }
 
 // DirectoryBytesPerRecord is the directory's measured heap per record: a Go
@@ -319,5 +325,5 @@ func (l *Ledger) Stats() Stats {
 	st := l.records.Stats()
 	return Stats{Layout: st.Layout, Records: st.Positions, DirectoryBytes: int64(st.Positions) * DirectoryBytesPerRecord,
 		Rebuilt: st.Rebuilt, RebuildTime: st.RebuildTime, Waited: l.waited.Load(),
-		Cached: st.Cached, CachedBytes: int64(st.CachedBytes)}
+		Cached: st.Cached, CachedBytes: int64(st.CachedBytes), CacheHits: st.CacheHits, CacheMisses: st.CacheMisses}
 }

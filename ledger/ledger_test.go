@@ -674,6 +674,9 @@ func TestNewKeysCostNoReadTransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.Replayed)
 	require.Equal(t, before+1, db.Bolt().Stats().TxN)
+	st := l.Stats()
+	require.Equal(t, uint64(1), st.CacheMisses, "the cold replay is not counted as a miss")
+	require.Zero(t, st.CacheHits)
 }
 
 // A retry of a record this process committed is answered from the cache
@@ -710,6 +713,8 @@ func TestRecentRecordsAnswerFromMemory(t *testing.T) {
 	st := l.Stats()
 	require.Equal(t, 1, st.Cached)
 	require.Positive(t, st.CachedBytes)
+	require.Equal(t, uint64(3), st.CacheHits, "the duplicate and two replays")
+	require.Zero(t, st.CacheMisses)
 
 	// Released: the work runs again.
 	out, err = l.Claim(ctx, req("r", "x"))

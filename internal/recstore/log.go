@@ -79,9 +79,9 @@ func (s *logStore) Layout() string { return "log" }
 
 func (s *logStore) Stats() Stats {
 	n, extra := s.dir.len()
-	cached, cachedBytes := s.dir.recentLen()
+	cached, cachedBytes, hits, misses := s.dir.recentStats()
 	return Stats{Layout: "log", Positions: n, Extra: extra, Rebuilt: s.rebuilt, RebuildTime: s.rebuildTime, Unreadable: int(s.unreadable.Load()),
-		Cached: cached, CachedBytes: cachedBytes}
+		Cached: cached, CachedBytes: cachedBytes, CacheHits: hits, CacheMisses: misses}
 }
 
 // ErrDamagedRecord is returned (wrapped) when a look-up meets a record whose
@@ -241,10 +241,13 @@ func (s *logStore) Cached(p Probe, scope, key string) (Ref, []byte, bool) {
 		return Ref{}, nil, false
 	}
 	h := p.h // a probe of another key can only miss here: entries are verified
+	r := &s.dir.shard(h).recent
 	if v, ok := s.cachedAt(h, p.pos, scope, key); ok {
+		r.hits.Add(1)
 		return Ref{pos: p.pos}, v, true
 	}
 	if !p.extra {
+		r.misses.Add(1)
 		return Ref{}, nil, false
 	}
 	// The first position may be a stale hint (a caller's rolled-back
@@ -256,9 +259,11 @@ func (s *logStore) Cached(p Probe, scope, key string) (Ref, []byte, bool) {
 			continue
 		}
 		if v, ok := s.cachedAt(h, pos, scope, key); ok {
+			r.hits.Add(1)
 			return Ref{pos: pos}, v, true
 		}
 	}
+	r.misses.Add(1)
 	return Ref{}, nil, false
 }
 

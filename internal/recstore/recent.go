@@ -49,9 +49,12 @@ const (
 // recentShard is one shard's cache, beside (not under) the directory's
 // lock: adds come after commits, outside the writer's critical section.
 type recentShard struct {
-	mu      sync.RWMutex
-	gen     atomic.Uint64 // counts changes of cached positions
-	entries map[uint64][]byte
+	mu  sync.RWMutex
+	gen atomic.Uint64 // counts changes of cached positions
+	// hits and misses count the look-ups answered from the cache, and
+	// those of a key the directory holds that had to read the log.
+	hits, misses atomic.Uint64
+	entries      map[uint64][]byte
 	// order is the positions in the order they were added, from head on;
 	// it may still hold positions removed since (skipped when evicted,
 	// dropped when it is compacted).
@@ -133,14 +136,17 @@ func (r *recentShard) compact() {
 	r.order, r.head = out, 0
 }
 
-// recentLen returns the entries cached and their bytes.
-func (d *directory) recentLen() (n, bytes int) {
+// recentStats returns the entries cached, their bytes, and the hits and
+// misses counted.
+func (d *directory) recentStats() (n, bytes int, hits, misses uint64) {
 	for i := range d.shards {
 		r := &d.shards[i].recent
 		r.mu.RLock()
 		n += len(r.entries)
 		bytes += r.bytes
 		r.mu.RUnlock()
+		hits += r.hits.Load()
+		misses += r.misses.Load()
 	}
-	return n, bytes
+	return n, bytes, hits, misses
 }

@@ -230,7 +230,7 @@ func TestRecentCacheHoldsItsWholeBound(t *testing.T) {
 	for i := 1; i <= 8; i++ {
 		s.dir.remember(h, uint64(i), s.dir.generation(h), entry)
 	}
-	n, bytes := s.dir.recentLen()
+	n, bytes, _, _ := s.dir.recentStats()
 	require.Equal(t, 8, n)
 	require.Equal(t, recentShardBytes, bytes)
 	s.dir.remember(h, 9, s.dir.generation(h), entry)

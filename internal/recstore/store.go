@@ -105,8 +105,11 @@ type Stats struct {
 	Rebuilt          int
 	RebuildTime      time.Duration
 	Unreadable       int
-	// Cache of recent entries (log only): entries held and their bytes.
-	Cached, CachedBytes int
+	// Cache of recent entries (log only): entries held and their bytes;
+	// look-ups it answered, and look-ups of a key the directory holds that
+	// it could not answer (they read the log).
+	Cached, CachedBytes    int
+	CacheHits, CacheMisses uint64
 }
 
 // splitKey splits a keyed-layout bucket key scope NUL key.
