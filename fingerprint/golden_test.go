@@ -1,0 +1,37 @@
+package fingerprint
+
+import (
+	"encoding/hex"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// goldenCases pin the bytes Sum hashes: a fingerprint is stored with every
+// record, so a change in what is hashed (field order, framing, the JSON
+// test, the canonical form) turns every retry of a stored request into a
+// mismatch. These digests were computed before Sum was last rewritten.
+var goldenCases = []struct {
+	method, target, ct, body string
+	want                     string
+}{
+	{"POST", "/v1/orders", "application/json", `{"id":"ord_1","amount":2500,"currency":"eur","items":[{"sku":"a","qty":1}]}`, "1c13c9cc6c8b276dd072533ebf2c5b895672555a4a56f8ea6c9c00c80f2bf2da"},
+	{"POST", "/v1/orders", "application/json; charset=utf-8", `{ "currency" : "eur", "id":"ord_1" }`, "3f69a6f39fa0c2e62cb6dda2f6cd01822345f382bc1cf0dccd27a54cb46ec1a3"},
+	{"POST", "/v1/orders?x=1", "Application/JSON", `[1, 2.50, -3e2, true, null, "\u00e9"]`, "9c530660667402bece1a3f85c83d71566eda976e940cc1b91a8a5d52379ea670"},
+	{"PUT", "/v1/orders/ord_1", "application/merge-patch+json", `{"status":"paid"}`, "6c1b42668217e86c56c77aaf69ea9bf322944c3714f2b378fbb81e7e6511216e"},
+	{"POST", "/v1/upload", "text/plain", "hello, world\n", "22bbf9c1ceb97553211bf1492e355aef5a2afd82daaf27415b191eab5604ee36"},
+	{"POST", "/v1/orders", "application/json", "  \n", "f44e9cc70173dde52ab5bb7a98da6630c52ccdf34319318a120f93ce39304fd1"},
+	{"POST", "/v1/orders", "", `{"id":1}`, "8984338a3dbad1d6b123d21a1fa1af9c478dfbda92d8ad64810ead2ea6e6a067"},
+	{"POST", "/v1/orders", "application/json;;", `{"id":1}`, "8984338a3dbad1d6b123d21a1fa1af9c478dfbda92d8ad64810ead2ea6e6a067"},
+	{"DELETE", "/v1/orders/ord_1", "application/json", "", "da8efe90ea1dcfcd7d6eb1e5025f30cabc4965e0d29d5dbfb73746817c77f622"},
+}
+
+func TestSumIsStable(t *testing.T) {
+	f, err := New(nil)
+	require.NoError(t, err)
+	for _, c := range goldenCases {
+		got, err := f.Sum(c.method, c.target, c.ct, []byte(c.body))
+		require.NoError(t, err)
+		require.Equal(t, c.want, hex.EncodeToString(got[:]), "%s %s %q %q", c.method, c.target, c.ct, c.body)
+	}
+}
