@@ -22,6 +22,15 @@ type canonicaliser struct {
 	scratch  []byte
 	key      []byte
 	maxDepth int
+	// frames keeps, per nesting depth, the members and keys of the object
+	// being read there, so that a pooled canonicaliser reads objects
+	// without allocating.
+	frames []frame
+}
+
+type frame struct {
+	members []member
+	keys    []byte
 }
 
 type member struct {
@@ -30,8 +39,10 @@ type member struct {
 	excluded   bool   // parsed, checked for collisions, left out of the output
 }
 
-func (c *canonicaliser) canonicalise(in []byte, excl *pathNode, maxDepth int) ([]byte, error) {
-	c.in, c.pos, c.out, c.maxDepth = in, 0, c.out[:0], maxDepth
+// canonicalise appends the canonical form of in to dst (which may be
+// c.out[:0]) and returns it, also left in c.out.
+func (c *canonicaliser) canonicalise(dst, in []byte, excl *pathNode, maxDepth int) ([]byte, error) {
+	c.in, c.pos, c.out, c.maxDepth = in, 0, dst, maxDepth
 	c.ws()
 	if err := c.value(excl, 0); err != nil {
 		return nil, err
@@ -172,8 +183,16 @@ func (c *canonicaliser) object(excl *pathNode, depth int) error {
 	c.pos++ // {
 	objStart := len(c.out)
 	c.out = append(c.out, '{')
-	var members []member
-	var keyBuf []byte
+	for len(c.frames) <= depth {
+		c.frames = append(c.frames, frame{})
+	}
+	members, keyBuf := c.frames[depth].members[:0], c.frames[depth].keys[:0]
+	defer func() {
+		// Kept for the next object at this depth, unless one was huge.
+		if cap(keyBuf) <= maxPooledBuffer && cap(members) <= maxPooledBuffer/32 {
+			c.frames[depth] = frame{members: members[:0], keys: keyBuf[:0]}
+		}
+	}()
 	c.ws()
 	if c.pos < len(c.in) && c.in[c.pos] == '}' {
 		c.pos++

@@ -105,37 +105,40 @@ var canonPool = sync.Pool{New: func() any { return &canonicaliser{} }}
 // wrapping ErrInvalidJSON (or ErrJSONTooDeep); it is never silently hashed as
 // bytes.
 func (f *Fingerprinter) Sum(method, target, contentType string, body []byte) (ledger.Fingerprint, error) {
-	h := sha256.New()
-	var hdr [binary.MaxVarintLen64]byte
-	writeField := func(s string) {
-		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(s)))])
-		h.Write([]byte(s))
-	}
-	h.Write([]byte("oncekv/fp/1"))
-	writeField(method)
-	writeField(target)
-
-	if !IsJSON(contentType) || isBlank(body) {
-		h.Write([]byte{kindBytes})
-		h.Write(body)
-		return ledger.Fingerprint(h.Sum(nil)), nil
-	}
+	// What is hashed, in order: "oncekv/fp/1", the method and the target
+	// (each length-prefixed), a kind byte, and the body as bytes or in
+	// canonical JSON. It is gathered in one pooled buffer and hashed at
+	// once: the same bytes as a streaming hash, without its allocations.
 	c := canonPool.Get().(*canonicaliser)
 	defer canonPool.Put(c)
-	out, err := c.canonicalise(body, f.exclude, f.maxDepth)
-	if err != nil {
-		return ledger.Fingerprint{}, err
+	buf := append(c.out[:0], "oncekv/fp/1"...)
+	buf = binary.AppendUvarint(buf, uint64(len(method)))
+	buf = append(buf, method...)
+	buf = binary.AppendUvarint(buf, uint64(len(target)))
+	buf = append(buf, target...)
+	if !IsJSON(contentType) || isBlank(body) {
+		buf = append(append(buf, kindBytes), body...)
+	} else {
+		var err error
+		if buf, err = c.canonicalise(append(buf, kindJSON), body, f.exclude, f.maxDepth); err != nil {
+			return ledger.Fingerprint{}, err
+		}
 	}
-	h.Write([]byte{kindJSON})
-	h.Write(out)
-	return ledger.Fingerprint(h.Sum(nil)), nil
+	c.out = buf
+	if cap(c.out) > maxPooledBuffer {
+		c.out = nil // a huge body's buffer is not kept
+	}
+	return ledger.Fingerprint(sha256.Sum256(buf)), nil
 }
+
+// maxPooledBuffer bounds the buffers a pooled canonicaliser keeps.
+const maxPooledBuffer = 64 << 10
 
 // Canonical returns the canonical form of a JSON body as the Fingerprinter
 // hashes it. It is exported for tests and for debugging mismatches.
 func (f *Fingerprinter) Canonical(body []byte) ([]byte, error) {
 	var c canonicaliser
-	out, err := c.canonicalise(body, f.exclude, f.maxDepth)
+	out, err := c.canonicalise(nil, body, f.exclude, f.maxDepth)
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +148,11 @@ func (f *Fingerprinter) Canonical(body []byte) ([]byte, error) {
 // IsJSON reports whether a Content-Type names JSON: application/json or a
 // structured +json type, with any parameters.
 func IsJSON(contentType string) bool {
-	if contentType == "" {
+	switch contentType {
+	case "":
 		return false
+	case "application/json", "application/json; charset=utf-8":
+		return true // what mime.ParseMediaType says of them, without its map
 	}
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {

@@ -1,6 +1,8 @@
 package fingerprint
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"testing"
 
@@ -34,4 +36,56 @@ func TestSumIsStable(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, c.want, hex.EncodeToString(got[:]), "%s %s %q %q", c.method, c.target, c.ct, c.body)
 	}
+}
+
+// reference is Sum computed the long way: a streaming hash over the
+// documented fields, and Canonical from a fresh canonicaliser.
+func reference(t *testing.T, f *Fingerprinter, method, target, ct string, body []byte) ([32]byte, error) {
+	t.Helper()
+	h := sha256.New()
+	field := func(s string) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	h.Write([]byte("oncekv/fp/1"))
+	field(method)
+	field(target)
+	if !IsJSON(ct) || isBlank(body) {
+		h.Write([]byte{kindBytes})
+		h.Write(body)
+	} else {
+		out, err := f.Canonical(body)
+		if err != nil {
+			return [32]byte{}, err
+		}
+		h.Write([]byte{kindJSON})
+		h.Write(out)
+	}
+	return [32]byte(h.Sum(nil)), nil
+}
+
+// Sum reuses pooled buffers from call to call: whatever came before, it
+// hashes exactly the bytes the reference does, and an error leaves nothing
+// behind for the next call.
+func FuzzSumIsPure(f *testing.F) {
+	for _, c := range goldenCases {
+		f.Add(c.ct, []byte(c.body), []byte(`{"z":{"y":[{"x":1,"w":2}],"v":3},"u":4}`))
+	}
+	f.Add("application/json", []byte(`{"a":1,"A":2}`), []byte(`{"b":{"c":1}}`))
+	f.Add("application/json", []byte(`{"a":{"b":`), []byte(`{"k":"v","j":"w"}`))
+	fp, err := New(&Options{Exclude: []string{"meta.request_id"}, MaxDepth: 16})
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, ct string, a, b []byte) {
+		want, werr := reference(t, fp, "POST", "/v1/x", ct, a)
+		for range 2 {
+			got, err := fp.Sum("POST", "/v1/x", ct, a)
+			if (err != nil) != (werr != nil) {
+				t.Fatalf("Sum error %v, reference error %v", err, werr)
+			}
+			if err == nil && [32]byte(got) != want {
+				t.Fatalf("Sum of %q differs from the reference", a)
+			}
+			_, _ = fp.Sum("PUT", "/v1/y", "application/json", b) // leaves its state in the pool
+		}
+	})
 }
