@@ -39,7 +39,8 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		return db.Update(ctx, fn)
 	}
 	b := &db.batch
-	c := &batchCall{ctx: ctx, fn: fn, done: make(chan batchResult, 1)}
+	c := callPool.Get().(*batchCall)
+	c.ctx, c.fn = ctx, fn
 
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
@@ -58,10 +59,15 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 			b.lead()
 		}
 		r := <-c.done
-		switch {
-		case r.lead:
+		if r.lead {
 			lead = true
 			continue
+		}
+		// The final result: nothing more is sent to c, which goes back to
+		// the pool (its channel empty).
+		c.ctx, c.fn = nil, nil
+		callPool.Put(c)
+		switch {
 		case r.solo:
 			// fn failed after other calls of its batch; its error may have been
 			// caused by their writes, so find its real outcome alone.
@@ -76,8 +82,12 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 type batchCall struct {
 	ctx  context.Context
 	fn   func(Tx) error
-	done chan batchResult
+	done chan batchResult // buffered (1): each message is received before the next is sent
 }
+
+// callPool pools batch calls with their channels: a call receives exactly
+// one final result, after which nothing refers to it.
+var callPool = sync.Pool{New: func() any { return &batchCall{done: make(chan batchResult, 1)} }}
 
 type batchResult struct {
 	err   error
@@ -97,6 +107,14 @@ type batcher struct {
 	queue   []*batchCall
 	leading bool
 	full    chan struct{} // wakes a delaying leader when the queue is full
+
+	// The leader's state: only the leader uses it, and leadership passes
+	// under mu, so it is reused from batch to batch without allocating.
+	batch    []*batchCall // the calls of the batch being run
+	rejected []error
+	failed   int
+	res      batchResult
+	txFn     func(Tx) error // b.runTx, bound once
 }
 
 var errBatchCallFailed = errors.New("kv: batch call failed")
@@ -113,14 +131,17 @@ func (b *batcher) lead() {
 
 	b.mu.Lock()
 	n := min(len(b.queue), b.db.opts.MaxBatchSize)
-	calls := make([]*batchCall, n)
-	copy(calls, b.queue)
+	calls := append(b.batch[:0], b.queue[:n]...)
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
 	b.mu.Unlock()
 
 	b.run(calls)
+	// No pointers to finished calls (they are pooled) or their errors.
+	clear(calls)
+	clear(b.rejected)
+	b.batch, b.res = calls[:0], batchResult{}
 
 	b.mu.Lock()
 	if len(b.queue) > 0 {
@@ -142,28 +163,14 @@ func (b *batcher) run(calls []*batchCall) {
 	}
 	calls = live
 
-	rejected := make([]error, len(calls))
+	if cap(b.rejected) < len(calls) {
+		b.rejected = make([]error, len(calls))
+	}
 	for len(calls) > 0 {
-		failed := -1
-		var res batchResult
-		rejected = rejected[:len(calls)]
-		err := b.db.commit(context.Background(), len(calls), func(t Tx) error {
-			tx := b.db.guard(t)
-			for i, c := range calls {
-				p, err := safeCall(c.fn, tx)
-				rejected[i] = nil
-				if r, ok := err.(*rejection); ok {
-					rejected[i] = r.err // wrote nothing: the batch goes on
-					continue
-				}
-				if err != nil || p != nil {
-					failed, res = i, batchResult{err: err, panic: p}
-					return errBatchCallFailed
-				}
-			}
-			failpoint.Inject(failpoint.KVBatchBeforeCommit)
-			return nil
-		})
+		b.batch, b.failed, b.res = calls, -1, batchResult{}
+		rejected := b.rejected[:len(calls)]
+		err := b.db.commit(context.Background(), len(calls), b.txFn)
+		failed, res := b.failed, b.res
 		switch {
 		case failed < 0:
 			err = closedErr(err)
@@ -188,6 +195,27 @@ func (b *batcher) run(calls []*batchCall) {
 			calls = append(calls[:failed], calls[failed+1:]...)
 		}
 	}
+}
+
+// runTx is the transaction function of a batch: it runs the calls of
+// b.batch in order, noting rejections in b.rejected, and stops at the first
+// call that fails (b.failed, b.res).
+func (b *batcher) runTx(t Tx) error {
+	tx := b.db.guard(t)
+	for i, c := range b.batch {
+		p, err := safeCall(c.fn, tx)
+		b.rejected[i] = nil
+		if r, ok := err.(*rejection); ok {
+			b.rejected[i] = r.err // wrote nothing: the batch goes on
+			continue
+		}
+		if err != nil || p != nil {
+			b.failed, b.res = i, batchResult{err: err, panic: p}
+			return errBatchCallFailed
+		}
+	}
+	failpoint.Inject(failpoint.KVBatchBeforeCommit)
+	return nil
 }
 
 // Reject wraps an outcome that a transaction function decided without

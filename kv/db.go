@@ -243,6 +243,7 @@ func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	}
 	db.batch.db = db
 	db.batch.full = make(chan struct{}, 1)
+	db.batch.txFn = db.batch.runTx
 	if bdb != nil && o.Cipher != nil {
 		boltCiphers.Store(bdb, o.Cipher)
 	}
