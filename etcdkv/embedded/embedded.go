@@ -82,15 +82,12 @@ func Start(o Options) (*Cluster, error) {
 	}
 	c := &Cluster{fsync: o.Fsync}
 	var spec []string
+	urls, err := freeURLs(2 * o.Members)
+	if err != nil {
+		return nil, err
+	}
 	for i := range o.Members {
-		cu, err := freeURL()
-		if err != nil {
-			return nil, err
-		}
-		pu, err := freeURL()
-		if err != nil {
-			return nil, err
-		}
+		cu, pu := urls[2*i], urls[2*i+1]
 		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: cu, PeerURL: pu, Dir: filepath.Join(o.Dir, fmt.Sprintf("m%d", i))}
 		c.Members = append(c.Members, m)
 		spec = append(spec, m.Name+"="+m.PeerURL)
@@ -146,13 +143,26 @@ func (c *Cluster) start(m *Member, state string, timeout time.Duration) error {
 	}
 }
 
-func freeURL() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freeURLs returns n distinct loopback URLs on free ports. Every listener
+// is held until all are chosen: one closed at once could hand its port to
+// the next (two members got the same port, found by CI's etcd matrix).
+func freeURLs(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
+	urls := make([]string, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		urls = append(urls, "http://"+ln.Addr().String())
 	}
-	defer func() { _ = ln.Close() }()
-	return "http://" + ln.Addr().String(), nil
+	return urls, nil
 }
 
 func memberConfig(m *Member, spec string, fsync bool, state string) *embed.Config {
