@@ -74,21 +74,11 @@ func BenchmarkUpsert(b *testing.B) {
 	opts := &kv.Options{NoSync: true}
 	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
 	tbl := orderTable(b, db)
-	var p pair
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		k := key("ord", i)
+	writePairs(b, bare, func(i int, k []byte) error {
 		o := order{Tenant: "acme", ExternalRef: string(key("ext", i)), Amount: 2500, Currency: "eur", Status: "pending"}
-		p.timeBare(func() { bareWrite(b, bare, k) })
-		p.timeSubject(func() {
-			err := db.Update(ctx, func(tx kv.Tx) error {
-				_, err := tbl.UpsertTx(tx, "by_ref", string(k), o, nil)
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+		return db.Update(ctx, func(tx kv.Tx) error {
+			_, err := tbl.UpsertTx(tx, "by_ref", string(k), o, nil)
+			return err
 		})
-	}
-	p.report(b)
+	})
 }

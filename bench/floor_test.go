@@ -96,26 +96,15 @@ func hotTailRecord(size, per int) func(kv.Tx) error {
 func floorWrites(b *testing.B, record func(kv.Tx) error) {
 	opts := &kv.Options{NoSync: true}
 	bare, floor := openDB(b, "bare", opts), openDB(b, "floor", opts)
-	var p pair
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		k := key("ord", i)
-		p.timeBare(func() { bareWrite(b, bare, k) })
-		p.timeSubject(func() {
-			err := floor.Bolt().Update(func(btx *bolt.Tx) error {
-				tx := kv.WrapTx(btx)
-				if err := putOrder(tx, k); err != nil {
-					return err
-				}
-				return record(tx)
-			})
-			if err != nil {
-				b.Fatal(err)
+	writePairs(b, bare, func(_ int, k []byte) error {
+		return floor.Bolt().Update(func(btx *bolt.Tx) error {
+			tx := kv.WrapTx(btx)
+			if err := putOrder(tx, k); err != nil {
+				return err
 			}
+			return record(tx)
 		})
-	}
-	p.report(b)
+	})
 	bs, fs := bare.Bolt().Stats().TxStats, floor.Bolt().Stats().TxStats
 	b.ReportMetric(float64(bs.GetWrite())/float64(b.N), "bare-pages/op")
 	b.ReportMetric(float64(fs.GetWrite())/float64(b.N), "pages/op")

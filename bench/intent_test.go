@@ -19,23 +19,13 @@ func BenchmarkIntentCreate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var p pair
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		k := key("ord", i)
-		p.timeBare(func() { bareWrite(b, bare, k) })
-		p.timeSubject(func() {
-			err := db.Update(ctx, func(tx kv.Tx) error {
-				if err := putOrder(tx, k); err != nil {
-					return err
-				}
-				_, _, err := x.CreateTx(tx, sideeffect.Spec{Kind: "charge", Subject: "order/" + string(k), Scope: "acme", Key: string(k), Purpose: "charge", Payload: orderValue})
+	writePairs(b, bare, func(_ int, k []byte) error {
+		return db.Update(ctx, func(tx kv.Tx) error {
+			if err := putOrder(tx, k); err != nil {
 				return err
-			})
-			if err != nil {
-				b.Fatal(err)
 			}
+			_, _, err := x.CreateTx(tx, sideeffect.Spec{Kind: "charge", Subject: "order/" + string(k), Scope: "acme", Key: string(k), Purpose: "charge", Payload: orderValue})
+			return err
 		})
-	}
-	p.report(b)
+	})
 }

@@ -40,23 +40,13 @@ func BenchmarkSingleTx(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var p pair
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		k := key("ord", i)
-		p.timeBare(func() { bareWrite(b, bare, k) })
-		p.timeSubject(func() {
-			req := ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{byte(i)}}
-			_, err := l.Do(ctx, req, func(tx kv.Tx) (ledger.Response, error) {
-				return ledger.Response{Status: 201, Header: respHeader, Body: responseBody}, putOrder(tx, k)
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+	writePairs(b, bare, func(i int, k []byte) error {
+		req := ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{byte(i)}}
+		_, err := l.Do(ctx, req, func(tx kv.Tx) (ledger.Response, error) {
+			return ledger.Response{Status: 201, Header: respHeader, Body: responseBody}, putOrder(tx, k)
 		})
-	}
-	p.report(b)
+		return err
+	})
 }
 
 // fillReplays stores n completed records (and n bare values of the same
@@ -203,22 +193,14 @@ func BenchmarkTwoPhase(b *testing.B) {
 	opts := &kv.Options{NoSync: true}
 	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
 	l, _ := ledger.New(db, nil)
-	var p pair
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		k := key("ord", i)
-		p.timeBare(func() { bareWrite(b, bare, k) })
-		p.timeSubject(func() {
-			out, err := l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/pay", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{1}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := l.Complete(ctx, out.Claim, ledger.Response{Status: 200, Body: responseBody}, func(tx kv.Tx) error { return putOrder(tx, k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
-	p.report(b)
+	writePairs(b, bare, func(i int, k []byte) error {
+		out, err := l.Claim(ctx, ledger.Request{Scope: "acme|POST /v1/pay", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{1}})
+		if err != nil {
+			return err
+		}
+		_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 200, Body: responseBody}, func(tx kv.Tx) error { return putOrder(tx, k) })
+		return err
+	})
 }
 
 // bareRead is the baseline of the read pairs: a bbolt View (raw, as the

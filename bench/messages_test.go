@@ -22,18 +22,10 @@ func BenchmarkInboxMark(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var p pair
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		k := key("ord", i)
-		p.timeBare(func() { bareWrite(b, bare, k) })
-		p.timeSubject(func() {
-			if _, err := in.Handle(ctx, "billing", string(key("msg", i)), func(tx kv.Tx) error { return putOrder(tx, k) }); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
-	p.report(b)
+	writePairs(b, bare, func(i int, k []byte) error {
+		_, err := in.Handle(ctx, "billing", string(key("msg", i)), func(tx kv.Tx) error { return putOrder(tx, k) })
+		return err
+	})
 }
 
 // BenchmarkInboxDuplicate compares answering the redelivery of a message
@@ -92,25 +84,15 @@ func BenchmarkOutboxAdd(b *testing.B) {
 	opts := &kv.Options{NoSync: true}
 	bare, db := openDB(b, "bare", opts), openDB(b, "oncekv", opts)
 	ob := outbox.New(db)
-	var p pair
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		k := key("ord", i)
-		p.timeBare(func() { bareWrite(b, bare, k) })
-		p.timeSubject(func() {
-			err := db.Update(ctx, func(tx kv.Tx) error {
-				if err := putOrder(tx, k); err != nil {
-					return err
-				}
-				_, _, err := ob.AddTx(tx, outbox.Event{ID: string(k), Topic: "order.created", Key: string(k), Payload: orderValue})
+	writePairs(b, bare, func(_ int, k []byte) error {
+		return db.Update(ctx, func(tx kv.Tx) error {
+			if err := putOrder(tx, k); err != nil {
 				return err
-			})
-			if err != nil {
-				b.Fatal(err)
 			}
+			_, _, err := ob.AddTx(tx, outbox.Event{ID: string(k), Topic: "order.created", Key: string(k), Payload: orderValue})
+			return err
 		})
-	}
-	p.report(b)
+	})
 }
 
 // BenchmarkRelayThroughput measures events per second from a filled outbox

@@ -20,6 +20,25 @@ type pair struct {
 func (p *pair) timeBare(fn func())    { s := time.Now(); fn(); p.bare += time.Since(s) }
 func (p *pair) timeSubject(fn func()) { s := time.Now(); fn(); p.subject += time.Since(s) }
 
+// writePairs times, write by write, the bare business write of order i
+// (under key("ord", i)) against subject doing the same through oncekv,
+// and reports both. What runs before it is not timed.
+func writePairs(b *testing.B, bare *kv.DB, subject func(i int, k []byte) error) {
+	var p pair
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		k := key("ord", i)
+		p.timeBare(func() { bareWrite(b, bare, k) })
+		p.timeSubject(func() {
+			if err := subject(i, k); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	p.report(b)
+}
+
 func (p *pair) report(b *testing.B) {
 	n := float64(b.N)
 	b.ReportMetric(float64(p.bare.Nanoseconds())/n, "bare-ns/op")

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -385,4 +388,29 @@ func TestTakeoverIsCounted(t *testing.T) {
 	require.Equal(t, uint64(1), mw.Stats().Takeovers)
 	require.Equal(t, uint64(1), mw.Stats().Executed)
 	require.Equal(t, []idemhttp.EventKind{idemhttp.EventTakeover, idemhttp.EventExecuted}, events)
+}
+
+// Each request that hits the ledger is one log line at Info, with its
+// outcome and key; a logger above Info gets none.
+func TestRequestsAreLoggedAtInfo(t *testing.T) {
+	t.Parallel()
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
+		out, err := os.Create(filepath.Join(t.TempDir(), "log")) // a file takes the server goroutines' writes safely
+		require.NoError(t, err)
+		b := setup(t, func(c *idemhttp.Config) {
+			c.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+		})
+		require.Equal(t, 201, b.post(t, "sk_acme", "log-1", `{"amount_cents":1}`).status)
+		require.Equal(t, 201, b.post(t, "sk_acme", "log-1", `{"amount_cents":1}`).status)
+		require.NoError(t, out.Close())
+		data, err := os.ReadFile(out.Name())
+		require.NoError(t, err)
+		lines := string(data)
+		if level == slog.LevelInfo {
+			require.Contains(t, lines, `msg="idempotent request" outcome=executed scope="acme|POST /v1/orders" key=log-1 status=201`)
+			require.Contains(t, lines, `outcome=replayed`)
+		} else {
+			require.NotContains(t, lines, "idempotent request")
+		}
+	}
 }

@@ -286,11 +286,8 @@ func (in *Inbox) seen(ctx context.Context, consumer, id string) (bool, error) {
 	}
 	var live bool
 	var err error
-	if _, v, ok := in.marks.Cached(probe, consumer, id); ok {
-		// A mark this process committed recently: no transaction.
-		if err = ctx.Err(); err == nil {
-			live, err = in.live(consumer, id, v, nil)
-		}
+	if _, v, ok := in.marks.Cached(ctx, probe, consumer, id); ok {
+		live, err = in.live(consumer, id, v, nil) // a mark this process committed recently
 	} else {
 		live, err = txn.Run(ctx, in.db.View, func(tx kv.Tx) (bool, error) {
 			_, v, err := in.marks.GetProbed(tx, consumer, id, probe)

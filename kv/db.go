@@ -281,8 +281,8 @@ func (db *DB) Traits() Traits { return db.traits }
 
 // Attachment returns the value attached to db under key, creating it with
 // create on first use. Packages built on kv keep per-database state there
-// (the ledger's key directory and waiters), so that every handle they make
-// over one DB shares it. key should be a value of an unexported type.
+// (the record store's open flag), so that every handle they make over one
+// DB shares it. key should be a value of an unexported type.
 // When db closes, every attached value that is an io.Closer is closed
 // (before the backend), so state kept beside the database can stop
 // answering.

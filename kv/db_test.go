@@ -380,3 +380,28 @@ func TestViewReleasesItsTransaction(t *testing.T) {
 		t.Fatal("Close blocked: a View left its read transaction open")
 	}
 }
+
+type closeCounter struct{ n int }
+
+func (c *closeCounter) Close() error { c.n++; return nil }
+
+type attachKey struct{ name string }
+
+// Attached state is shared by every caller of one DB, and closed (once)
+// with it when it is an io.Closer.
+func TestAttachmentsCloseWithTheDatabase(t *testing.T) {
+	db, err := kv.Open(filepath.Join(t.TempDir(), "a.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	made := 0
+	get := func() *closeCounter {
+		return db.Attachment(attachKey{"closer"}, func() any { made++; return &closeCounter{} }).(*closeCounter)
+	}
+	c := get()
+	require.Same(t, c, get())
+	require.Equal(t, 1, made)
+	plain := db.Attachment(attachKey{"plain"}, func() any { return new(int) })
+	require.NoError(t, db.Close())
+	require.NoError(t, db.Close())
+	require.Equal(t, 1, c.n, "an attached io.Closer is not closed exactly once with the database")
+	require.NotNil(t, plain)
+}

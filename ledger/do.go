@@ -135,10 +135,7 @@ func (l *Ledger) peek(ctx context.Context, req Request) (admission, error) {
 	if !ok {
 		return admission{}, nil
 	}
-	if ref, v, ok := l.records.Cached(probe, req.Scope, req.Key); ok {
-		if err := ctx.Err(); err != nil {
-			return admission{}, err // as the read transaction would
-		}
+	if ref, v, ok := l.records.Cached(ctx, probe, req.Scope, req.Key); ok {
 		return l.judge(req, ref, v) // committed recently: no transaction
 	}
 	p := peeks.Get().(*peek)

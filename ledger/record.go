@@ -245,7 +245,12 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 		resp Response
 	}{}
 	r := &both.Record
-	has, err := decodeInto(r, &both.resp, ring, scope, key, v, mode)
+	var d record.Decoder
+	flags, err := decodeHead(&d, r, scope, key, v)
+	if err != nil {
+		return nil, err
+	}
+	has, err := decodeResponse(&d, r, &both.resp, ring, scope, key, v, flags, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -253,20 +258,6 @@ func decodeRecordWith(ring *seal.Ring, scope, key string, v []byte, mode bodyMod
 		r.Response = &both.resp
 	}
 	return r, nil
-}
-
-// decodeInto decodes a record into r and its response into resp, and
-// reports whether there is a response (decoded as mode says). It does not
-// link them (r.Response stays nil) and allocates nothing but the
-// response's headers and body, so a replay decodes into the caller's
-// stack.
-func decodeInto(r *Record, resp *Response, ring *seal.Ring, scope, key string, v []byte, mode bodyMode) (bool, error) {
-	var d record.Decoder
-	flags, err := decodeHead(&d, r, scope, key, v)
-	if err != nil {
-		return false, err
-	}
-	return decodeResponse(&d, r, resp, ring, scope, key, v, flags, mode)
 }
 
 // decodeHead checks v's checksum and decodes the record's fixed part into

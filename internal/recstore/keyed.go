@@ -38,7 +38,9 @@ func (s *keyed) Stats() Stats   { return Stats{Layout: "keyed"} }
 func (s *keyed) Probe(string, string) (Probe, bool) { return Probe{}, true }
 
 // Cached never answers: several writers share the store.
-func (s *keyed) Cached(Probe, string, string) (Ref, []byte, bool) { return Ref{}, nil, false }
+func (s *keyed) Cached(context.Context, Probe, string, string) (Ref, []byte, bool) {
+	return Ref{}, nil, false
+}
 
 func (s *keyed) GetProbed(tx kv.Tx, scope, key string, _ Probe) (Ref, []byte, error) {
 	return s.Get(tx, scope, key)

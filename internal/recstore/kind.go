@@ -161,17 +161,11 @@ func (k *Kind[R]) Expire(tx kv.Tx, d kv.Due, now time.Time, dryRun bool) (bool, 
 		return true, "", nil
 	}
 	payload = append([]byte(nil), payload...) // Removed may need it after the delete
-	s := logOf(tx, k.Spec.Name)
-	var h, pos uint64
-	if s != nil {
-		h, pos = s.dir.hashBytes(scope, key), binary.BigEndian.Uint64(d.Key)
-		s.dir.forget(h, pos)
-	}
 	if err := b.Delete(d.Key); err != nil {
 		return false, "", err
 	}
-	if s != nil {
-		tx.OnCommit(func() { s.dir.remove(h, pos) })
+	if s := logOf(tx, k.Spec.Name); s != nil {
+		s.retire(tx, s.dir.hashBytes(scope, key), binary.BigEndian.Uint64(d.Key))
 	}
 	if k.Removed != nil {
 		if err := k.Removed(tx, string(scope), r, payload); err != nil {

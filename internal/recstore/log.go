@@ -190,36 +190,36 @@ func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Re
 		return Ref{}, err
 	}
 	h := s.dir.hash(scope, key)
-	if !prev.IsZero() {
-		s.dir.forget(h, prev.pos) // before the commit that changes it
-	}
 	entry := wrap(scope, key, value)
-	if !prev.IsZero() && posSec(prev.pos) == expirySec(expiry) {
-		// Same place in expiry order: overwrite; the directory is unchanged.
-		if err := b.Put(posKey(prev.pos), entry); err != nil {
-			return Ref{}, err
-		}
-		s.rememberOnCommit(ctx, tx, h, prev.pos, entry)
-		return prev, nil
+	pos := prev.pos // same place in expiry order: overwritten in place
+	if prev.IsZero() || posSec(prev.pos) != expirySec(expiry) {
+		pos = s.newPos(b, expiry)
 	}
-	pos := s.newPos(b, expiry)
 	if err := b.Put(posKey(pos), entry); err != nil {
 		return Ref{}, err
 	}
-	s.dir.add(h, pos) // visible to the next writer before this one releases the lock
-	journalFrom(ctx).note(s.dir, h, pos)
-	failpoint.Inject(failpoint.RecstoreDirectoryAdded)
-	if !prev.IsZero() {
-		if err := b.Delete(posKey(prev.pos)); err != nil {
-			return Ref{}, err
+	if pos == prev.pos {
+		s.dir.forget(h, pos) // the old value leaves the cache before the commit
+	} else {
+		s.dir.add(h, pos) // visible to the next writer before this one releases the lock
+		journalFrom(ctx).note(s.dir, h, pos)
+		failpoint.Inject(failpoint.RecstoreDirectoryAdded)
+		if !prev.IsZero() {
+			if err := b.Delete(posKey(prev.pos)); err != nil {
+				return Ref{}, err
+			}
+			s.retire(tx, h, prev.pos)
 		}
-		old := prev.pos
-		s.rememberOnCommit(ctx, tx, h, pos, entry)
-		tx.OnCommit(func() { s.dir.remove(h, old) })
-		return Ref{pos: pos}, nil
 	}
-	s.rememberOnCommit(ctx, tx, h, pos, entry)
+	s.rememberOnCommit(ctx, tx, h, pos, entry) // the shard's count taken after this transaction's own changes
 	return Ref{pos: pos}, nil
+}
+
+// retire follows the deletion of the entry at pos in tx: the cache forgets
+// it at once (before the commit), the directory after the commit.
+func (s *logStore) retire(tx kv.Tx, h, pos uint64) {
+	s.dir.forget(h, pos)
+	tx.OnCommit(func() { s.dir.remove(h, pos) })
 }
 
 // rememberOnCommit caches entry, written at pos in tx, once tx commits
@@ -235,10 +235,12 @@ func (s *logStore) rememberOnCommit(ctx context.Context, tx kv.Tx, h, pos uint64
 
 // Cached returns the value of (scope, key)'s record from the cache of
 // recent entries, when the position p found is cached: no transaction is
-// needed. ok is false when the cache cannot say (look in the log).
-func (s *logStore) Cached(p Probe, scope, key string) (Ref, []byte, bool) {
-	if p.pos == 0 || s.open.closed.Load() {
-		return Ref{}, nil, false
+// needed. ok is false when the cache cannot say (look in the log), and
+// when ctx is done or the database closed, so that the read transaction
+// answers with the error as it would without the cache.
+func (s *logStore) Cached(ctx context.Context, p Probe, scope, key string) (Ref, []byte, bool) {
+	if p.pos == 0 || ctx.Err() != nil || s.open.closed.Load() {
+		return Ref{}, nil, false // the read transaction reports it
 	}
 	h := p.h // a probe of another key can only miss here: entries are verified
 	r := &s.dir.shard(h).recent
@@ -284,12 +286,10 @@ func (s *logStore) Delete(tx kv.Tx, scope, key string, ref Ref, _ time.Time) err
 	if b == nil {
 		return nil
 	}
-	h, pos := s.dir.hash(scope, key), ref.pos
-	s.dir.forget(h, pos)
 	if err := b.Delete(posKey(ref.pos)); err != nil {
 		return err
 	}
-	tx.OnCommit(func() { s.dir.remove(h, pos) })
+	s.retire(tx, s.dir.hash(scope, key), ref.pos)
 	return nil
 }
 

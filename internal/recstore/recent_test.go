@@ -1,6 +1,7 @@
 package recstore
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -17,7 +18,7 @@ func cachedValue(s *logStore, scope, key string) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	_, v, ok := s.Cached(p, scope, key)
+	_, v, ok := s.Cached(ctx, p, scope, key)
 	return v, ok
 }
 
@@ -55,7 +56,12 @@ func TestRecentEntriesFollowCommits(t *testing.T) {
 
 	// Another key never reads it, even at the same position.
 	p, _ := s.Probe("s", "k")
-	_, _, ok = s.Cached(p, "s", "other")
+	_, _, ok = s.Cached(ctx, p, "s", "other")
+	require.False(t, ok)
+	// A done context is left to the read transaction to report.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _, ok = s.Cached(done, p, "s", "k")
 	require.False(t, ok)
 
 	// Overwritten in place (same expiry second): gone from the cache as

@@ -83,8 +83,9 @@ type Store interface {
 	// Cached returns, without a transaction, the value of the record of
 	// (scope, key) at p when this process committed it recently and no
 	// change to it has begun since (log layout; recent.go). ok false means
-	// look in a transaction. The value must not be modified.
-	Cached(p Probe, scope, key string) (ref Ref, v []byte, ok bool)
+	// look in a transaction (also when ctx is done or the database is
+	// closed: the transaction reports it). The value must not be modified.
+	Cached(ctx context.Context, p Probe, scope, key string) (ref Ref, v []byte, ok bool)
 }
 
 // Probe is what Store.Probe found: the first position the directory
