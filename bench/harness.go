@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/seal"
 )
 
@@ -34,6 +35,9 @@ type HarnessConfig struct {
 	Commit     string
 	BatchDelay time.Duration // kv.Options.MaxBatchDelay
 	BatchSize  int           // kv.Options.MaxBatchSize (0: default)
+	// Gather sets kv.Options.GatherCallers: a batch waits for the callers
+	// of the previous one to come back.
+	Gather bool
 	// BoltBatch commits through bbolt's own DB.Batch (10ms delay by
 	// default) instead of oncekv's group commit, for comparison.
 	BoltBatch bool
@@ -87,6 +91,9 @@ type Result struct {
 	P99us       float64 `json:"p99_us"`
 	P999us      float64 `json:"p999_us"`
 	RatioToBare float64 `json:"ratio_to_bare"` // throughput of this workload / bare
+	// Batch is the mean number of operations per commit, for workloads
+	// on oncekv's group commit (0 for the others).
+	Batch float64 `json:"batch,omitempty"`
 }
 
 // Report is a harness run: the bare workload first, then oncekv, then the
@@ -197,9 +204,14 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		defer func() { _ = os.RemoveAll(d) }()
 		dir = d
 	}
-	opts := &kv.Options{NoSync: !cfg.Sync, MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize}
+	opts := kv.Options{NoSync: !cfg.Sync, MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize, GatherCallers: cfg.Gather}
+	commits := map[string]*atomic.Int64{} // per workload, counted while measuring
 	open := func(name string) (*kv.DB, error) {
-		db, err := kv.Open(filepath.Join(dir, name+".db"), opts)
+		n := &atomic.Int64{}
+		commits[name] = n
+		o := opts
+		o.Observer = &observe.Observer{Commit: func(observe.Commit) { n.Add(1) }}
+		db, err := kv.Open(filepath.Join(dir, name+".db"), &o)
 		if err == nil && cfg.BatchDelay > 0 {
 			db.Bolt().MaxBatchDelay = cfg.BatchDelay
 		}
@@ -237,7 +249,7 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		if err != nil {
 			return Report{}, err
 		}
-		sealed := *opts
+		sealed := opts
 		sealed.Cipher = ring
 		w, err := LedgerWorkload(ctx, "oncekv-encrypted", cfg, func(name string) (*kv.DB, error) {
 			return kv.Open(filepath.Join(dir, name+".db"), &sealed)
@@ -279,6 +291,10 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		}
 	}
 
+	for _, n := range commits {
+		n.Store(0)
+	}
+
 	var seq atomic.Uint64
 	newKey := func() []byte {
 		return binary.BigEndian.AppendUint64([]byte("k"), seq.Add(1)*0x9E3779B97F4A7C15)
@@ -303,7 +319,11 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	}
 	rep := Report{Config: cfg}
 	for i, w := range workloads {
-		rep.Results = append(rep.Results, summarize(w.Name, &recs[i], took[i]))
+		res := summarize(w.Name, &recs[i], took[i])
+		if n := commits[w.Name]; n != nil && n.Load() > 0 {
+			res.Batch = float64(res.Ops) / float64(n.Load())
+		}
+		rep.Results = append(rep.Results, res)
 	}
 	if bareOps := rep.Results[0].OpsPerSec; bareOps > 0 {
 		for i := range rep.Results {
@@ -353,7 +373,7 @@ func LedgerWorkload(ctx context.Context, name string, cfg HarnessConfig, open fu
 	if keyed {
 		// A DB over a DB is not recognised as bbolt: the records stay under
 		// their keys, as before the log.
-		if ldb, err = kv.New(db, &kv.Options{MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize}); err != nil {
+		if ldb, err = kv.New(db, &kv.Options{MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize, GatherCallers: cfg.Gather}); err != nil {
 			_ = db.Close()
 			return Workload{}, err
 		}

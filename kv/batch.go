@@ -23,7 +23,9 @@ import (
 // Batching policy: there is no fixed delay by default. The first caller
 // commits at once; callers arriving while that commit (and its fsync) is in
 // progress queue up and form the next batch, so batches grow with load and a
-// lone caller pays nothing. Options.MaxBatchDelay adds a wait, and
+// lone caller pays nothing. Options.GatherCallers waits for the callers of
+// the previous batch to come back (a worker pool then commits in one batch,
+// not two alternating halves), Options.MaxBatchDelay adds a fixed wait, and
 // Options.MaxBatchSize caps a batch.
 //
 // If fn returns an error, it is returned and fn's writes are rolled back
@@ -46,7 +48,7 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 	b.queue = append(b.queue, c)
 	lead := !b.leading
 	b.leading = true
-	if !lead && len(b.queue) >= db.opts.MaxBatchSize {
+	if !lead && (len(b.queue) >= db.opts.MaxBatchSize || (b.want > 0 && len(b.queue) >= b.want)) {
 		select {
 		case b.full <- struct{}{}:
 		default:
@@ -106,7 +108,8 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*batchCall
 	leading bool
-	full    chan struct{} // wakes a delaying leader when the queue is full
+	full    chan struct{} // wakes a waiting leader when the queue is full, or holds b.want
+	want    int           // a gathering leader waits for this many queued calls (0: none)
 
 	// The leader's state: only the leader uses it, and leadership passes
 	// under mu, so it is reused from batch to batch without allocating.
@@ -115,6 +118,20 @@ type batcher struct {
 	failed   int
 	res      batchResult
 	txFn     func(Tx) error // b.runTx, bound once
+	gathering
+}
+
+// gathering is the leader's state for Options.GatherCallers, passed with
+// leadership like the rest.
+type gathering struct {
+	released int           // calls the last batch answered
+	arrived  int           // calls queued during the last batch, before it answered its own
+	handed   bool          // this leader was handed the queue, not first to an idle batcher
+	ended    time.Time     // when the last batch finished
+	took     time.Duration // how long it ran (transaction, commit, fsync)
+	skip     int           // batches left that do not wait
+	backoff  int           // batches not to wait after the next wait that times out
+	timer    *time.Timer
 }
 
 var errBatchCallFailed = errors.New("kv: batch call failed")
@@ -127,6 +144,8 @@ func (b *batcher) lead() {
 		case <-b.full:
 			t.Stop()
 		}
+	} else if b.db.opts.GatherCallers {
+		b.gather()
 	}
 
 	b.mu.Lock()
@@ -137,20 +156,81 @@ func (b *batcher) lead() {
 	b.queue = b.queue[:rest]
 	b.mu.Unlock()
 
+	start := time.Now()
+	b.arrived = 0
 	b.run(calls)
+	b.released, b.ended = len(calls), time.Now()
+	b.took = b.ended.Sub(start)
 	// No pointers to finished calls (they are pooled) or their errors.
 	clear(calls)
 	clear(b.rejected)
 	b.batch, b.res = calls[:0], batchResult{}
 
 	b.mu.Lock()
-	if len(b.queue) > 0 {
+	b.handed = len(b.queue) > 0
+	if b.handed {
 		b.queue[0].done <- batchResult{lead: true}
 	} else {
 		b.leading = false
 	}
 	b.mu.Unlock()
 }
+
+// gather waits, for Options.GatherCallers, until the callers the last
+// batch answered have queued again (behind those that came during it), or
+// half the last batch's time has passed (5 ms at most). It does not wait
+// after a batch of one, nor when the batcher has been idle longer than the
+// last batch took (its callers are not on their way back), nor while
+// backing off.
+func (b *batcher) gather() {
+	switch {
+	case b.released < 2, !b.handed && time.Since(b.ended) > b.took:
+		return
+	case b.skip > 0:
+		b.skip--
+		return
+	}
+	b.mu.Lock()
+	// The callers that came during the last batch, and its own coming back.
+	want := min(b.arrived+b.released, b.db.opts.MaxBatchSize)
+	if len(b.queue) >= want {
+		b.mu.Unlock()
+		return
+	}
+	b.want = want
+	select {
+	case <-b.full: // a stale wake-up
+	default:
+	}
+	b.mu.Unlock()
+
+	wait := min(b.took/2, maxGatherWait)
+	if b.timer == nil {
+		b.timer = time.NewTimer(wait)
+	} else {
+		b.timer.Reset(wait)
+	}
+	select {
+	case <-b.full:
+		b.timer.Stop()
+		b.backoff = 0
+	case <-b.timer.C:
+		b.backoff = min(max(2*b.backoff, 1), maxGatherBackoff)
+		b.skip = b.backoff
+	}
+	b.mu.Lock()
+	b.want = 0
+	b.mu.Unlock()
+}
+
+const (
+	// maxGatherWait bounds a gathering wait, whatever the last batch took
+	// (a slow function, a stalled disk).
+	maxGatherWait = 5 * time.Millisecond
+	// maxGatherBackoff bounds the batches that skip gathering after waits
+	// that timed out.
+	maxGatherBackoff = 64
+)
 
 func (b *batcher) run(calls []*batchCall) {
 	live := calls[:0]
@@ -173,6 +253,11 @@ func (b *batcher) run(calls []*batchCall) {
 		failed, res := b.failed, b.res
 		switch {
 		case failed < 0:
+			if b.db.opts.GatherCallers {
+				b.mu.Lock()
+				b.arrived = len(b.queue)
+				b.mu.Unlock()
+			}
 			err = closedErr(err)
 			if err == nil {
 				failpoint.Inject(failpoint.KVBatchAfterCommit)

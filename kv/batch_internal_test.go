@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/observe"
 )
 
 func openInternal(t *testing.T, o *Options) *DB {
@@ -189,7 +192,15 @@ func TestBatchSizeCapAndDelay(t *testing.T) {
 
 func TestBatchManyConcurrent(t *testing.T) {
 	t.Parallel()
-	db := openInternal(t, &Options{NoSync: true})
+	for _, gather := range []bool{false, true} {
+		t.Run(fmt.Sprint("gather=", gather), func(t *testing.T) {
+			t.Parallel()
+			testBatchManyConcurrent(t, openInternal(t, &Options{NoSync: true, GatherCallers: gather}))
+		})
+	}
+}
+
+func testBatchManyConcurrent(t *testing.T, db *DB) {
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -270,4 +281,90 @@ func TestBatchAllocatesLittleMoreThanUpdate(t *testing.T) {
 	batch := testing.AllocsPerRun(200, func() { _ = db.Batch(ctx, fn) })
 	t.Logf("Batch %.1f allocations, Update %.1f", batch, update)
 	require.LessOrEqual(t, batch, update+2, "Batch %.1f allocations, Update %.1f", batch, update)
+}
+
+// commitSizes returns Options that record the number of calls of every
+// commit, and a function returning them so far.
+func commitSizes(o Options) (*Options, func() []int) {
+	var mu sync.Mutex
+	var sizes []int
+	o.Observer = &observe.Observer{Commit: func(e observe.Commit) {
+		mu.Lock()
+		sizes = append(sizes, e.Calls)
+		mu.Unlock()
+	}}
+	return &o, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
+	}
+}
+
+// poolRound runs a batch of n workers, each of whose first calls takes
+// slow, and returns the workers' goroutines' second call as again: the
+// batch's commit time is at least n*slow.
+func poolRound(t *testing.T, db *DB, n int, slow time.Duration, again func(i int) bool) {
+	t.Helper()
+	ctx := context.Background()
+	release := make(chan struct{})
+	blocker := make(chan error)
+	go func() {
+		blocker <- db.Batch(ctx, func(Tx) error { <-release; return nil })
+	}()
+	require.Eventually(t, func() bool {
+		db.batch.mu.Lock()
+		defer db.batch.mu.Unlock()
+		return db.batch.leading && len(db.batch.queue) == 0
+	}, 10*time.Second, time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			require.NoError(t, db.Batch(ctx, func(tx Tx) error {
+				time.Sleep(slow)
+				return put(fmt.Sprint("first", i))(tx)
+			}))
+			if again(i) {
+				require.NoError(t, db.Batch(ctx, put(fmt.Sprint("again", i))))
+			}
+		})
+		waitQueued(t, db, i+1)
+	}
+	close(release)
+	require.NoError(t, <-blocker)
+	wg.Wait()
+}
+
+// With GatherCallers, a worker pool's calls commit together: the batch
+// after the pool's batch waits for its callers to come back, instead of
+// committing the first one alone.
+func TestGatherCallersWaitsForThePool(t *testing.T) {
+	t.Parallel()
+	opts, sizes := commitSizes(Options{NoSync: true, GatherCallers: true})
+	db := openInternal(t, opts)
+	poolRound(t, db, 4, 20*time.Millisecond, func(int) bool { return true })
+	// The blocker alone; the four workers, queued behind it; the four again.
+	require.Equal(t, []int{1, 4, 4}, sizes())
+	for i := range 4 {
+		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint("again", i)))
+	}
+	require.Zero(t, db.batch.backoff, "the wait was answered")
+}
+
+// Callers that do not come back cost one bounded wait, and the batches
+// after it do not wait.
+func TestGatherCallersBacksOffWhenCallersStayAway(t *testing.T) {
+	t.Parallel()
+	opts, sizes := commitSizes(Options{NoSync: true, GatherCallers: true})
+	db := openInternal(t, opts)
+	poolRound(t, db, 3, 10*time.Millisecond, func(i int) bool { return i == 0 })
+	require.Equal(t, []int{1, 3, 1}, sizes())
+	require.Equal(t, []byte("v"), get(t, db, "again0"))
+	require.Equal(t, 1, db.batch.skip, "the wait timed out: the next batch does not wait")
+	require.Equal(t, 1, db.batch.backoff)
+	require.Zero(t, db.batch.want)
+
+	// A batch of one is never followed by a wait, and does not use up the
+	// back-off.
+	require.NoError(t, db.Batch(context.Background(), put("later")))
+	require.Equal(t, 1, db.batch.skip, "a batch of one is not followed by a wait")
 }

@@ -70,6 +70,19 @@ type Options struct {
 	// load batches grow by themselves, and a lone caller pays no delay.
 	MaxBatchDelay time.Duration
 
+	// GatherCallers makes a batch wait for the callers the previous batch
+	// answered, when they call Batch again, so that a fixed pool of
+	// workers (a consumer's goroutines, a closed-loop client) commits in
+	// one batch. Without it, batches settle at half the pool: while a
+	// batch commits, the callers not in it queue and form the next, and
+	// the two halves alternate, each paying a commit. The wait ends when
+	// they are all queued, or after half of the previous batch's commit
+	// time (5 ms at most); a wait that times out turns waiting off for the next batches
+	// (1, 2, 4, up to 64 of them), so callers that do not come back (an
+	// open stream of independent requests) cost little. A lone caller
+	// never waits. It cannot be combined with MaxBatchDelay.
+	GatherCallers bool
+
 	// FileMode is the permission of a newly created file. 0 means 0600.
 	FileMode os.FileMode
 
@@ -112,6 +125,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: MaxBatchSize %d is negative", ErrInvalidOptions, o.MaxBatchSize)
 	case o.MaxBatchDelay < 0:
 		return fmt.Errorf("%w: MaxBatchDelay %s is negative", ErrInvalidOptions, o.MaxBatchDelay)
+	case o.GatherCallers && o.MaxBatchDelay > 0:
+		return fmt.Errorf("%w: GatherCallers and MaxBatchDelay exclude each other: choose one way to wait for company", ErrInvalidOptions)
 	case o.InitialMmapSize < 0:
 		return fmt.Errorf("%w: InitialMmapSize %d is negative", ErrInvalidOptions, o.InitialMmapSize)
 	}

@@ -39,6 +39,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 	t.Parallel()
 	for _, o := range []kv.Options{
 		{LockTimeout: -1}, {MaxBatchSize: -1}, {MaxBatchDelay: -1}, {InitialMmapSize: -1},
+		{GatherCallers: true, MaxBatchDelay: time.Millisecond},
 	} {
 		_, err := kv.Open(filepath.Join(t.TempDir(), "a.db"), &o)
 		require.ErrorIs(t, err, kv.ErrInvalidOptions)

@@ -52,6 +52,13 @@
 // outcome decided without writing (a mismatch, a key in use) so it does not
 // fail the whole batch.
 //
+// A fixed set of callers that call again as soon as they are answered (a
+// consumer's worker goroutines) settles, by that rule, into two batches of
+// half their number that take turns. Options.GatherCallers makes a batch
+// wait for the previous batch's callers to come back, up to half that
+// batch's commit time, so they commit once per round instead of twice
+// (oncekv bench --gather shows the batch sizes, in its BATCH column).
+//
 // # Namespace, format and checks
 //
 // oncekv's own buckets live at the top level under the reserved prefix

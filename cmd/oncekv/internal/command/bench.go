@@ -163,10 +163,14 @@ workload at each client count.`,
 				fmt.Fprintf(w, "%s per workload, sync=%t, commit=%s, payload %dB, response %dB, preload %d, %d CPUs\n",
 					cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, cfg.Preload, runtime.NumCPU())
 				for _, r := range out.Runs {
-					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\n", r.Clients)
+					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\tBATCH\n", r.Clients)
 					var plain, sealed float64
 					for _, res := range r.Results {
-						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare)
+						batch := "-"
+						if res.Batch > 0 {
+							batch = fmt.Sprintf("%.1f", res.Batch)
+						}
+						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\t%s\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare, batch)
 						switch res.Name {
 						case "oncekv":
 							plain = res.OpsPerSec
@@ -191,6 +195,7 @@ workload at each client count.`,
 	f.BoolVar(&cfg.Sync, "sync", true, "fsync every commit (durable)")
 	f.StringVar(&cfg.Commit, "commit", "batch", "batch (group commit) or update (a transaction per operation)")
 	f.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "group commit: wait this long for company (0: commit as soon as the writer is idle)")
+	f.BoolVar(&cfg.Gather, "gather", false, "group commit: a batch waits for the callers of the previous one to come back (kv.Options.GatherCallers)")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "group commit: most operations per transaction (0: default 1000)")
 	f.BoolVar(&cfg.BoltBatch, "bolt-batch", false, "commit both main workloads through bbolt's own DB.Batch (10ms delay by default)")
 	f.BoolVar(&cfg.BareBoltBatch, "bare-bolt-batch", false, "add the bare write through bbolt's own DB.Batch as a workload")

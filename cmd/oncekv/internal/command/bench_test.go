@@ -18,6 +18,7 @@ func TestBench(t *testing.T) {
 			Ops       int64   `json:"ops"`
 			OpsPerSec float64 `json:"ops_per_sec"`
 			P99us     float64 `json:"p99_us"`
+			Batch     float64 `json:"batch"`
 		} `json:"results"`
 		Ratio float64 `json:"ratio"`
 	}
@@ -28,8 +29,22 @@ func TestBench(t *testing.T) {
 	for _, r := range res.Results {
 		require.Positive(t, r.Ops)
 		require.Positive(t, r.P99us)
+		// Operations per commit: at least one, at most the clients.
+		require.GreaterOrEqual(t, r.Batch, 1.0, r.Name)
+		require.LessOrEqual(t, r.Batch, 4.0, r.Name)
 	}
 	require.Positive(t, res.Ratio)
+
+	out, stderr, code = run("bench", "--duration", "300ms", "--clients", "4", "--gather", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	for _, r := range res.Results {
+		require.Positive(t, r.Ops)
+		require.GreaterOrEqual(t, r.Batch, 1.0, r.Name)
+		require.LessOrEqual(t, r.Batch, 4.0, r.Name)
+	}
+	_, _, code = run("bench", "--gather", "--batch-delay", "1ms")
+	require.NotZero(t, code, "gathering and a fixed delay exclude each other")
 
 	out, _, code = run("bench", "--duration", "200ms", "--clients", "2", "--sync=false", "--commit", "update", "--gobench")
 	require.Equal(t, 0, code)
@@ -40,6 +55,7 @@ func TestBench(t *testing.T) {
 	table, _, code := run("bench", "--duration", "200ms", "--clients", "2", "--sync=false")
 	require.Equal(t, 0, code)
 	require.Contains(t, table, "WORKLOAD")
+	require.Contains(t, table, "BATCH")
 	require.Contains(t, table, "oncekv")
 	_, _, code = run("bench", "--commit", "nope")
 	require.Equal(t, 2, code)
