@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/outbox"
 )
 
@@ -125,4 +129,87 @@ func BenchmarkRelayThroughput(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
 		})
 	}
+}
+
+// BenchmarkInboxWorkers is a consumer: 16 workers, each handling one
+// message after another (inbox.Inbox.Handle: the business write and the
+// message's mark in one group-committed transaction), durable, against 16
+// workers doing the bare business write through the same group commit;
+// without and with kv.Options.GatherCallers. It reports both rates, their
+// ratio and the operations per commit of each side.
+func BenchmarkInboxWorkers(b *testing.B) {
+	const workers = 16
+	for _, gather := range []bool{false, true} {
+		b.Run(fmt.Sprint("gather=", gather), func(b *testing.B) {
+			bare, bareCommits := openCounted(b, "bare", gather)
+			db, commits := openCounted(b, "oncekv", gather)
+			in, err := inbox.New(db, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			bareOps := func() error {
+				k := key("ord", int(next.Add(1)))
+				return bare.Batch(ctx, func(tx kv.Tx) error { return putOrder(tx, k) })
+			}
+			inboxOps := func() error {
+				i := int(next.Add(1))
+				k := key("ord", i)
+				_, err := in.Handle(ctx, "billing", string(key("msg", i)), func(tx kv.Tx) error { return putOrder(tx, k) })
+				return err
+			}
+			b.ResetTimer()
+			bareTook, err := pool(workers, b.N, bareOps)
+			if err != nil {
+				b.Fatal(err)
+			}
+			took, err := pool(workers, b.N, inboxOps)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/bareTook.Seconds(), "bare-ops/s")
+			b.ReportMetric(float64(b.N)/took.Seconds(), "oncekv-ops/s")
+			b.ReportMetric(bareTook.Seconds()/took.Seconds(), "ratio")
+			b.ReportMetric(float64(b.N)/float64(bareCommits.Load()), "bare-batch")
+			b.ReportMetric(float64(b.N)/float64(commits.Load()), "batch")
+		})
+	}
+}
+
+// openCounted opens a durable database (with GatherCallers as gather)
+// that counts its commits.
+func openCounted(b *testing.B, name string, gather bool) (*kv.DB, *atomic.Int64) {
+	var n atomic.Int64
+	db, err := kv.Open(filepath.Join(b.TempDir(), name+".db"), &kv.Options{GatherCallers: gather,
+		Observer: &observe.Observer{Commit: func(observe.Commit) { n.Add(1) }}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	return db, &n
+}
+
+// pool runs op n times from workers goroutines, each calling it again as
+// soon as it returns, and returns how long that took.
+func pool(workers, n int, op func() error) (time.Duration, error) {
+	var left atomic.Int64
+	left.Store(int64(n))
+	var first atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := op(); err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e := first.Load(); e != nil {
+		return 0, *e
+	}
+	return time.Since(start), nil
 }
