@@ -21,12 +21,13 @@ import (
 // follow the commit with Tx.OnCommit; it runs only for the run that commits.
 //
 // Batching policy: there is no fixed delay by default. The first caller
-// commits at once; callers arriving while that commit (and its fsync) is in
-// progress queue up and form the next batch, so batches grow with load and a
-// lone caller pays nothing. Options.GatherCallers waits for the callers of
-// the previous batch to come back (a worker pool then commits in one batch,
-// not two alternating halves), Options.MaxBatchDelay adds a fixed wait, and
-// Options.MaxBatchSize caps a batch.
+// starts a transaction at once; callers that arrive while its functions run
+// join it (up to Options.MaxBatchSize), and those that arrive during its
+// commit (and fsync) queue up and form the next batch. Batches grow with
+// load, and a lone caller pays nothing. Options.GatherCallers also waits for
+// the callers of the previous batch to come back (a worker pool then
+// commits in one batch, not two alternating halves), and
+// Options.MaxBatchDelay adds a fixed wait.
 //
 // If fn returns an error, it is returned and fn's writes are rolled back
 // (see Reject for outcomes that should not fail the batch); if
@@ -73,7 +74,7 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		case r.solo:
 			// fn failed after other calls of its batch; its error may have been
 			// caused by their writes, so find its real outcome alone.
-			return closedErr(unreject(db.commit(ctx, 1, func(t Tx) error { return fn(db.guard(t)) })))
+			return closedErr(unreject(db.commit(ctx, &one, func(t Tx) error { return fn(db.guard(t)) })))
 		case r.panic != nil:
 			panic(r.panic.Value)
 		}
@@ -100,8 +101,9 @@ type batchResult struct {
 
 // batcher implements group commit with leader hand-off: the caller that
 // finds no batch running becomes the leader, takes the queue, runs it as one
-// transaction and, when it finishes, passes leadership to the first caller
-// that queued meanwhile. Invariant: leading is false only when the queue is
+// transaction (taking in, before it commits, the calls queued while it ran)
+// and, when it finishes, passes leadership to the first caller that queued
+// meanwhile. Invariant: leading is false only when the queue is
 // empty. No goroutine is started, so there is nothing to stop on Close.
 type batcher struct {
 	db      *DB
@@ -118,6 +120,7 @@ type batcher struct {
 	failed   int
 	res      batchResult
 	txFn     func(Tx) error // b.runTx, bound once
+	ran      *int           // the calls of the transaction running, for the observer
 	gathering
 }
 
@@ -132,6 +135,7 @@ type gathering struct {
 	skip     int           // batches left that do not wait
 	backoff  int           // batches not to wait after the next wait that times out
 	timer    *time.Timer
+	maxWait  time.Duration // maxGatherWait (tests raise it)
 }
 
 var errBatchCallFailed = errors.New("kv: batch call failed")
@@ -158,13 +162,13 @@ func (b *batcher) lead() {
 
 	start := time.Now()
 	b.arrived = 0
-	b.run(calls)
-	b.released, b.ended = len(calls), time.Now()
+	b.released = b.run(calls)
+	b.ended = time.Now()
 	b.took = b.ended.Sub(start)
 	// No pointers to finished calls (they are pooled) or their errors.
-	clear(calls)
+	clear(b.batch[:cap(b.batch)])
 	clear(b.rejected)
-	b.batch, b.res = calls[:0], batchResult{}
+	b.batch, b.res = b.batch[:0], batchResult{}
 
 	b.mu.Lock()
 	b.handed = len(b.queue) > 0
@@ -204,7 +208,7 @@ func (b *batcher) gather() {
 	}
 	b.mu.Unlock()
 
-	wait := min(b.took/2, maxGatherWait)
+	wait := min(b.took/2, b.maxWait)
 	if b.timer == nil {
 		b.timer = time.NewTimer(wait)
 	} else {
@@ -232,24 +236,30 @@ const (
 	maxGatherBackoff = 64
 )
 
-func (b *batcher) run(calls []*batchCall) {
+// run runs calls as one transaction, and those queued while it runs (up
+// to Options.MaxBatchSize), and answers them all; it returns how many it
+// answered.
+func (b *batcher) run(calls []*batchCall) (answered int) {
 	live := calls[:0]
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
 			c.done <- batchResult{err: err}
+			answered++
 			continue
 		}
 		live = append(live, c)
 	}
 	calls = live
 
-	if cap(b.rejected) < len(calls) {
-		b.rejected = make([]error, len(calls))
-	}
 	for len(calls) > 0 {
 		b.batch, b.failed, b.res = calls, -1, batchResult{}
+		b.rejected = growErrs(b.rejected, len(calls))
+		n := len(calls)
+		b.ran = &n
+		err := b.db.commit(context.Background(), b.ran, b.txFn)
+		// The transaction may have taken in calls queued while it ran.
+		calls = b.batch
 		rejected := b.rejected[:len(calls)]
-		err := b.db.commit(context.Background(), len(calls), b.txFn)
 		failed, res := b.failed, b.res
 		switch {
 		case failed < 0:
@@ -269,7 +279,7 @@ func (b *batcher) run(calls []*batchCall) {
 				}
 				c.done <- batchResult{err: err}
 			}
-			return
+			return answered + len(calls)
 		case failed == 0:
 			// It ran first, on exactly the state it would have seen alone:
 			// its outcome is final.
@@ -279,7 +289,46 @@ func (b *batcher) run(calls []*batchCall) {
 			calls[failed].done <- batchResult{solo: true}
 			calls = append(calls[:failed], calls[failed+1:]...)
 		}
+		answered++
 	}
+	return answered
+}
+
+func growErrs(s []error, n int) []error {
+	if cap(s) < n {
+		return make([]error, n, 2*n)
+	}
+	return s[:n]
+}
+
+// extend takes into the running batch the calls queued since it started,
+// up to Options.MaxBatchSize: they commit with it instead of waiting for
+// the next commit. It reports whether it took any.
+func (b *batcher) extend() bool {
+	room := b.db.opts.MaxBatchSize - len(b.batch)
+	if room <= 0 {
+		return false
+	}
+	b.mu.Lock()
+	n := min(len(b.queue), room)
+	took := false
+	for _, c := range b.queue[:n] {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- batchResult{err: err} // buffered and empty: does not block
+			continue
+		}
+		b.batch = append(b.batch, c)
+		took = true
+	}
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	b.mu.Unlock()
+	if took {
+		b.rejected = growErrs(b.rejected, len(b.batch))
+		*b.ran = len(b.batch)
+	}
+	return took
 }
 
 // runTx is the transaction function of a batch: it runs the calls of
@@ -287,7 +336,8 @@ func (b *batcher) run(calls []*batchCall) {
 // call that fails (b.failed, b.res).
 func (b *batcher) runTx(t Tx) error {
 	tx := b.db.guard(t)
-	for i, c := range b.batch {
+	for i := 0; i < len(b.batch) || b.extend(); i++ {
+		c := b.batch[i]
 		p, err := safeCall(c.fn, tx)
 		b.rejected[i] = nil
 		if r, ok := err.(*rejection); ok {

@@ -30,6 +30,13 @@ func (b *batcher) queued() int {
 	return len(b.queue)
 }
 
+// leaderRunning reports that a batch is running with nothing queued.
+func (b *batcher) leaderRunning() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.leading && len(b.queue) == 0
+}
+
 // waitQueued waits until n calls are queued behind the running batch.
 func waitQueued(t *testing.T, db *DB, n int) {
 	t.Helper()
@@ -300,37 +307,36 @@ func commitSizes(o Options) (*Options, func() []int) {
 	}
 }
 
-// poolRound runs a batch of n workers, each of whose first calls takes
-// slow, and returns the workers' goroutines' second call as again: the
-// batch's commit time is at least n*slow.
-func poolRound(t *testing.T, db *DB, n int, slow time.Duration, again func(i int) bool) {
+// poolRound runs one batch of n workers (the first function to run holds
+// the transaction until every worker has called, so they are all in it; every function takes slow, so the batch takes at least
+// n*slow), then each worker i for which again returns true calls once more,
+// after pausing as long as it says.
+func poolRound(t *testing.T, db *DB, n int, slow time.Duration, again func(i int) (bool, time.Duration)) {
 	t.Helper()
 	ctx := context.Background()
-	release := make(chan struct{})
-	blocker := make(chan error)
-	go func() {
-		blocker <- db.Batch(ctx, func(Tx) error { <-release; return nil })
-	}()
-	require.Eventually(t, func() bool {
-		db.batch.mu.Lock()
-		defer db.batch.mu.Unlock()
-		return db.batch.leading && len(db.batch.queue) == 0
-	}, 10*time.Second, time.Millisecond)
+	var first atomic.Bool
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			require.NoError(t, db.Batch(ctx, func(tx Tx) error {
+				if first.CompareAndSwap(false, true) {
+					// In the batch already, or queued to join it (this runs
+					// on the leader's goroutine, which owns db.batch.batch).
+					for deadline := time.Now().Add(10 * time.Second); len(db.batch.batch)+db.batch.queued() < n; time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							return errors.New("the other workers did not queue")
+						}
+					}
+				}
 				time.Sleep(slow)
 				return put(fmt.Sprint("first", i))(tx)
 			}))
-			if again(i) {
+			if ok, pause := again(i); ok {
+				time.Sleep(pause)
 				require.NoError(t, db.Batch(ctx, put(fmt.Sprint("again", i))))
 			}
 		})
-		waitQueued(t, db, i+1)
 	}
-	close(release)
-	require.NoError(t, <-blocker)
 	wg.Wait()
 }
 
@@ -341,9 +347,16 @@ func TestGatherCallersWaitsForThePool(t *testing.T) {
 	t.Parallel()
 	opts, sizes := commitSizes(Options{NoSync: true, GatherCallers: true})
 	db := openInternal(t, opts)
-	poolRound(t, db, 4, 20*time.Millisecond, func(int) bool { return true })
-	// The blocker alone; the four workers, queued behind it; the four again.
-	require.Equal(t, []int{1, 4, 4}, sizes())
+	db.batch.maxWait = time.Second // half the batch's time (40 ms): room for a slow machine
+	// Worker 0 calls again at once, the others a millisecond later: without
+	// gathering, worker 0 would commit alone.
+	poolRound(t, db, 4, 20*time.Millisecond, func(i int) (bool, time.Duration) {
+		if i == 0 {
+			return true, 0
+		}
+		return true, time.Millisecond
+	})
+	require.Equal(t, []int{4, 4}, sizes())
 	for i := range 4 {
 		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint("again", i)))
 	}
@@ -356,8 +369,8 @@ func TestGatherCallersBacksOffWhenCallersStayAway(t *testing.T) {
 	t.Parallel()
 	opts, sizes := commitSizes(Options{NoSync: true, GatherCallers: true})
 	db := openInternal(t, opts)
-	poolRound(t, db, 3, 10*time.Millisecond, func(i int) bool { return i == 0 })
-	require.Equal(t, []int{1, 3, 1}, sizes())
+	poolRound(t, db, 3, 10*time.Millisecond, func(i int) (bool, time.Duration) { return i == 0, 0 })
+	require.Equal(t, []int{3, 1}, sizes())
 	require.Equal(t, []byte("v"), get(t, db, "again0"))
 	require.Equal(t, 1, db.batch.skip, "the wait timed out: the next batch does not wait")
 	require.Equal(t, 1, db.batch.backoff)
@@ -367,4 +380,95 @@ func TestGatherCallersBacksOffWhenCallersStayAway(t *testing.T) {
 	// back-off.
 	require.NoError(t, db.Batch(context.Background(), put("later")))
 	require.Equal(t, 1, db.batch.skip, "a batch of one is not followed by a wait")
+}
+
+// holdUntil returns a Batch function that, the first time it runs, keeps
+// the transaction open until queued calls are waiting behind it (and then
+// runs then, if set).
+func holdUntil(t *testing.T, db *DB, queued int, then func()) func(Tx) error {
+	var once sync.Once
+	return func(tx Tx) error {
+		var err error
+		once.Do(func() {
+			for deadline := time.Now().Add(10 * time.Second); db.batch.queued() < queued; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					err = errors.New("the calls did not queue")
+					return
+				}
+			}
+			if then != nil {
+				then()
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return put("held")(tx)
+	}
+}
+
+// Calls that queue while a batch's transaction runs join it: they commit
+// with it, once each, instead of waiting for the next commit.
+func TestBatchTakesInCallsQueuedWhileItRuns(t *testing.T) {
+	t.Parallel()
+	opts, sizes := commitSizes(Options{NoSync: true})
+	db := openInternal(t, opts)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() { require.NoError(t, db.Batch(ctx, holdUntil(t, db, 2, nil))) })
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
+	var runs [2]atomic.Int32
+	for i := range 2 {
+		wg.Go(func() {
+			require.NoError(t, db.Batch(ctx, func(tx Tx) error {
+				runs[i].Add(1)
+				return put(fmt.Sprint("k", i))(tx)
+			}))
+		})
+	}
+	wg.Wait()
+	require.Equal(t, []int{3}, sizes(), "one commit for the three calls")
+	for i := range 2 {
+		require.EqualValues(t, 1, runs[i].Load())
+		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint("k", i)))
+	}
+}
+
+// A batch takes in no more calls than MaxBatchSize; the rest form the
+// next batches.
+func TestBatchTakesInUpToMaxBatchSize(t *testing.T) {
+	t.Parallel()
+	opts, sizes := commitSizes(Options{NoSync: true, MaxBatchSize: 2})
+	db := openInternal(t, opts)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() { require.NoError(t, db.Batch(ctx, holdUntil(t, db, 4, nil))) })
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
+	for i := range 4 {
+		wg.Go(func() { require.NoError(t, db.Batch(ctx, put(fmt.Sprint("k", i)))) })
+	}
+	wg.Wait()
+	require.Equal(t, []int{2, 2, 1}, sizes())
+	for i := range 4 {
+		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint("k", i)))
+	}
+}
+
+// A call whose context ends while it waits is answered with its error
+// when a running batch would take it in, and never runs.
+func TestBatchDoesNotTakeInCanceledCalls(t *testing.T) {
+	t.Parallel()
+	opts, sizes := commitSizes(Options{NoSync: true})
+	db := openInternal(t, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { require.NoError(t, db.Batch(context.Background(), holdUntil(t, db, 1, cancel))) })
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
+	var ran atomic.Bool
+	var err error
+	wg.Go(func() { err = db.Batch(ctx, func(Tx) error { ran.Store(true); return nil }) })
+	wg.Wait()
+	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, ran.Load())
+	require.Equal(t, []int{1}, sizes())
 }

@@ -62,7 +62,7 @@ type Options struct {
 	Clock Clock
 
 	// MaxBatchSize bounds the number of calls grouped by Batch into one
-	// transaction. 0 means 1000.
+	// transaction, those it takes in while it runs included. 0 means 1000.
 	MaxBatchSize int
 
 	// MaxBatchDelay is how long a batch may wait for more calls before it
@@ -73,14 +73,16 @@ type Options struct {
 	// GatherCallers makes a batch wait for the callers the previous batch
 	// answered, when they call Batch again, so that a fixed pool of
 	// workers (a consumer's goroutines, a closed-loop client) commits in
-	// one batch. Without it, batches settle at half the pool: while a
+	// one batch. Without it, batches settle below the pool's size: while a
 	// batch commits, the callers not in it queue and form the next, and
-	// the two halves alternate, each paying a commit. The wait ends when
-	// they are all queued, or after half of the previous batch's commit
-	// time (5 ms at most); a wait that times out turns waiting off for the next batches
-	// (1, 2, 4, up to 64 of them), so callers that do not come back (an
-	// open stream of independent requests) cost little. A lone caller
-	// never waits. It cannot be combined with MaxBatchDelay.
+	// the groups take turns, each paying a commit (a batch takes in the
+	// callers that arrive while its functions run, not those that arrive
+	// during its fsync). The wait ends when they are all queued, or after
+	// half of the previous batch's commit time (5 ms at most); a wait that
+	// times out turns waiting off for the next batches (1, 2, 4, up to 64
+	// of them), so callers that do not come back (an open stream of
+	// independent requests) cost little. A lone caller never waits. It
+	// cannot be combined with MaxBatchDelay.
 	GatherCallers bool
 
 	// FileMode is the permission of a newly created file. 0 means 0600.
@@ -259,6 +261,7 @@ func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	db.batch.db = db
 	db.batch.full = make(chan struct{}, 1)
 	db.batch.txFn = db.batch.runTx
+	db.batch.maxWait = maxGatherWait
 	if bdb != nil && o.Cipher != nil {
 		boltCiphers.Store(bdb, o.Cipher)
 	}
@@ -329,7 +332,7 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
 	}
-	err := db.commit(ctx, 1, func(t Tx) error {
+	err := db.commit(ctx, &one, func(t Tx) error {
 		if err := fn(db.guard(t)); err != nil {
 			return err
 		}
@@ -357,7 +360,10 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 // commit runs fn in one write transaction of the backend, reporting it to
 // the observer (Options.Observer) if one listens: calls is how many calls
 // group commit put in it.
-func (db *DB) commit(ctx context.Context, calls int, fn func(Tx) error) error {
+// one is the calls of a commit that is not a batch's.
+var one = 1
+
+func (db *DB) commit(ctx context.Context, calls *int, fn func(Tx) error) error {
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil {
 		return db.backend.Update(ctx, fn)
@@ -368,7 +374,7 @@ func (db *DB) commit(ctx context.Context, calls int, fn func(Tx) error) error {
 		btx = BoltTx(t)
 		return fn(t)
 	})
-	e := observe.Commit{Calls: calls, Duration: time.Since(start), Err: err != nil}
+	e := observe.Commit{Calls: *calls, Duration: time.Since(start), Err: err != nil}
 	if btx != nil {
 		st := btx.Stats() // this transaction's own: its write and fsync time
 		e.Write = st.GetWriteTime()
