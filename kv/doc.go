@@ -47,18 +47,18 @@
 // Batch is group commit: concurrent callers share one transaction and one
 // fsync. There is no fixed delay by default: a batch starts as soon as the
 // writer is idle, callers that arrive while its functions run join it, and
-// those that arrive during its commit form the next one. A function run under Batch may run more than once and must have no
-// effect outside the transaction until Batch returns. Reject marks an
-// outcome decided without writing (a mismatch, a key in use) so it does not
-// fail the whole batch.
+// those that arrive during its commit form the next one. A function run
+// under Batch may run more than once and must have no effect outside the
+// transaction until Batch returns. Reject marks an outcome decided without
+// writing (a mismatch, a key in use) so it does not fail the whole batch.
 //
 // A fixed set of callers that call again as soon as they are answered (a
 // consumer's worker goroutines) settles, by those rules, into groups that
 // take turns, each paying a commit: those answered by one commit call again
-// while the next commits. Options.GatherCallers makes a batch
-// wait for the previous batch's callers to come back, up to half that
-// batch's commit time, so they commit once per round instead of twice
-// (oncekv bench --gather shows the batch sizes, in its BATCH column).
+// while the next commits. Options.GatherCallers makes a batch wait for the
+// previous batch's callers to come back, up to half that batch's commit
+// time, so they commit once per round instead of twice (oncekv bench
+// --gather shows the batch sizes, in its BATCH column).
 //
 // # Namespace, format and checks
 //
