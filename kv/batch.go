@@ -294,9 +294,13 @@ func (b *batcher) run(calls []*batchCall) (answered int) {
 	return answered
 }
 
+// growErrs returns s with length n, keeping its values (the rejections
+// noted before a batch took in more calls).
 func growErrs(s []error, n int) []error {
 	if cap(s) < n {
-		return make([]error, n, 2*n)
+		t := make([]error, n, 2*n)
+		copy(t, s)
+		return t
 	}
 	return s[:n]
 }

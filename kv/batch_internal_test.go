@@ -390,13 +390,7 @@ func holdUntil(t *testing.T, db *DB, queued int, then func()) func(Tx) error {
 	return func(tx Tx) error {
 		var err error
 		once.Do(func() {
-			for deadline := time.Now().Add(10 * time.Second); db.batch.queued() < queued; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					err = errors.New("the calls did not queue")
-					return
-				}
-			}
-			if then != nil {
+			if err = waitQueuedBehind(db, queued); err == nil && then != nil {
 				then()
 			}
 		})
@@ -405,6 +399,17 @@ func holdUntil(t *testing.T, db *DB, queued int, then func()) func(Tx) error {
 		}
 		return put("held")(tx)
 	}
+}
+
+// waitQueuedBehind waits, inside a batch's function, until n calls are
+// queued behind the batch.
+func waitQueuedBehind(db *DB, n int) error {
+	for deadline := time.Now().Add(10 * time.Second); db.batch.queued() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return errors.New("the calls did not queue")
+		}
+	}
+	return nil
 }
 
 // Calls that queue while a batch's transaction runs join it: they commit
@@ -471,4 +476,34 @@ func TestBatchDoesNotTakeInCanceledCalls(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, ran.Load())
 	require.Equal(t, []int{1}, sizes())
+}
+
+// A call rejected before the batch takes in more calls keeps its
+// rejection, however many calls join after it.
+func TestBatchKeepsRejectionsWhenItTakesInCalls(t *testing.T) {
+	t.Parallel()
+	opts, sizes := commitSizes(Options{NoSync: true})
+	db := openInternal(t, opts)
+	ctx := context.Background()
+	taken := errors.New("taken")
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() {
+		err = db.Batch(ctx, func(Tx) error {
+			if err := waitQueuedBehind(db, 4); err != nil {
+				return err
+			}
+			return Reject(taken) // decided without writing, as Reject requires
+		})
+	})
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
+	for i := range 4 {
+		wg.Go(func() { require.NoError(t, db.Batch(ctx, put(fmt.Sprint("k", i)))) })
+	}
+	wg.Wait()
+	require.ErrorIs(t, err, taken)
+	require.Equal(t, []int{5}, sizes())
+	for i := range 4 {
+		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint("k", i)))
+	}
 }
