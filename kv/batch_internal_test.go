@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/observe"
@@ -505,5 +506,97 @@ func TestBatchKeepsRejectionsWhenItTakesInCalls(t *testing.T) {
 	require.Equal(t, []int{5}, sizes())
 	for i := range 4 {
 		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint("k", i)))
+	}
+}
+
+// Concurrent calls with every outcome (a write, a rejection, an error
+// after a write, a panic after a write), under every batching setting:
+// each caller gets its own function's outcome, and exactly the writes of
+// the calls that succeeded are in the file.
+func TestBatchOutcomesUnderLoad(t *testing.T) {
+	t.Parallel()
+	settings := map[string]Options{
+		"default":       {NoSync: true},
+		"small batches": {NoSync: true, MaxBatchSize: 3},
+		"gather":        {NoSync: true, GatherCallers: true},
+		"gather, small": {NoSync: true, GatherCallers: true, MaxBatchSize: 4},
+		"delay, small":  {NoSync: true, MaxBatchDelay: 50 * time.Microsecond, MaxBatchSize: 5},
+	}
+	for name, o := range settings {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := openInternal(t, &o)
+			rejected, failed := errors.New("rejected"), errors.New("failed")
+			type outcome int
+			const (
+				wrote outcome = iota
+				rejects
+				fails
+				panics
+			)
+			of := func(g, i int) outcome {
+				switch (g*7919 + i*104729) % 20 {
+				case 0, 1, 2:
+					return rejects
+				case 3, 4:
+					return fails
+				case 5:
+					return panics
+				}
+				return wrote
+			}
+			const goroutines, calls = 8, 150
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range calls {
+						k := fmt.Sprint(g, "-", i)
+						want := of(g, i)
+						var err error
+						var p any
+						func() {
+							defer func() { p = recover() }()
+							err = db.Batch(context.Background(), func(tx Tx) error {
+								if want == rejects {
+									return Reject(rejected) // nothing written
+								}
+								if err := put(k)(tx); err != nil {
+									return err
+								}
+								switch want {
+								case fails:
+									return failed
+								case panics:
+									panic(k)
+								}
+								return nil
+							})
+						}()
+						switch want {
+						case wrote:
+							assert.NoError(t, err, k)
+							assert.Nil(t, p, k)
+						case rejects:
+							assert.ErrorIs(t, err, rejected, k)
+						case fails:
+							assert.ErrorIs(t, err, failed, k)
+						case panics:
+							assert.Equal(t, k, p, k)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for g := range goroutines {
+				for i := range calls {
+					k := fmt.Sprint(g, "-", i)
+					if of(g, i) == wrote {
+						assert.Equal(t, []byte("v"), get(t, db, k), k)
+					} else {
+						assert.Nil(t, get(t, db, k), k)
+					}
+				}
+			}
+		})
 	}
 }
