@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
@@ -43,4 +44,59 @@ func ExampleInbox_Handle() {
 	// ack=true duplicate=false
 	// ack=true duplicate=true
 	// applied 1 time
+}
+
+// A consumer with a pool of workers: each handles one delivery after
+// another, and the broker delivers every message twice. A pool that calls
+// again as soon as it is answered commits in one batch per round with
+// kv.Options.GatherCallers (without it, the workers split into groups
+// that take turns, each paying a commit).
+func ExampleInbox_Handle_workers() {
+	dir, _ := os.MkdirTemp("", "inbox-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), &kv.Options{GatherCallers: true})
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	in, _ := inbox.New(db, nil)
+
+	deliveries := make(chan string)
+	go func() {
+		for i := range 20 {
+			id := fmt.Sprintf("m-%d", i)
+			deliveries <- id
+			deliveries <- id // redelivered
+		}
+		close(deliveries)
+	}()
+	var mu sync.Mutex
+	applied, duplicates := 0, 0
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for id := range deliveries {
+				d, err := in.Handle(context.Background(), "billing", id, func(tx kv.Tx) error {
+					b, err := tx.CreateBucketIfNotExists([]byte("applied"))
+					if err != nil {
+						return err
+					}
+					return b.Put([]byte(id), nil)
+				})
+				if err != nil {
+					panic(err)
+				}
+				mu.Lock()
+				if d.Duplicate {
+					duplicates++
+				} else {
+					applied++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("applied", applied, "duplicates", duplicates)
+	// Output: applied 20 duplicates 20
 }
