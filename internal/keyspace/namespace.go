@@ -55,12 +55,18 @@ func (n Namespace) Bytes() []byte { return n.full }
 func (n Namespace) Bucket(tx kv.Tx) kv.Bucket { return Raw(tx).Bucket(n.full) }
 
 // Create returns the namespace's bucket in the writable tx, creating it if
-// needed.
+// needed. It looks the bucket up first: bbolt's CreateBucketIfNotExists
+// copies the name on every call, and the hot path opens its buckets once
+// per request.
 func (n Namespace) Create(tx kv.Tx) (kv.Bucket, error) {
 	if !tx.Writable() {
 		return nil, ErrReadOnlyTx
 	}
-	return Raw(tx).CreateBucketIfNotExists(n.full)
+	raw := Raw(tx)
+	if b := raw.Bucket(n.full); b != nil {
+		return b, nil
+	}
+	return raw.CreateBucketIfNotExists(n.full)
 }
 
 // List returns the reserved buckets that exist in tx and whose short name
