@@ -252,6 +252,62 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	}))
 }
 
+// 64 goroutines send the same key at once, half with one body and half
+// with another, in several rounds of keys: each key's work commits once,
+// every caller with the winner's body gets the winner's bytes, and every
+// caller with the other body gets a *MismatchError, never a success.
+// (Group commit takes the late callers into the running batch, where the
+// mismatches are rejections among commits.)
+func TestConcurrentMismatchesAreRejected(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, nil)
+	const n, rounds = 64, 5
+	for r := range rounds {
+		key := fmt.Sprint("contested-", r)
+		var wg sync.WaitGroup
+		results := make([]ledger.Result, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				body := []string{"a", "b"}[i%2]
+				results[i], errs[i] = l.Do(ctx, req(key, body), func(tx kv.Tx) (ledger.Response, error) {
+					b, err := tx.CreateBucketIfNotExists([]byte("executions"))
+					if err != nil {
+						return ledger.Response{}, err
+					}
+					if err := b.Put([]byte(key), []byte(body)); err != nil {
+						return ledger.Response{}, err
+					}
+					return ledger.Response{Status: 201, Body: []byte(body)}, nil
+				})
+			})
+		}
+		close(start)
+		wg.Wait()
+		var winner string
+		require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
+			winner = string(tx.Bucket([]byte("executions")).Get([]byte(key)))
+			return nil
+		}))
+		fresh := 0
+		for i := range n {
+			if body := []string{"a", "b"}[i%2]; body != winner {
+				var me *ledger.MismatchError
+				require.ErrorAs(t, errs[i], &me, "caller %d of %s", i, key)
+				continue
+			}
+			require.NoError(t, errs[i])
+			require.Equal(t, []byte(winner), results[i].Response.Body)
+			if !results[i].Replayed {
+				fresh++
+			}
+		}
+		require.Equal(t, 1, fresh, key)
+	}
+}
+
 // A crash between claim and completion: the process state is dropped and
 // the file reopened. Before the lease expires a retry is told "in progress";
 // after, it takes over with version+1; the stale worker's completion is
