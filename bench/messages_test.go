@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -180,12 +179,8 @@ func BenchmarkInboxWorkers(b *testing.B) {
 // that counts its commits.
 func openCounted(b *testing.B, name string, gather bool) (*kv.DB, *atomic.Int64) {
 	var n atomic.Int64
-	db, err := kv.Open(filepath.Join(b.TempDir(), name+".db"), &kv.Options{GatherCallers: gather,
+	db := openDB(b, name, &kv.Options{GatherCallers: gather,
 		Observer: &observe.Observer{Commit: func(observe.Commit) { n.Add(1) }}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = db.Close() })
 	return db, &n
 }
 

@@ -74,7 +74,7 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		case r.solo:
 			// fn failed after other calls of its batch; its error may have been
 			// caused by their writes, so find its real outcome alone.
-			return closedErr(unreject(db.commit(ctx, &one, func(t Tx) error { return fn(db.guard(t)) })))
+			return closedErr(unreject(db.commit(ctx, oneCall, func(t Tx) error { return fn(db.guard(t)) })))
 		case r.panic != nil:
 			panic(r.panic.Value)
 		}
@@ -119,8 +119,9 @@ type batcher struct {
 	rejected []error
 	failed   int
 	res      batchResult
+	answered int            // calls of the batch answered so far
 	txFn     func(Tx) error // b.runTx, bound once
-	ran      *int           // the calls of the transaction running, for the observer
+	callsFn  func() int     // len(b.batch), bound once: the observer's count
 	gathering
 }
 
@@ -152,18 +153,13 @@ func (b *batcher) lead() {
 		b.gather()
 	}
 
-	b.mu.Lock()
-	n := min(len(b.queue), b.db.opts.MaxBatchSize)
-	calls := append(b.batch[:0], b.queue[:n]...)
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
-	b.mu.Unlock()
-
 	start := time.Now()
-	b.arrived = 0
-	b.released = b.run(calls)
-	b.ended = time.Now()
+	b.batch, b.answered, b.arrived = b.batch[:0], 0, 0
+	b.mu.Lock()
+	b.take(b.db.opts.MaxBatchSize)
+	b.mu.Unlock()
+	b.run()
+	b.released, b.ended = b.answered, time.Now()
 	b.took = b.ended.Sub(start)
 	// No pointers to finished calls (they are pooled) or their errors.
 	clear(b.batch[:cap(b.batch)])
@@ -236,31 +232,35 @@ const (
 	maxGatherBackoff = 64
 )
 
-// run runs calls as one transaction, and those queued while it runs (up
-// to Options.MaxBatchSize), and answers them all; it returns how many it
-// answered.
-func (b *batcher) run(calls []*batchCall) (answered int) {
-	live := calls[:0]
-	for _, c := range calls {
+// take moves up to room queued calls, oldest first, to the end of
+// b.batch, answering at once those whose context has ended. b.mu is held.
+// It reports whether it moved any.
+func (b *batcher) take(room int) (took bool) {
+	n := min(len(b.queue), room)
+	for _, c := range b.queue[:n] {
 		if err := c.ctx.Err(); err != nil {
-			c.done <- batchResult{err: err}
-			answered++
+			c.done <- batchResult{err: err} // buffered and empty: does not block
+			b.answered++
 			continue
 		}
-		live = append(live, c)
+		b.batch = append(b.batch, c)
+		took = true
 	}
-	calls = live
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return took
+}
 
-	for len(calls) > 0 {
-		b.batch, b.failed, b.res = calls, -1, batchResult{}
-		b.rejected = growErrs(b.rejected, len(calls))
-		n := len(calls)
-		b.ran = &n
-		err := b.db.commit(context.Background(), b.ran, b.txFn)
-		// The transaction may have taken in calls queued while it ran.
-		calls = b.batch
-		rejected := b.rejected[:len(calls)]
-		failed, res := b.failed, b.res
+// run runs b.batch as one transaction, with the calls it takes in while it
+// runs (extend), and answers them all, counting them in b.answered. A call
+// that fails is answered (or sent to run alone) and the rest run again.
+func (b *batcher) run() {
+	for len(b.batch) > 0 {
+		b.failed, b.res = -1, batchResult{}
+		b.rejected = growErrs(b.rejected, len(b.batch))
+		err := b.db.commit(context.Background(), b.callsFn, b.txFn)
+		calls, failed, res := b.batch, b.failed, b.res
 		switch {
 		case failed < 0:
 			if b.db.opts.GatherCallers {
@@ -273,25 +273,25 @@ func (b *batcher) run(calls []*batchCall) (answered int) {
 				failpoint.Inject(failpoint.KVBatchAfterCommit)
 			}
 			for i, c := range calls {
-				if err == nil && rejected[i] != nil {
-					c.done <- batchResult{err: rejected[i]}
+				if err == nil && b.rejected[i] != nil {
+					c.done <- batchResult{err: b.rejected[i]}
 					continue
 				}
 				c.done <- batchResult{err: err}
 			}
-			return answered + len(calls)
+			b.answered += len(calls)
+			return
 		case failed == 0:
 			// It ran first, on exactly the state it would have seen alone:
 			// its outcome is final.
 			calls[0].done <- res
-			calls = calls[1:]
+			b.batch = calls[1:]
 		default:
 			calls[failed].done <- batchResult{solo: true}
-			calls = append(calls[:failed], calls[failed+1:]...)
+			b.batch = append(calls[:failed], calls[failed+1:]...)
 		}
-		answered++
+		b.answered++
 	}
-	return answered
 }
 
 // growErrs returns s with length n, keeping its values (the rejections
@@ -314,23 +314,10 @@ func (b *batcher) extend() bool {
 		return false
 	}
 	b.mu.Lock()
-	n := min(len(b.queue), room)
-	took := false
-	for _, c := range b.queue[:n] {
-		if err := c.ctx.Err(); err != nil {
-			c.done <- batchResult{err: err} // buffered and empty: does not block
-			continue
-		}
-		b.batch = append(b.batch, c)
-		took = true
-	}
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
+	took := b.take(room)
 	b.mu.Unlock()
 	if took {
 		b.rejected = growErrs(b.rejected, len(b.batch))
-		*b.ran = len(b.batch)
 	}
 	return took
 }

@@ -261,6 +261,7 @@ func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	db.batch.db = db
 	db.batch.full = make(chan struct{}, 1)
 	db.batch.txFn = db.batch.runTx
+	db.batch.callsFn = func() int { return len(db.batch.batch) }
 	db.batch.maxWait = maxGatherWait
 	if bdb != nil && o.Cipher != nil {
 		boltCiphers.Store(bdb, o.Cipher)
@@ -332,7 +333,7 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
 	}
-	err := db.commit(ctx, &one, func(t Tx) error {
+	err := db.commit(ctx, oneCall, func(t Tx) error {
 		if err := fn(db.guard(t)); err != nil {
 			return err
 		}
@@ -359,11 +360,9 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 
 // commit runs fn in one write transaction of the backend, reporting it to
 // the observer (Options.Observer) if one listens: calls is how many calls
-// group commit put in it.
-// one is the calls of a commit that is not a batch's.
-var one = 1
-
-func (db *DB) commit(ctx context.Context, calls *int, fn func(Tx) error) error {
+// group commit put in it (read once the transaction is over: a batch takes
+// in calls while it runs).
+func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) error {
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil {
 		return db.backend.Update(ctx, fn)
@@ -374,7 +373,7 @@ func (db *DB) commit(ctx context.Context, calls *int, fn func(Tx) error) error {
 		btx = BoltTx(t)
 		return fn(t)
 	})
-	e := observe.Commit{Calls: *calls, Duration: time.Since(start), Err: err != nil}
+	e := observe.Commit{Calls: calls(), Duration: time.Since(start), Err: err != nil}
 	if btx != nil {
 		st := btx.Stats() // this transaction's own: its write and fsync time
 		e.Write = st.GetWriteTime()
@@ -382,6 +381,9 @@ func (db *DB) commit(ctx context.Context, calls *int, fn func(Tx) error) error {
 	o.Commit(e)
 	return err
 }
+
+// oneCall is the call count of a commit that is not a batch's.
+func oneCall() int { return 1 }
 
 // Observer returns the observer set in Options.Observer (nil if none):
 // the packages built on kv report to it.

@@ -208,34 +208,42 @@ func TestDoTxInCallerTransaction(t *testing.T) {
 	require.Equal(t, map[string]string{"o1": "pending"}, orders(t, bb.db))
 }
 
+// atOnce runs do(i) for i in [0, n) from n goroutines released together,
+// and returns their results.
+func atOnce(n int, do func(i int) (ledger.Result, error)) ([]ledger.Result, []error) {
+	results, errs := make([]ledger.Result, n), make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = do(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return results, errs
+}
+
 // 64 goroutines send the same key and payload at once: the work commits once
 // and every caller gets identical bytes.
 func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	t.Parallel()
 	l, bb := setup(t, nil)
 	const n = 64
-	var wg sync.WaitGroup
-	results := make([]ledger.Result, n)
-	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			results[i], errs[i] = l.Do(ctx, req("same-key", "same body"), func(tx kv.Tx) (ledger.Response, error) {
-				b, err := tx.CreateBucketIfNotExists([]byte("counter"))
-				if err != nil {
-					return ledger.Response{}, err
-				}
-				n, _ := strconv.Atoi(string(b.Get([]byte("executions"))))
-				if err := b.Put([]byte("executions"), []byte(strconv.Itoa(n+1))); err != nil {
-					return ledger.Response{}, err
-				}
-				return ledger.Response{Status: 201, Body: []byte(fmt.Sprintf(`{"execution":%d}`, n+1))}, nil
-			})
+	results, errs := atOnce(n, func(int) (ledger.Result, error) {
+		return l.Do(ctx, req("same-key", "same body"), func(tx kv.Tx) (ledger.Response, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte("counter"))
+			if err != nil {
+				return ledger.Response{}, err
+			}
+			n, _ := strconv.Atoi(string(b.Get([]byte("executions"))))
+			if err := b.Put([]byte("executions"), []byte(strconv.Itoa(n+1))); err != nil {
+				return ledger.Response{}, err
+			}
+			return ledger.Response{Status: 201, Body: []byte(fmt.Sprintf(`{"execution":%d}`, n+1))}, nil
 		})
-	}
-	close(start)
-	wg.Wait()
+	})
 	fresh := 0
 	for i := range n {
 		require.NoError(t, errs[i])
@@ -264,28 +272,19 @@ func TestConcurrentMismatchesAreRejected(t *testing.T) {
 	const n, rounds = 64, 5
 	for r := range rounds {
 		key := fmt.Sprint("contested-", r)
-		var wg sync.WaitGroup
-		results := make([]ledger.Result, n)
-		errs := make([]error, n)
-		start := make(chan struct{})
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				body := []string{"a", "b"}[i%2]
-				results[i], errs[i] = l.Do(ctx, req(key, body), func(tx kv.Tx) (ledger.Response, error) {
-					b, err := tx.CreateBucketIfNotExists([]byte("executions"))
-					if err != nil {
-						return ledger.Response{}, err
-					}
-					if err := b.Put([]byte(key), []byte(body)); err != nil {
-						return ledger.Response{}, err
-					}
-					return ledger.Response{Status: 201, Body: []byte(body)}, nil
-				})
+		results, errs := atOnce(n, func(i int) (ledger.Result, error) {
+			body := []string{"a", "b"}[i%2]
+			return l.Do(ctx, req(key, body), func(tx kv.Tx) (ledger.Response, error) {
+				b, err := tx.CreateBucketIfNotExists([]byte("executions"))
+				if err != nil {
+					return ledger.Response{}, err
+				}
+				if err := b.Put([]byte(key), []byte(body)); err != nil {
+					return ledger.Response{}, err
+				}
+				return ledger.Response{Status: 201, Body: []byte(body)}, nil
 			})
-		}
-		close(start)
-		wg.Wait()
+		})
 		var winner string
 		require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
 			winner = string(tx.Bucket([]byte("executions")).Get([]byte(key)))
