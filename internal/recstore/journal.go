@@ -26,6 +26,11 @@ type Journal struct {
 	// goroutine adds them, not the group commit's leader, which would
 	// delay the next batch by the time it takes to add a whole batch's.
 	recent []pendingEntry
+	// The first entry of each list is stored in the journal itself: a
+	// managed call usually writes one record, and then its journal costs
+	// one allocation, not three.
+	entry0  [1]journaled
+	recent0 [1]pendingEntry
 }
 
 type pendingEntry struct {
@@ -60,6 +65,9 @@ func (j *Journal) note(d *directory, h, pos uint64) {
 		return
 	}
 	j.mu.Lock()
+	if j.entries == nil {
+		j.entries = j.entry0[:0]
+	}
 	j.entries = append(j.entries, journaled{d, h, pos})
 	j.mu.Unlock()
 }
@@ -84,6 +92,9 @@ func (j *Journal) Undo() {
 // remember notes an entry to cache once the call commits.
 func (j *Journal) remember(d *directory, h, pos, gen uint64, entry []byte) {
 	j.mu.Lock()
+	if j.recent == nil {
+		j.recent = j.recent0[:0]
+	}
 	j.recent = append(j.recent, pendingEntry{d, h, pos, gen, entry})
 	j.mu.Unlock()
 }
