@@ -94,6 +94,15 @@ type Result struct {
 	// Batch is the mean number of operations per commit, for workloads
 	// on oncekv's group commit (0 for the others).
 	Batch float64 `json:"batch,omitempty"`
+	// Where a commit's time goes, for the same workloads: CommitUs is
+	// the mean time of a commit's transaction (the batch's functions,
+	// bbolt's spill, the page writes and the fsync), WriteUs the part of
+	// it bbolt spent writing pages and syncing, Pages the pages bbolt
+	// wrote per commit. CommitUs - WriteUs is the CPU inside the writer's
+	// critical section, which the batch's operations share.
+	CommitUs float64 `json:"commit_us,omitempty"`
+	WriteUs  float64 `json:"write_us,omitempty"`
+	Pages    float64 `json:"pages,omitempty"`
 }
 
 // Report is a harness run: the bare workload first, then oncekv, then the
@@ -205,18 +214,24 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		dir = d
 	}
 	opts := kv.Options{NoSync: !cfg.Sync, MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize, GatherCallers: cfg.Gather}
-	commits := map[string]*atomic.Int64{} // per workload, counted while measuring
-	open := func(name string) (*kv.DB, error) {
-		n := &atomic.Int64{}
-		commits[name] = n
-		o := opts
-		o.Observer = &observe.Observer{Commit: func(observe.Commit) { n.Add(1) }}
-		db, err := kv.Open(filepath.Join(dir, name+".db"), &o)
-		if err == nil && cfg.BatchDelay > 0 {
-			db.Bolt().MaxBatchDelay = cfg.BatchDelay
+	commits := map[string]*commitStats{} // per workload, counted while measuring
+	openWith := func(base kv.Options) func(string) (*kv.DB, error) {
+		return func(name string) (*kv.DB, error) {
+			cs := &commitStats{}
+			o := base
+			o.Observer = &observe.Observer{Commit: cs.add}
+			db, err := kv.Open(filepath.Join(dir, name+".db"), &o)
+			if err != nil {
+				return nil, err
+			}
+			cs.db, commits[name] = db, cs
+			if cfg.BatchDelay > 0 {
+				db.Bolt().MaxBatchDelay = cfg.BatchDelay
+			}
+			return db, nil
 		}
-		return db, err
 	}
+	open := openWith(opts)
 
 	workloads := []Workload{}
 	defer func() {
@@ -251,9 +266,7 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		}
 		sealed := opts
 		sealed.Cipher = ring
-		w, err := LedgerWorkload(ctx, "oncekv-encrypted", cfg, func(name string) (*kv.DB, error) {
-			return kv.Open(filepath.Join(dir, name+".db"), &sealed)
-		}, false)
+		w, err := LedgerWorkload(ctx, "oncekv-encrypted", cfg, openWith(sealed), false)
 		if err != nil {
 			return Report{}, err
 		}
@@ -291,8 +304,8 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		}
 	}
 
-	for _, n := range commits {
-		n.Store(0)
+	for _, cs := range commits {
+		cs.reset()
 	}
 
 	var seq atomic.Uint64
@@ -320,8 +333,8 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	rep := Report{Config: cfg}
 	for i, w := range workloads {
 		res := summarize(w.Name, &recs[i], took[i])
-		if n := commits[w.Name]; n != nil && n.Load() > 0 {
-			res.Batch = float64(res.Ops) / float64(n.Load())
+		if cs := commits[w.Name]; cs != nil {
+			cs.fill(&res)
 		}
 		rep.Results = append(rep.Results, res)
 	}
@@ -331,6 +344,50 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// commitStats counts one workload's commits through its observer, and
+// the pages bbolt wrote for them.
+type commitStats struct {
+	db                 *kv.DB
+	n, duration, write atomic.Int64
+	pagesBefore        int64
+}
+
+func (c *commitStats) add(e observe.Commit) {
+	c.n.Add(1)
+	c.duration.Add(int64(e.Duration))
+	c.write.Add(int64(e.Write))
+}
+
+// reset starts counting, when the measurement starts.
+func (c *commitStats) reset() {
+	c.n.Store(0)
+	c.duration.Store(0)
+	c.write.Store(0)
+	c.pagesBefore = c.pages()
+}
+
+func (c *commitStats) pages() int64 {
+	if c.db.Bolt() == nil {
+		return 0
+	}
+	st := c.db.Bolt().Stats()
+	return st.TxStats.GetWrite()
+}
+
+// fill sets res's per-commit figures (none when nothing was committed
+// through oncekv's group commit, as with bbolt's own DB.Batch).
+func (c *commitStats) fill(res *Result) {
+	n := c.n.Load()
+	if n == 0 {
+		return
+	}
+	per := float64(n)
+	res.Batch = float64(res.Ops) / per
+	res.CommitUs = float64(c.duration.Load()) / per / 1e3
+	res.WriteUs = float64(c.write.Load()) / per / 1e3
+	res.Pages = float64(c.pages()-c.pagesBefore) / per
 }
 
 // BareWorkload is the baseline: the business write alone, through oncekv's

@@ -19,6 +19,9 @@ func TestBench(t *testing.T) {
 			OpsPerSec float64 `json:"ops_per_sec"`
 			P99us     float64 `json:"p99_us"`
 			Batch     float64 `json:"batch"`
+			CommitUs  float64 `json:"commit_us"`
+			WriteUs   float64 `json:"write_us"`
+			Pages     float64 `json:"pages"`
 		} `json:"results"`
 		Ratio float64 `json:"ratio"`
 	}
@@ -32,6 +35,12 @@ func TestBench(t *testing.T) {
 		// Operations per commit: at least one, at most the clients.
 		require.GreaterOrEqual(t, r.Batch, 1.0, r.Name)
 		require.LessOrEqual(t, r.Batch, 4.0, r.Name)
+		// Where a commit's time goes: the write and fsync are part of it,
+		// and every commit writes the changed leaf, its bucket's entry in
+		// the root, the freelist and the meta page at least.
+		require.Positive(t, r.WriteUs, r.Name)
+		require.Greater(t, r.CommitUs, r.WriteUs, r.Name)
+		require.GreaterOrEqual(t, r.Pages, 3.0, r.Name)
 	}
 	require.Positive(t, res.Ratio)
 
@@ -56,6 +65,7 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, table, "WORKLOAD")
 	require.Contains(t, table, "BATCH")
+	require.Contains(t, table, "PAGES")
 	require.Contains(t, table, "oncekv")
 	_, _, code = run("bench", "--commit", "nope")
 	require.Equal(t, 2, code)
