@@ -49,6 +49,66 @@ func BenchmarkSingleTx(b *testing.B) {
 	})
 }
 
+// BenchmarkSingleTxPreloaded is BenchmarkSingleTx on files that already
+// hold 200k orders (and, on the oncekv side, their 200k records), written
+// in transactions of 1000 as a service's history would be: the business
+// tree is deeper and the file has a freelist of some size, which bbolt
+// sorts and writes at every commit, the bare write's as well.
+func BenchmarkSingleTxPreloaded(b *testing.B) {
+	const rows = 200000
+	opts := &kv.Options{NoSync: true}
+	bare := openDB(b, "bare", opts)
+	db := openDB(b, "oncekv", opts)
+	l, err := ledger.New(db, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	preloadOrders(b, bare, rows, nil)
+	preloadOrders(b, db, rows, l)
+	bare0, db0 := pagesWritten(bare), pagesWritten(db)
+	writePairs(b, bare, func(i int, k []byte) error {
+		req := ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{byte(i)}}
+		_, err := l.Do(ctx, req, func(tx kv.Tx) (ledger.Response, error) {
+			return ledger.Response{Status: 201, Header: respHeader, Body: responseBody}, putOrder(tx, k)
+		})
+		return err
+	})
+	b.ReportMetric(float64(pagesWritten(bare)-bare0)/float64(b.N), "bare-pages/op")
+	b.ReportMetric(float64(pagesWritten(db)-db0)/float64(b.N), "pages/op")
+}
+
+// pagesWritten is the number of pages bbolt has written to db's file.
+func pagesWritten(db *kv.DB) int64 {
+	st := db.Bolt().Stats()
+	return st.TxStats.GetWrite()
+}
+
+// preloadOrders stores n orders in db, 1000 per transaction, each with
+// its idempotency record through l when l is not nil.
+func preloadOrders(b *testing.B, db *kv.DB, n int, l *ledger.Ledger) {
+	resp := ledger.Response{Status: 201, Header: respHeader, Body: responseBody}
+	for i := 0; i < n; i += 1000 {
+		err := db.Update(ctx, func(tx kv.Tx) error {
+			for j := i; j < min(i+1000, n); j++ {
+				if l == nil {
+					if err := putOrder(tx, key("pre", j)); err != nil {
+						return err
+					}
+					continue
+				}
+				req := ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("pre-idem", j)), Fingerprint: ledger.Fingerprint{byte(j)}}
+				if _, err := l.DoTx(ctx, tx, req, func(tx kv.Tx) (ledger.Response, error) { return resp, putOrder(tx, key("pre", j)) }); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // fillReplays stores n completed records (and n bare values of the same
 // size) and returns their requests.
 func fillReplays(b *testing.B, l *ledger.Ledger, bare *kv.DB, n int) []ledger.Request {
