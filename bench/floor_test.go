@@ -96,6 +96,7 @@ func hotTailRecord(size, per int) func(kv.Tx) error {
 func floorWrites(b *testing.B, record func(kv.Tx) error) {
 	opts := &kv.Options{NoSync: true}
 	bare, floor := openDB(b, "bare", opts), openDB(b, "floor", opts)
+	bare0, floor0 := pagesWritten(bare), pagesWritten(floor)
 	writePairs(b, bare, func(_ int, k []byte) error {
 		return floor.Bolt().Update(func(btx *bolt.Tx) error {
 			tx := kv.WrapTx(btx)
@@ -105,9 +106,8 @@ func floorWrites(b *testing.B, record func(kv.Tx) error) {
 			return record(tx)
 		})
 	})
-	bs, fs := bare.Bolt().Stats().TxStats, floor.Bolt().Stats().TxStats
-	b.ReportMetric(float64(bs.GetWrite())/float64(b.N), "bare-pages/op")
-	b.ReportMetric(float64(fs.GetWrite())/float64(b.N), "pages/op")
+	b.ReportMetric(float64(pagesWritten(bare)-bare0)/float64(b.N), "bare-pages/op")
+	b.ReportMetric(float64(pagesWritten(floor)-floor0)/float64(b.N), "pages/op")
 }
 
 // BenchmarkFloorReplay is the floor under BenchmarkReplayHit: the bare

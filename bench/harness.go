@@ -365,14 +365,16 @@ func (c *commitStats) reset() {
 	c.n.Store(0)
 	c.duration.Store(0)
 	c.write.Store(0)
-	c.pagesBefore = c.pages()
+	c.pagesBefore = pagesWritten(c.db)
 }
 
-func (c *commitStats) pages() int64 {
-	if c.db.Bolt() == nil {
+// pagesWritten is the number of pages bbolt has written to db's file (0
+// on another backend).
+func pagesWritten(db *kv.DB) int64 {
+	if db.Bolt() == nil {
 		return 0
 	}
-	st := c.db.Bolt().Stats()
+	st := db.Bolt().Stats()
 	return st.TxStats.GetWrite()
 }
 
@@ -387,7 +389,7 @@ func (c *commitStats) fill(res *Result) {
 	res.Batch = float64(res.Ops) / per
 	res.CommitUs = float64(c.duration.Load()) / per / 1e3
 	res.WriteUs = float64(c.write.Load()) / per / 1e3
-	res.Pages = float64(c.pages()-c.pagesBefore) / per
+	res.Pages = float64(pagesWritten(c.db)-c.pagesBefore) / per
 }
 
 // BareWorkload is the baseline: the business write alone, through oncekv's

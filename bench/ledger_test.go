@@ -68,12 +68,6 @@ func singleTxPairs(b *testing.B, rows int) {
 	}
 }
 
-// pagesWritten is the number of pages bbolt has written to db's file.
-func pagesWritten(db *kv.DB) int64 {
-	st := db.Bolt().Stats()
-	return st.TxStats.GetWrite()
-}
-
 // preloadOrders stores n orders in db, 1000 per transaction, each with
 // its idempotency record through l when l is not nil.
 func preloadOrders(b *testing.B, db *kv.DB, n int, l *ledger.Ledger) {

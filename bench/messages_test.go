@@ -176,12 +176,11 @@ func BenchmarkInboxWorkers(b *testing.B) {
 }
 
 // openCounted opens a durable database (with GatherCallers as gather)
-// that counts its commits.
+// that counts its commits, as the harness does.
 func openCounted(b *testing.B, name string, gather bool) (*kv.DB, *atomic.Int64) {
-	var n atomic.Int64
-	db := openDB(b, name, &kv.Options{GatherCallers: gather,
-		Observer: &observe.Observer{Commit: func(observe.Commit) { n.Add(1) }}})
-	return db, &n
+	cs := &commitStats{}
+	cs.db = openDB(b, name, &kv.Options{GatherCallers: gather, Observer: &observe.Observer{Commit: cs.add}})
+	return cs.db, &cs.n
 }
 
 // pool runs op n times from workers goroutines, each calling it again as

@@ -110,7 +110,12 @@ func (f *Fingerprinter) Sum(method, target, contentType string, body []byte) (le
 	// canonical JSON. It is gathered in one pooled buffer and hashed at
 	// once: the same bytes as a streaming hash, without its allocations.
 	c := canonPool.Get().(*canonicaliser)
-	defer canonPool.Put(c)
+	defer func() {
+		if cap(c.out) > maxPooledBuffer {
+			c.out = nil // a huge body's buffer is not kept, valid or not
+		}
+		canonPool.Put(c)
+	}()
 	buf := append(c.out[:0], "oncekv/fp/1"...)
 	buf = binary.AppendUvarint(buf, uint64(len(method)))
 	buf = append(buf, method...)
@@ -125,9 +130,6 @@ func (f *Fingerprinter) Sum(method, target, contentType string, body []byte) (le
 		}
 	}
 	c.out = buf
-	if cap(c.out) > maxPooledBuffer {
-		c.out = nil // a huge body's buffer is not kept
-	}
 	return ledger.Fingerprint(sha256.Sum256(buf)), nil
 }
 

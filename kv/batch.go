@@ -285,11 +285,12 @@ func (b *batcher) run() {
 			// It ran first, on exactly the state it would have seen alone:
 			// its outcome is final.
 			calls[0].done <- res
-			b.batch = calls[1:]
 		default:
 			calls[failed].done <- batchResult{solo: true}
-			b.batch = append(calls[:failed], calls[failed+1:]...)
 		}
+		// Removed in place: b.batch keeps its backing array from batch to
+		// batch (lead clears it whole).
+		b.batch = append(calls[:failed], calls[failed+1:]...)
 		b.answered++
 	}
 }

@@ -338,4 +338,17 @@ func TestJournalAddsEntriesAfterTheCall(t *testing.T) {
 	_, ok = cachedValue(s, "s", "undone")
 	require.False(t, ok, "an undone run's entry is cached")
 	require.Equal(t, 1, s.Stats().Cached)
+
+	// A call that wrote several records: every one joins the cache.
+	j2 := &Journal{}
+	jctx = WithJournal(ctx, j2)
+	write("k2")
+	write("k3")
+	write("k4")
+	j2.Committed()
+	for _, k := range []string{"k2", "k3", "k4"} {
+		v, ok := cachedValue(s, "s", k)
+		require.True(t, ok, k)
+		require.Equal(t, value(k), v)
+	}
 }

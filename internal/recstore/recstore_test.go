@@ -133,6 +133,19 @@ func TestRolledBackWritesLeaveNoAnswer(t *testing.T) {
 	j.Undo()
 	require.Equal(t, before-1, positions(s), "the journal removed the rolled-back entry")
 	require.Nil(t, get(t, db, s, "b", "k"))
+
+	// More entries than the journal keeps in itself: all of them go.
+	err = db.Update(jctx, func(tx kv.Tx) error {
+		for _, k := range []string{"c1", "c2", "c3"} {
+			_, err := s.Put(jctx, tx, "c", k, Ref{}, time.Time{}, t0, value("lost"))
+			require.NoError(t, err)
+		}
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	before = positions(s)
+	j.Undo()
+	require.Equal(t, before-3, positions(s), "the journal removed every rolled-back entry")
 }
 
 // A directory entry that points at another key's record (a hash collision,
