@@ -125,9 +125,20 @@ func preflight(path string, readOnly bool) (int64, error) {
 	if err := checkPage(f, path, m.root, ps, branchPage|leafPage, "root"); err != nil {
 		return size, err
 	}
-	if m.freelist != noFreelist && !readOnly { // a reader never loads it
+	switch {
+	case readOnly: // a reader never loads the freelist
+	case m.freelist != noFreelist:
 		if err := checkPage(f, path, m.freelist, ps, freelistPage, "freelist"); err != nil {
 			return size, err
+		}
+	default:
+		// Written without its freelist (bbolt's NoFreelistSync: etcd's
+		// setting, or any writer's that chose it): opened for writing,
+		// bbolt finds the free pages by walking every page reachable from
+		// the root, in a goroutine of its own where a damaged page is a
+		// fatal panic. The same walk is done here first, reading the file.
+		if err := walkStructure(f, int(ps), m.pgid, m.root); err != nil {
+			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged (it has no freelist, so opening it for writing walks every page): " + err.Error()}
 		}
 	}
 	return size, nil

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -17,14 +18,20 @@ const (
 )
 
 // walkStructure checks, by reading the file and never through bbolt's
-// memory map, that every page reachable from root is what its parent says
-// and that every element's key and value lie inside its page. bbolt's own
-// check follows those offsets blindly in a goroutine of its own, where a
-// damaged element is a fatal memory fault rather than a report; Check runs
-// this walk first and hands the file to bbolt only when it passes.
+// memory map, that every page reachable from root is what its parent says,
+// is reached once, and that every element's key and value lie inside its
+// page, with the keys of every tree in order (each page's ascending,
+// within the range its parent gives it). bbolt follows those offsets
+// blindly in goroutines of its own (its check; at a writable open of a
+// file without a freelist, its search for free pages), where a damaged
+// element is a fatal memory fault or panic rather than a report, and where
+// a reported error leaves the goroutine blocked for ever. Check runs this
+// walk first and hands the file to bbolt only when it passes; so does
+// Open, for a file without a freelist.
 func walkStructure(r io.ReaderAt, pageSize int, pages uint64, root uint64) error {
 	w := &walker{r: r, ps: uint64(pageSize), pages: pages, seen: map[uint64]bool{}}
-	return w.page(root, 0)
+	_, err := w.page(root, 0, nil, nil)
+	return err
 }
 
 type walker struct {
@@ -34,48 +41,56 @@ type walker struct {
 	seen  map[uint64]bool
 }
 
-func (w *walker) page(id uint64, depth int) error {
+// page checks page id and the tree below it, whose keys must lie in
+// [lo, hi) (nil: unbounded), and returns the subtree's last key.
+func (w *walker) page(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 	switch {
 	case depth > maxTreeDepth:
-		return fmt.Errorf("the B+tree is deeper than %d levels at page %d (a cycle?)", maxTreeDepth, id)
+		return nil, fmt.Errorf("the B+tree is deeper than %d levels at page %d (a cycle?)", maxTreeDepth, id)
 	case id < 2 || id >= w.pages:
-		return fmt.Errorf("a branch points to page %d, outside the data (%d pages)", id, w.pages)
+		return nil, fmt.Errorf("a branch points to page %d, outside the data (%d pages)", id, w.pages)
 	case w.seen[id]:
-		return fmt.Errorf("page %d is reachable twice", id)
+		return nil, fmt.Errorf("page %d is reachable twice", id)
 	}
-	w.seen[id] = true
 	var hdr [pageHeaderLen]byte
 	if _, err := w.r.ReadAt(hdr[:], int64(id*w.ps)); err != nil {
-		return fmt.Errorf("page %d cannot be read: %w", id, err)
+		return nil, fmt.Errorf("page %d cannot be read: %w", id, err)
 	}
 	overflow := uint64(binary.NativeEndian.Uint32(hdr[12:]))
 	if binary.NativeEndian.Uint64(hdr[0:]) != id || id+overflow >= w.pages {
-		return fmt.Errorf("page %d is damaged (its header says page %d, %d overflow pages)", id, binary.NativeEndian.Uint64(hdr[0:]), overflow)
+		return nil, fmt.Errorf("page %d is damaged (its header says page %d, %d overflow pages)", id, binary.NativeEndian.Uint64(hdr[0:]), overflow)
+	}
+	for p := id; p <= id+overflow; p++ {
+		if w.seen[p] {
+			return nil, fmt.Errorf("page %d is reachable twice (in page %d's overflow)", p, id)
+		}
+		w.seen[p] = true
 	}
 	buf := make([]byte, (1+overflow)*w.ps)
 	if _, err := w.r.ReadAt(buf, int64(id*w.ps)); err != nil {
-		return fmt.Errorf("page %d cannot be read: %w", id, err)
+		return nil, fmt.Errorf("page %d cannot be read: %w", id, err)
 	}
-	return w.elements(buf, fmt.Sprintf("page %d", id), depth)
+	return w.elements(buf, fmt.Sprintf("page %d", id), depth, lo, hi)
 }
 
 // elements checks the elements of one page held in buf (a page in the file,
-// or a bucket's inline page inside a value).
-func (w *walker) elements(buf []byte, where string, depth int) error {
+// or a bucket's inline page inside a value), whose keys must lie in
+// [lo, hi), and returns the last key of the subtree it heads.
+func (w *walker) elements(buf []byte, where string, depth int, lo, hi []byte) ([]byte, error) {
 	if len(buf) < pageHeaderLen {
-		return fmt.Errorf("%s is %d bytes, shorter than a page header", where, len(buf))
+		return nil, fmt.Errorf("%s is %d bytes, shorter than a page header", where, len(buf))
 	}
 	flags := binary.NativeEndian.Uint16(buf[8:])
 	count := int(binary.NativeEndian.Uint16(buf[10:]))
 	if flags != branchPage && flags != leafPage {
-		return fmt.Errorf("%s has type 0x%02x where a branch or leaf page belongs", where, flags)
+		return nil, fmt.Errorf("%s has type 0x%02x where a branch or leaf page belongs", where, flags)
 	}
 	if pageHeaderLen+count*elementLen > len(buf) {
-		return fmt.Errorf("%s claims %d elements, more than fit in it", where, count)
+		return nil, fmt.Errorf("%s claims %d elements, more than fit in it", where, count)
 	}
-	for i := range count {
+	keys := func(i int) (k, v []byte, e []byte, err error) {
 		off := pageHeaderLen + i*elementLen
-		e := buf[off : off+elementLen]
+		e = buf[off : off+elementLen]
 		var pos, ksize, vsize uint64
 		if flags == branchPage {
 			pos, ksize = uint64(binary.NativeEndian.Uint32(e[0:])), uint64(binary.NativeEndian.Uint32(e[4:]))
@@ -83,26 +98,49 @@ func (w *walker) elements(buf []byte, where string, depth int) error {
 			pos, ksize, vsize = uint64(binary.NativeEndian.Uint32(e[4:])), uint64(binary.NativeEndian.Uint32(e[8:])), uint64(binary.NativeEndian.Uint32(e[12:]))
 		}
 		if uint64(off)+pos+ksize+vsize > uint64(len(buf)) {
-			return fmt.Errorf("%s element %d points past the end of its page", where, i)
+			return nil, nil, nil, fmt.Errorf("%s element %d points past the end of its page", where, i)
 		}
+		k = buf[uint64(off)+pos : uint64(off)+pos+ksize]
+		return k, buf[uint64(off)+pos+ksize : uint64(off)+pos+ksize+vsize], e, nil
+	}
+	prev, last := lo, []byte(nil)
+	for i := range count {
+		k, v, e, err := keys(i)
+		if err != nil {
+			return nil, err
+		}
+		// bbolt's order: each key above the one before it (a page's first
+		// may equal its lower bound, the key its parent files it under),
+		// and below the parent's next key.
+		if prev != nil && (bytes.Compare(k, prev) < 0 || (i > 0 && bytes.Equal(k, prev))) || hi != nil && bytes.Compare(k, hi) >= 0 {
+			return nil, fmt.Errorf("%s element %d is out of key order", where, i)
+		}
+		last = k
 		switch {
 		case flags == branchPage:
-			if err := w.page(binary.NativeEndian.Uint64(e[8:]), depth+1); err != nil {
-				return err
+			next := hi
+			if i+1 < count {
+				if next, _, _, err = keys(i + 1); err != nil {
+					return nil, err
+				}
+			}
+			if last, err = w.page(binary.NativeEndian.Uint64(e[8:]), depth+1, k, next); err != nil {
+				return nil, err
 			}
 		case binary.NativeEndian.Uint32(e[0:])&bucketLeafFlag != 0:
-			v := buf[uint64(off)+pos+ksize : uint64(off)+pos+ksize+vsize]
 			if len(v) < inBucketLen {
-				return fmt.Errorf("%s element %d is a bucket of %d bytes", where, i, len(v))
+				return nil, fmt.Errorf("%s element %d is a bucket of %d bytes", where, i, len(v))
 			}
 			if root := binary.NativeEndian.Uint64(v); root != 0 {
-				if err := w.page(root, depth+1); err != nil {
-					return err
-				}
-			} else if err := w.elements(v[inBucketLen:], where+" inline bucket", depth+1); err != nil {
-				return err
+				_, err = w.page(root, depth+1, nil, nil)
+			} else {
+				_, err = w.elements(v[inBucketLen:], where+" inline bucket", depth+1, nil, nil)
+			}
+			if err != nil {
+				return nil, err
 			}
 		}
+		prev = last
 	}
-	return nil
+	return last, nil
 }
