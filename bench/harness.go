@@ -35,6 +35,9 @@ type HarnessConfig struct {
 	Commit     string
 	BatchDelay time.Duration // kv.Options.MaxBatchDelay
 	BatchSize  int           // kv.Options.MaxBatchSize (0: default)
+	// SyncFreelist sets kv.Options.SyncFreelist on every file: bbolt's
+	// freelist written at every commit instead of at close.
+	SyncFreelist bool
 	// Gather sets kv.Options.GatherCallers: a batch waits for the callers
 	// of the previous one to come back.
 	Gather bool
@@ -213,7 +216,7 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		defer func() { _ = os.RemoveAll(d) }()
 		dir = d
 	}
-	opts := kv.Options{NoSync: !cfg.Sync, MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize, GatherCallers: cfg.Gather}
+	opts := kv.Options{NoSync: !cfg.Sync, MaxBatchDelay: cfg.BatchDelay, MaxBatchSize: cfg.BatchSize, GatherCallers: cfg.Gather, SyncFreelist: cfg.SyncFreelist}
 	commits := map[string]*commitStats{} // per workload, counted while measuring
 	openWith := func(base kv.Options) func(string) (*kv.DB, error) {
 		return func(name string) (*kv.DB, error) {

@@ -32,20 +32,31 @@ var respHeader = http.Header{"Content-Type": {"application/json"}}
 // (ledger.Do: look-up, business write, record, expiry index, one commit)
 // with a bare bbolt Update doing the same business write. NoSync isolates
 // the CPU cost from the disk.
-func BenchmarkSingleTx(b *testing.B) { singleTxPairs(b, 0) }
+func BenchmarkSingleTx(b *testing.B) { singleTxPairs(b, 0, false) }
 
 // BenchmarkSingleTxPreloaded is BenchmarkSingleTx on files that already
 // hold 200k orders (and, on the oncekv side, their 200k records), written
 // in transactions of 1000 as a service's history would be: the business
-// tree is deeper and the file has a freelist of some size, which bbolt
-// sorts and writes at every commit, the bare write's as well.
-func BenchmarkSingleTxPreloaded(b *testing.B) { singleTxPairs(b, 200000) }
+// tree is deeper and the file has a freelist of some size. With
+// freelist=every-commit (kv.Options.SyncFreelist, bbolt's default) bbolt
+// sorts and writes that list at every commit, the bare write's as well;
+// freelist=at-close is oncekv's default.
+func BenchmarkSingleTxPreloaded(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		name := "freelist=at-close"
+		if sync {
+			name = "freelist=every-commit"
+		}
+		b.Run(name, func(b *testing.B) { singleTxPairs(b, 200000, sync) })
+	}
+}
 
 // singleTxPairs times ledger.Do against the bare write, NoSync, on files
 // preloaded with rows orders (and records) first; with rows, it reports
-// the pages each side writes per operation.
-func singleTxPairs(b *testing.B, rows int) {
-	opts := &kv.Options{NoSync: true}
+// the pages each side writes per operation. syncFreelist sets
+// kv.Options.SyncFreelist on both.
+func singleTxPairs(b *testing.B, rows int, syncFreelist bool) {
+	opts := &kv.Options{NoSync: true, SyncFreelist: syncFreelist}
 	bare := openDB(b, "bare", opts)
 	db := openDB(b, "oncekv", opts)
 	l, err := ledger.New(db, nil)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -14,7 +16,11 @@ import (
 // BenchmarkOpen measures what opening a database costs the ledger: the
 // rebuild of the in-memory key directory from the record log, at 100k live
 // records (and 1M with ONCEKV_BENCH_BIG=1). Each iteration closes and
-// reopens the file. The directory's heap per record is measured in
+// reopens the file. after=close opens a file closed cleanly (bbolt's
+// freelist written at close, kv.Options.SyncFreelist); after=crash opens
+// one whose process died without closing it (no freelist in the file:
+// kv.Open walks the file to refuse a damaged one, then bbolt walks it to
+// find the free pages). The directory's heap per record is measured in
 // internal/recstore (BenchmarkDirectoryHeap).
 func BenchmarkOpen(b *testing.B) {
 	sizes := []int{100_000}
@@ -22,48 +28,74 @@ func BenchmarkOpen(b *testing.B) {
 		sizes = append(sizes, 1_000_000)
 	}
 	for _, n := range sizes {
-		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
-			path := filepath.Join(b.TempDir(), "open.db")
-			db, err := kv.Open(path, &kv.Options{NoSync: true})
-			if err != nil {
-				b.Fatal(err)
+		path := filepath.Join(b.TempDir(), "open.db")
+		db, l := openLedger(b, path)
+		resp := ledger.Response{Status: 201, Header: respHeader, Body: responseBody}
+		if err := fill(ctx, db, n, func(tx kv.Tx, i int) error {
+			_, err := l.DoTx(ctx, tx, ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{1}},
+				func(kv.Tx) (ledger.Response, error) { return resp, nil })
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			b.Fatal(err)
+		}
+		for _, crashed := range []bool{false, true} {
+			name := fmt.Sprintf("records=%d/after=close", n)
+			if crashed {
+				name = fmt.Sprintf("records=%d/after=crash", n)
 			}
-			l, err := ledger.New(db, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			resp := ledger.Response{Status: 201, Header: respHeader, Body: responseBody}
-			if err := fill(ctx, db, n, func(tx kv.Tx, i int) error {
-				_, err := l.DoTx(ctx, tx, ledger.Request{Scope: "acme|POST /v1/orders", Key: string(key("idem", i)), Fingerprint: ledger.Fingerprint{1}},
-					func(kv.Tx) (ledger.Response, error) { return resp, nil })
-				return err
-			}); err != nil {
-				b.Fatal(err)
-			}
-			if err := db.Close(); err != nil {
-				b.Fatal(err)
-			}
-			var rebuild time.Duration
-			b.ResetTimer()
-			for b.Loop() {
-				db, err := kv.Open(path, &kv.Options{NoSync: true})
-				if err != nil {
-					b.Fatal(err)
+			b.Run(name, func(b *testing.B) {
+				var rebuild time.Duration
+				for range b.N {
+					if crashed {
+						b.StopTimer()
+						dropFreelist(b, path)
+						b.StartTimer()
+					}
+					db, l := openLedger(b, path)
+					st := l.Stats()
+					if st.Rebuilt != n {
+						b.Fatalf("rebuilt %d records, want %d", st.Rebuilt, n)
+					}
+					rebuild += st.RebuildTime
+					b.StopTimer() // Close writes the freelist: not part of an open
+					if err := db.Close(); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
 				}
-				l, err := ledger.New(db, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				st := l.Stats()
-				if st.Rebuilt != n {
-					b.Fatalf("rebuilt %d records, want %d", st.Rebuilt, n)
-				}
-				rebuild += st.RebuildTime
-				if err := db.Close(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(rebuild.Milliseconds())/float64(b.N), "rebuild-ms")
-		})
+				b.ReportMetric(float64(rebuild.Milliseconds())/float64(b.N), "rebuild-ms")
+			})
+		}
+	}
+}
+
+// openLedger opens the file at path (NoSync) and a ledger on it.
+func openLedger(b *testing.B, path string) (*kv.DB, *ledger.Ledger) {
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := ledger.New(db, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return db, l
+}
+
+// dropFreelist leaves the file at path as a process killed after a commit
+// leaves it with oncekv's default settings: without bbolt's freelist.
+func dropFreelist(b *testing.B, path string) {
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := bdb.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		b.Fatal(err)
+	}
+	if err := bdb.Close(); err != nil {
+		b.Fatal(err)
 	}
 }

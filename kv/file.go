@@ -132,12 +132,21 @@ func preflight(path string, readOnly bool) (int64, error) {
 			return size, err
 		}
 	default:
-		// Written without its freelist (bbolt's NoFreelistSync: etcd's
-		// setting, or any writer's that chose it): opened for writing,
-		// bbolt finds the free pages by walking every page reachable from
-		// the root, in a goroutine of its own where a damaged page is a
-		// fatal panic. The same walk is done here first, reading the file.
-		if err := walkStructure(f, int(ps), m.pgid, m.root); err != nil {
+		// Written without its freelist (Options.SyncFreelist false, and the
+		// writer did not close it; or bbolt's NoFreelistSync elsewhere, as
+		// etcd writes): opened for writing, bbolt finds the free pages by
+		// walking every page reachable from the root, in a goroutine of its
+		// own where a damaged page is a fatal panic. The same walk is done
+		// here first, reading the file, unless a writer holds it (the walk
+		// would read a file changing under it; bbolt then waits for the
+		// lock, and a writer that closes writes the freelist).
+		unlock, ok := lockedForReading(f)
+		if !ok {
+			break
+		}
+		err := walkFile(f, size, int(ps), m.pgid, m.root)
+		unlock()
+		if err != nil {
 			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged (it has no freelist, so opening it for writing walks every page): " + err.Error()}
 		}
 	}

@@ -197,6 +197,7 @@ workload at each client count.`,
 	f.BoolVar(&cfg.Sync, "sync", true, "fsync every commit (durable)")
 	f.StringVar(&cfg.Commit, "commit", "batch", "batch (group commit) or update (a transaction per operation)")
 	f.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "group commit: wait this long for company (0: commit as soon as the writer is idle)")
+	f.BoolVar(&cfg.SyncFreelist, "sync-freelist", false, "write bbolt's freelist at every commit, not only at close (kv.Options.SyncFreelist)")
 	f.BoolVar(&cfg.Gather, "gather", false, "group commit: a batch waits for the callers of the previous one to come back (kv.Options.GatherCallers)")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "group commit: most operations per transaction (0: default 1000)")
 	f.BoolVar(&cfg.BoltBatch, "bolt-batch", false, "commit both main workloads through bbolt's own DB.Batch (10ms delay by default)")
