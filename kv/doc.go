@@ -16,6 +16,16 @@
 //	if err != nil { ... }
 //	defer db.Close()
 //
+// bbolt's list of free pages is written to the file once, when the DB
+// closes, rather than at every commit (bbolt's NoFreelistSync while open,
+// as etcd runs it): a commit on a file with history no longer sorts and
+// writes a list that grows with it. A file left without the list (its
+// process died) gets it back at its next writable open, which walks every
+// page: Open walks the file itself first, through a read-only map, and
+// refuses a damaged one with ErrDamaged, since bbolt's walk runs in a
+// goroutine where damage is an unrecoverable panic. Options.SyncFreelist
+// restores bbolt's default.
+//
 // A service that already holds a *bbolt.DB calls Wrap instead, and hands its
 // own *bbolt.Tx to any oncekv call through WrapTx:
 //
