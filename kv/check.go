@@ -107,5 +107,32 @@ func walkTx(bt *bolt.Tx) error {
 	}
 	defer func() { _ = f.Close() }()
 	ps := bt.DB().Info().PageSize
-	return walkStructure(f, ps, uint64(bt.Size())/uint64(ps), uint64(bt.Cursor().Bucket().Root()))
+	pages := uint64(bt.Size()) / uint64(ps)
+	if err := walkStructure(f, ps, pages, uint64(bt.Cursor().Bucket().Root())); err != nil {
+		return err
+	}
+	// bbolt's check loads the freelist of a read-only file (a writable
+	// one's was loaded, and checked, at open). No writer holds a file open
+	// read-only, so its newer meta page is the transaction's.
+	if !bt.DB().IsReadOnly() {
+		return nil
+	}
+	var metas [2]boltMeta
+	for i := range metas {
+		buf := make([]byte, pageHeaderLen+metaLen)
+		if _, err := f.ReadAt(buf, int64(i*ps)); err == nil {
+			metas[i], _ = parseMeta(buf)
+		}
+	}
+	m := metas[0]
+	if metas[1].tx > m.tx {
+		m = metas[1]
+	}
+	if m.freelist == noFreelist || m.freelist == 0 {
+		return nil // none in the file: bbolt rebuilds it, guarded by the walk above
+	}
+	if m.freelist >= pages {
+		return fmt.Errorf("the meta page puts the freelist at page %d, past the end of the data (%d pages)", m.freelist, pages)
+	}
+	return checkFreelist(f, m.freelist, uint64(ps), pages)
 }

@@ -131,6 +131,9 @@ func preflight(path string, readOnly bool) (int64, error) {
 		if err := checkPage(f, path, m.freelist, ps, freelistPage, "freelist"); err != nil {
 			return size, err
 		}
+		if err := checkFreelist(f, m.freelist, ps, m.pgid); err != nil {
+			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged: " + err.Error()}
+		}
 	default:
 		// Written without its freelist (Options.SyncFreelist false, and the
 		// writer did not close it; or bbolt's NoFreelistSync elsewhere, as

@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,7 +67,17 @@ func TestOpenRefusesATruncatedFile(t *testing.T) {
 
 // Open and Check never panic on a damaged file: the mutation is a byte
 // overwrite, a bit flip or a truncation of a real database.
-func FuzzOpenDamagedFile(f *testing.F) { fuzzOpenDamaged(f, sampleFile(f)) }
+func FuzzOpenDamagedFile(f *testing.F) {
+	raw := sampleFile(f)
+	// The freelist's count at 0xFFFF, the real count (2^60) in its first
+	// element: once a fatal out-of-memory error.
+	at := binary.NativeEndian.Uint64(raw[16+32:])
+	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
+		at = binary.NativeEndian.Uint64(raw[4096+16+32:])
+	}
+	f.Add(uint32(at*4096+10), []byte{0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10}, false)
+	fuzzOpenDamaged(f, raw)
+}
 
 // A damaged file written without bbolt's freelist (NoFreelistSync, as etcd
 // writes its files) once crashed the process at a writable Open: bbolt
@@ -114,6 +125,54 @@ func fuzzOpenDamaged(f *testing.F, raw []byte) {
 			require.NoError(t, db.Close())
 		}
 	})
+}
+
+// A freelist page whose header is intact but whose count or IDs are not
+// once killed the process or worse: bbolt allocates a slice of whatever
+// count it finds (a count of 2^60 is a fatal out-of-memory error, which
+// no recover catches), and hands the listed pages to writers (a live page
+// listed as free would be overwritten by the next commit). Open refuses
+// such a file for writing; Check of a read-only open reports it.
+func TestOpenRefusesAGarbledFreelist(t *testing.T) {
+	t.Parallel()
+	raw := sampleFile(t)
+	at := binary.NativeEndian.Uint64(raw[16+32:])
+	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
+		at = binary.NativeEndian.Uint64(raw[4096+16+32:])
+	}
+	for _, c := range []struct {
+		name   string
+		count  uint16
+		first  uint64
+		reason string
+	}{
+		{"a count of 2^60 in the first element", 0xFFFF, 1 << 60, "more than fit in it"},
+		{"a page past the end", 1, 1 << 40, "lists page"},
+		{"a meta page listed as free", 1, 1, "lists page"},
+		{"the root page listed as free", 1, binary.NativeEndian.Uint64(raw[16+16:]), "reachable freed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := append([]byte(nil), raw...)
+			page := data[at*4096:]
+			binary.NativeEndian.PutUint16(page[10:], c.count)
+			binary.NativeEndian.PutUint64(page[16:], c.first)
+			path := write(t, data)
+			if c.reason != "reachable freed" {
+				_, err := kv.Open(path, &kv.Options{NoSync: true})
+				require.ErrorIs(t, err, kv.ErrDamaged)
+				require.ErrorContains(t, err, c.reason)
+				require.ErrorContains(t, err, "freelist page")
+			} // else in range and in order: only a whole check sees the page is in use
+
+			ro, err := kv.Open(path, &kv.Options{ReadOnly: true})
+			require.NoError(t, err, "a reader never loads the freelist")
+			problems, err := ro.Check(ctx)
+			require.NoError(t, err)
+			require.NotEmpty(t, problems)
+			require.Contains(t, fmt.Sprint(problems), c.reason)
+			require.NoError(t, ro.Close())
+		})
+	}
 }
 
 // Errors that say what happened (issue 13, item 14).

@@ -186,3 +186,45 @@ func (w *walker) elements(buf []byte, where string, depth int, lo, hi []byte) ([
 	}
 	return last, nil
 }
+
+// checkFreelist checks bbolt's freelist page id before bbolt reads it:
+// its count (in the header, or in its first element when the header says
+// 0xFFFF) must fit in the page and its overflow, and every ID must name
+// a data page (2 ≤ ID < pages), in ascending order, as bbolt writes them.
+// bbolt allocates a slice of whatever count it finds (a garbled count is
+// a fatal out-of-memory error, not a panic) and hands the IDs out to
+// writers (a garbled ID would let a commit overwrite a live page).
+func checkFreelist(r io.ReaderAt, id, ps, pages uint64) error {
+	var hdr [pageHeaderLen + 8]byte
+	if _, err := r.ReadAt(hdr[:], int64(id*ps)); err != nil { // #nosec G115 -- id < pages, checked by the caller
+		return fmt.Errorf("freelist page %d cannot be read: %w", id, err)
+	}
+	if got, flags := binary.NativeEndian.Uint64(hdr[0:]), binary.NativeEndian.Uint16(hdr[8:]); got != id || flags != freelistPage {
+		return fmt.Errorf("freelist page %d is damaged (its header says page %d, type 0x%02x)", id, got, flags)
+	}
+	overflow := uint64(binary.NativeEndian.Uint32(hdr[12:]))
+	idx, count := uint64(0), uint64(binary.NativeEndian.Uint16(hdr[10:]))
+	if count == 0xFFFF {
+		idx, count = 1, binary.NativeEndian.Uint64(hdr[pageHeaderLen:])
+	}
+	room := (1 + overflow) * ps
+	switch {
+	case id+overflow >= pages:
+		return fmt.Errorf("freelist page %d claims %d overflow pages, past the end of the data (%d pages)", id, overflow, pages)
+	case count > (room-pageHeaderLen)/8 || pageHeaderLen+(idx+count)*8 > room:
+		return fmt.Errorf("freelist page %d claims %d free pages, more than fit in it", id, count)
+	}
+	buf := make([]byte, pageHeaderLen+(idx+count)*8)
+	if _, err := r.ReadAt(buf, int64(id*ps)); err != nil { // #nosec G115 -- as above
+		return fmt.Errorf("freelist page %d cannot be read: %w", id, err)
+	}
+	prev := uint64(1)
+	for i := range count {
+		free := binary.NativeEndian.Uint64(buf[pageHeaderLen+(idx+i)*8:])
+		if free <= prev || free >= pages {
+			return fmt.Errorf("freelist page %d lists page %d as free (entry %d): not a data page in order (%d pages)", id, free, i, pages)
+		}
+		prev = free
+	}
+	return nil
+}
