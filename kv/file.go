@@ -69,6 +69,18 @@ func preflight(path string, readOnly bool) (int64, error) {
 		return 0, err
 	}
 	defer func() { _ = f.Close() }()
+	// Opened for writing, bbolt reads more than the meta and root pages at
+	// once (below). Those reads are checked under a shared lock, so that
+	// no writer changes the file under them; while a writer holds it they
+	// are skipped (bbolt then waits for the lock, and a writer that closes
+	// leaves a consistent file).
+	settled := false
+	if !readOnly {
+		if unlock, ok := lockedForReading(f); ok {
+			defer unlock()
+			settled = true
+		}
+	}
 	size := fi.Size()
 	head := make([]byte, 0x1000)
 	n, err := f.ReadAt(head, 0)
@@ -126,7 +138,7 @@ func preflight(path string, readOnly bool) (int64, error) {
 		return size, err
 	}
 	switch {
-	case readOnly: // a reader never loads the freelist
+	case readOnly, !settled: // a reader never loads the freelist
 	case m.freelist != noFreelist:
 		if err := checkPage(f, path, m.freelist, ps, freelistPage, "freelist"); err != nil {
 			return size, err
@@ -140,16 +152,8 @@ func preflight(path string, readOnly bool) (int64, error) {
 		// etcd writes): opened for writing, bbolt finds the free pages by
 		// walking every page reachable from the root, in a goroutine of its
 		// own where a damaged page is a fatal panic. The same walk is done
-		// here first, reading the file, unless a writer holds it (the walk
-		// would read a file changing under it; bbolt then waits for the
-		// lock, and a writer that closes writes the freelist).
-		unlock, ok := lockedForReading(f)
-		if !ok {
-			break
-		}
-		err := walkFile(f, size, int(ps), m.pgid, m.root)
-		unlock()
-		if err != nil {
+		// here first, reading the file.
+		if err := walkFile(f, size, int(ps), m.pgid, m.root); err != nil {
 			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged (it has no freelist, so opening it for writing walks every page): " + err.Error()}
 		}
 	}
