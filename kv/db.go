@@ -97,8 +97,8 @@ type Options struct {
 	// closed cleanly opens as fast as before; one whose process died
 	// without closing it has no list, and the next writable open rebuilds
 	// it by walking every page, after oncekv has walked the file itself to
-	// refuse a damaged one (about 0.1 s per 100k records, warm). Files
-	// stay compatible with bbolt and older oncekv either way.
+	// refuse a damaged one (0.82 s instead of 0.59 s to open 1M records,
+	// warm). Files stay compatible with bbolt and older oncekv either way.
 	SyncFreelist bool
 
 	// InitialMmapSize is passed to bbolt: a larger initial mapping avoids

@@ -79,6 +79,9 @@ func preflight(path string, readOnly bool) (int64, error) {
 		if unlock, ok := lockedForReading(f); ok {
 			defer unlock()
 			settled = true
+			if now, err := f.Stat(); err == nil {
+				fi = now // a writer may have grown it before the lock
+			}
 		}
 	}
 	size := fi.Size()
