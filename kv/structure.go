@@ -90,8 +90,6 @@ func (w *walker) page(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 		return nil, fmt.Errorf("the B+tree is deeper than %d levels at page %d (a cycle?)", maxTreeDepth, id)
 	case id < 2 || id >= w.pages:
 		return nil, fmt.Errorf("a branch points to page %d, outside the data (%d pages)", id, w.pages)
-	case w.seen[id]:
-		return nil, fmt.Errorf("page %d is reachable twice", id)
 	}
 	buf, err := w.read(id, w.ps, depth)
 	if err != nil {
@@ -101,9 +99,9 @@ func (w *walker) page(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 	if binary.NativeEndian.Uint64(buf[0:]) != id || id+overflow >= w.pages {
 		return nil, fmt.Errorf("page %d is damaged (its header says page %d, %d overflow pages)", id, binary.NativeEndian.Uint64(buf[0:]), overflow)
 	}
-	for p := id; p <= id+overflow; p++ {
+	for p := id; p <= id+overflow; p++ { // the page and its overflow
 		if w.seen[p] {
-			return nil, fmt.Errorf("page %d is reachable twice (in page %d's overflow)", p, id)
+			return nil, fmt.Errorf("page %d is reachable twice", p)
 		}
 		w.seen[p] = true
 	}
