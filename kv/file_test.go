@@ -16,26 +16,11 @@ import (
 	"github.com/oncekv/oncekv/kv"
 )
 
-// sampleFile writes a small real database: the format record and a bucket
-// of 300 keys (several leaf pages and a branch).
+// sampleFile returns the bytes of kv.WriteSample's database.
 func sampleFile(t testing.TB) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sample.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-		if err != nil {
-			return err
-		}
-		for i := range 300 {
-			if err := b.Put(fmt.Appendf(nil, "order-%04d", i), []byte(strings.Repeat("v", 40))); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
-	require.NoError(t, db.Close())
+	kv.WriteSample(t, path)
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return raw

@@ -2,12 +2,9 @@ package kv
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,21 +16,8 @@ import (
 func treeFile(t *testing.T) (raw []byte, ps, pages, root, branch uint64) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tree.db")
-	db, err := Open(path, &Options{NoSync: true})
-	require.NoError(t, err)
-	require.NoError(t, db.Update(context.Background(), func(tx Tx) error {
-		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-		if err != nil {
-			return err
-		}
-		for i := range 300 {
-			if err := b.Put(fmt.Appendf(nil, "order-%04d", i), []byte(strings.Repeat("v", 40))); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
-	require.NoError(t, db.Close())
+	WriteSample(t, path)
+	var err error
 	raw, err = os.ReadFile(path)
 	require.NoError(t, err)
 	m := lastMeta(t, path)

@@ -1,0 +1,32 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// WriteSample writes a small real database at path, for the tests of this
+// package and its external tests: the format record and a bucket of 300
+// keys (several leaf pages under a branch). It is closed cleanly.
+func WriteSample(t testing.TB, path string) {
+	t.Helper()
+	db, err := Open(path, &Options{NoSync: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(context.Background(), func(tx Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return err
+		}
+		for i := range 300 {
+			if err := b.Put(fmt.Appendf(nil, "order-%04d", i), []byte(strings.Repeat("v", 40))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	require.NoError(t, db.Close())
+}
