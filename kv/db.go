@@ -207,7 +207,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("kv: open %s: %w", path, err)
 	}
 	b.MaxBatchSize = o.MaxBatchSize
-	db, err := newDB(&boltBackend{db: b, owned: true}, b, path, o)
+	db, err := newBoltDB(b, path, o)
 	if err != nil {
 		_ = b.Close()
 		return nil, err
@@ -281,6 +281,21 @@ func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 		boltCiphers.Store(bdb, o.Cipher)
 	}
 	return db, nil
+}
+
+// newBoltDB is newDB over a bbolt file Open opened, with bbolt's panics
+// and memory faults on a damaged page met while the format record is read
+// or stamped (the root page, the buckets under it) reported as a
+// *FileError instead of escaping Open. bbolt rolls back a transaction a
+// panic leaves, so the caller can close b.
+func newBoltDB(b *bolt.DB, path string, o Options) (db *DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, &FileError{Path: path, Err: ErrDamaged, Reason: fmt.Sprintf("cannot be opened: bbolt failed on its structure reading the format record: %v", r)}
+		}
+	}()
+	return newDB(&boltBackend{db: b, owned: true}, b, path, o)
 }
 
 // Close closes the database. Calls made after Close fail with ErrClosed.

@@ -160,6 +160,39 @@ func TestOpenRefusesAGarbledFreelist(t *testing.T) {
 	}
 }
 
+// A root page whose element count is garbled made a writable Open panic
+// (a slice past the end of the map, while the format record was read):
+// the panic escaped Open into the caller. It is now ErrDamaged naming the
+// file; a read-only open that gets past it has Check report the page.
+func TestOpenRefusesADamagedRootPage(t *testing.T) {
+	t.Parallel()
+	raw := sampleFile(t)
+	meta := 16
+	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
+		meta += 4096
+	}
+	root := binary.NativeEndian.Uint64(raw[meta+16:])
+	binary.NativeEndian.PutUint16(raw[root*4096+10:], 0xFFF0)
+	path := write(t, raw)
+
+	_, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.ErrorIs(t, err, kv.ErrDamaged)
+	require.ErrorContains(t, err, path)
+	db, err := kv.Open(path, &kv.Options{NoSync: true}) // nothing left locked or registered
+	require.ErrorIs(t, err, kv.ErrDamaged)
+	require.Nil(t, db)
+
+	ro, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	if err != nil {
+		require.ErrorIs(t, err, kv.ErrDamaged)
+		return
+	}
+	problems, err := ro.Check(ctx)
+	require.NoError(t, err)
+	require.Contains(t, fmt.Sprint(problems), "more than fit in it")
+	require.NoError(t, ro.Close())
+}
+
 // Errors that say what happened (issue 13, item 14).
 func TestOpenErrorsSayWhatHappened(t *testing.T) {
 	t.Parallel()

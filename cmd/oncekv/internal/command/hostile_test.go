@@ -71,6 +71,42 @@ func TestDamagedFilesAreReportedNotCrashedOn(t *testing.T) {
 	}
 }
 
+// A damaged file without a freelist (left by a crash, or written with
+// etcd's bbolt settings) once killed any command that opened it for
+// writing: bbolt walks such a file in a goroutine of its own, where damage
+// is an unrecoverable panic. kv.Open walks it first; check walks it before
+// bbolt's check does.
+func TestDamagedFileWithoutFreelistIsReportedNotCrashedOn(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "nofreelist.db")
+	copyFile(t, fixture(t), path, 0)
+	b, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(*bolt.Tx) error { return nil })) // a commit that leaves the freelist out
+	require.NoError(t, b.Close())
+
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	meta := 16
+	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
+		meta += 4096
+	}
+	require.Equal(t, ^uint64(0), binary.NativeEndian.Uint64(raw[meta+32:]), "no freelist in the file")
+	root := binary.NativeEndian.Uint64(raw[meta+16:])
+	binary.NativeEndian.PutUint16(raw[root*4096+10:], 0xFFF0) // the root page claims more elements than fit
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+
+	for _, cmd := range []string{"sweep", "check", "keys", "stats"} {
+		_, stderr, code := run(cmd, "--db", path)
+		require.NotEqual(t, ExitUsage, code, "%s: %s", cmd, stderr)
+		require.NotContains(t, stderr, "goroutine ", "no stack trace")
+		if cmd == "sweep" || cmd == "check" {
+			require.Equal(t, 1, code, "%s: %s", cmd, stderr)
+			require.Contains(t, stderr, path, cmd)
+		}
+	}
+}
+
 // Maintenance commands once adopted foreign files: sweep turned an empty
 // file into a database and added buckets to another application's bbolt
 // file, and check called it healthy (issue 13, item 12).
