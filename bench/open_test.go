@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -51,7 +50,7 @@ func BenchmarkOpen(b *testing.B) {
 				for range b.N {
 					if crashed {
 						b.StopTimer()
-						dropFreelist(b, path)
+						kvtest.DropFreelist(b, path)
 						b.StartTimer()
 					}
 					db, l := openLedger(b, path)
@@ -83,19 +82,4 @@ func openLedger(b *testing.B, path string) (*kv.DB, *ledger.Ledger) {
 		b.Fatal(err)
 	}
 	return db, l
-}
-
-// dropFreelist leaves the file at path as a process killed after a commit
-// leaves it with oncekv's default settings: without bbolt's freelist.
-func dropFreelist(b *testing.B, path string) {
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := bdb.Update(func(*bolt.Tx) error { return nil }); err != nil {
-		b.Fatal(err)
-	}
-	if err := bdb.Close(); err != nil {
-		b.Fatal(err)
-	}
 }

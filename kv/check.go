@@ -117,22 +117,17 @@ func walkTx(bt *bolt.Tx) error {
 	if !bt.DB().IsReadOnly() {
 		return nil
 	}
-	var metas [2]boltMeta
-	for i := range metas {
+	var metas []boltMeta
+	for i := range 2 {
 		buf := make([]byte, pageHeaderLen+metaLen)
 		if _, err := f.ReadAt(buf, int64(i*ps)); err == nil {
-			metas[i], _ = parseMeta(buf)
+			if m, ok := parseMeta(buf); ok {
+				metas = append(metas, m)
+			}
 		}
 	}
-	m := metas[0]
-	if metas[1].tx > m.tx {
-		m = metas[1]
-	}
-	if m.freelist == noFreelist || m.freelist == 0 {
+	if len(metas) == 0 || newest(metas).freelist == noFreelist {
 		return nil // none in the file: bbolt rebuilds it, guarded by the walk above
 	}
-	if m.freelist >= pages {
-		return fmt.Errorf("the meta page puts the freelist at page %d, past the end of the data (%d pages)", m.freelist, pages)
-	}
-	return checkFreelist(f, m.freelist, uint64(ps), pages)
+	return checkFreelist(f, newest(metas).freelist, uint64(ps), pages)
 }

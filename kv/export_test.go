@@ -9,6 +9,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// NewestMeta returns the root page and the freelist page (noFreelist: none)
+// that the newer meta page of the database in raw names.
+func NewestMeta(raw []byte) (root, freelist uint64) {
+	m0, _ := parseMeta(raw)
+	metas := []boltMeta{m0}
+	if m1, ok := parseMeta(raw[m0.pageSize:]); ok {
+		metas = append(metas, m1)
+	}
+	m := newest(metas)
+	return m.root, m.freelist
+}
+
 // WriteSample writes a small real database at path, for the tests of this
 // package and its external tests: the format record and a bucket of 300
 // keys (several leaf pages under a branch). It is closed cleanly.

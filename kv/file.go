@@ -30,6 +30,16 @@ type boltMeta struct {
 	root, freelist, pgid, tx uint64
 }
 
+// newest returns the meta page of metas (one or two valid ones) with the
+// higher transaction ID: the file's last commit.
+func newest(metas []boltMeta) boltMeta {
+	m := metas[0]
+	if len(metas) == 2 && metas[1].tx > m.tx {
+		m = metas[1]
+	}
+	return m
+}
+
 func parseMeta(b []byte) (boltMeta, bool) {
 	if len(b) < pageHeaderLen+metaLen {
 		return boltMeta{}, false
@@ -119,10 +129,7 @@ func preflight(path string, readOnly bool) (int64, error) {
 	if len(metas) == 0 {
 		return size, &FileError{Path: path, Err: ErrNotDatabase, Reason: fmt.Sprintf("is not a bbolt database: no valid meta page in its %d bytes", size)}
 	}
-	m := metas[0]
-	if len(metas) == 2 && metas[1].tx > m.tx {
-		m = metas[1]
-	}
+	m := newest(metas)
 	ps := uint64(m.pageSize)
 	switch {
 	case ps < 512 || ps > 1<<24 || ps&(ps-1) != 0:
@@ -141,11 +148,9 @@ func preflight(path string, readOnly bool) (int64, error) {
 		return size, err
 	}
 	switch {
-	case readOnly, !settled: // a reader never loads the freelist
+	case readOnly: // a reader never loads the freelist
+	case !settled: // a writer holds the file: bbolt waits for it
 	case m.freelist != noFreelist:
-		if err := checkPage(f, path, m.freelist, ps, freelistPage, "freelist"); err != nil {
-			return size, err
-		}
 		if err := checkFreelist(f, m.freelist, ps, m.pgid); err != nil {
 			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged: " + err.Error()}
 		}

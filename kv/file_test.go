@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // sampleFile returns the bytes of kv.WriteSample's database.
@@ -56,10 +57,7 @@ func FuzzOpenDamagedFile(f *testing.F) {
 	raw := sampleFile(f)
 	// The freelist's count at 0xFFFF, the real count (2^60) in its first
 	// element: once a fatal out-of-memory error.
-	at := binary.NativeEndian.Uint64(raw[16+32:])
-	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
-		at = binary.NativeEndian.Uint64(raw[4096+16+32:])
-	}
+	_, at := kv.NewestMeta(raw)
 	f.Add(uint32(at*4096+10), []byte{0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10}, false)
 	fuzzOpenDamaged(f, raw)
 }
@@ -69,13 +67,9 @@ func FuzzOpenDamagedFile(f *testing.F) {
 // walks such a file to find its free pages in a goroutine of its own,
 // where a damaged page is a fatal panic. Open now walks it first.
 func FuzzOpenDamagedFileWithoutFreelist(f *testing.F) {
-	raw := sampleFile(f)
-	path := write(f, raw)
-	b, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
-	require.NoError(f, err)
-	require.NoError(f, b.Update(func(*bolt.Tx) error { return nil })) // a commit without the freelist
-	require.NoError(f, b.Close())
-	raw, err = os.ReadFile(path)
+	path := write(f, sampleFile(f))
+	kvtest.DropFreelist(f, path)
+	raw, err := os.ReadFile(path)
 	require.NoError(f, err)
 	f.Add(uint32(2*4096+20), []byte("garbage garbage garbage"), false)
 	f.Add(uint32(3*4096+8), []byte{0x10}, false)
@@ -121,10 +115,7 @@ func fuzzOpenDamaged(f *testing.F, raw []byte) {
 func TestOpenRefusesAGarbledFreelist(t *testing.T) {
 	t.Parallel()
 	raw := sampleFile(t)
-	at := binary.NativeEndian.Uint64(raw[16+32:])
-	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
-		at = binary.NativeEndian.Uint64(raw[4096+16+32:])
-	}
+	root, at := kv.NewestMeta(raw)
 	for _, c := range []struct {
 		name   string
 		count  uint16
@@ -134,7 +125,7 @@ func TestOpenRefusesAGarbledFreelist(t *testing.T) {
 		{"a count of 2^60 in the first element", 0xFFFF, 1 << 60, "more than fit in it"},
 		{"a page past the end", 1, 1 << 40, "lists page"},
 		{"a meta page listed as free", 1, 1, "lists page"},
-		{"the root page listed as free", 1, binary.NativeEndian.Uint64(raw[16+16:]), "reachable freed"},
+		{"the root page listed as free", 1, root, "reachable freed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := append([]byte(nil), raw...)
@@ -167,11 +158,7 @@ func TestOpenRefusesAGarbledFreelist(t *testing.T) {
 func TestOpenRefusesADamagedRootPage(t *testing.T) {
 	t.Parallel()
 	raw := sampleFile(t)
-	meta := 16
-	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
-		meta += 4096
-	}
-	root := binary.NativeEndian.Uint64(raw[meta+16:])
+	root, _ := kv.NewestMeta(raw)
 	binary.NativeEndian.PutUint16(raw[root*4096+10:], 0xFFF0)
 	path := write(t, raw)
 

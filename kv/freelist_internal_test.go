@@ -17,13 +17,13 @@ func lastMeta(t *testing.T, path string) boltMeta {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
-	m0, ok0 := parseMeta(raw)
-	require.True(t, ok0, "first meta page")
-	m1, ok1 := parseMeta(raw[m0.pageSize:])
-	if ok1 && m1.tx > m0.tx {
-		return m1
+	m0, ok := parseMeta(raw)
+	require.True(t, ok, "first meta page")
+	metas := []boltMeta{m0}
+	if m1, ok := parseMeta(raw[m0.pageSize:]); ok {
+		metas = append(metas, m1)
 	}
-	return m0
+	return newest(metas)
 }
 
 func putValues(t *testing.T, db *DB, n int) {

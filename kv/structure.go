@@ -128,7 +128,7 @@ func (w *walker) elements(buf []byte, where string, depth int, lo, hi []byte) ([
 	if pageHeaderLen+count*elementLen > len(buf) {
 		return nil, fmt.Errorf("%s claims %d elements, more than fit in it", where, count)
 	}
-	keys := func(i int) (k, v []byte, e []byte, err error) {
+	element := func(i int) (k, v []byte, e []byte, err error) {
 		off := pageHeaderLen + i*elementLen
 		e = buf[off : off+elementLen]
 		var pos, ksize, vsize uint64
@@ -145,14 +145,14 @@ func (w *walker) elements(buf []byte, where string, depth int, lo, hi []byte) ([
 	}
 	prev, last := lo, []byte(nil)
 	for i := range count {
-		k, v, e, err := keys(i)
+		k, v, e, err := element(i)
 		if err != nil {
 			return nil, err
 		}
 		// bbolt's order: each key above the one before it (a page's first
 		// may equal its lower bound, the key its parent files it under),
 		// and below the parent's next key.
-		if prev != nil && (bytes.Compare(k, prev) < 0 || (i > 0 && bytes.Equal(k, prev))) || hi != nil && bytes.Compare(k, hi) >= 0 {
+		if c := bytes.Compare(k, prev); prev != nil && (c < 0 || c == 0 && i > 0) || hi != nil && bytes.Compare(k, hi) >= 0 {
 			return nil, fmt.Errorf("%s element %d is out of key order", where, i)
 		}
 		last = k
@@ -160,7 +160,7 @@ func (w *walker) elements(buf []byte, where string, depth int, lo, hi []byte) ([
 		case flags == branchPage:
 			next := hi
 			if i+1 < count {
-				if next, _, _, err = keys(i + 1); err != nil {
+				if next, _, _, err = element(i + 1); err != nil {
 					return nil, err
 				}
 			}
@@ -193,8 +193,11 @@ func (w *walker) elements(buf []byte, where string, depth int, lo, hi []byte) ([
 // a fatal out-of-memory error, not a panic) and hands the IDs out to
 // writers (a garbled ID would let a commit overwrite a live page).
 func checkFreelist(r io.ReaderAt, id, ps, pages uint64) error {
+	if id < 2 || id >= pages {
+		return fmt.Errorf("the meta page puts the freelist at page %d, outside the data (%d pages)", id, pages)
+	}
 	var hdr [pageHeaderLen + 8]byte
-	if _, err := r.ReadAt(hdr[:], int64(id*ps)); err != nil { // #nosec G115 -- id < pages, checked by the caller
+	if _, err := r.ReadAt(hdr[:], int64(id*ps)); err != nil { // #nosec G115 -- id < pages, checked above
 		return fmt.Errorf("freelist page %d cannot be read: %w", id, err)
 	}
 	if got, flags := binary.NativeEndian.Uint64(hdr[0:]), binary.NativeEndian.Uint16(hdr[8:]); got != id || flags != freelistPage {

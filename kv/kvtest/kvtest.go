@@ -139,3 +139,21 @@ func WriteFormat(t testing.TB, path string, v uint32) {
 		t.Fatalf("kvtest: write format: %v", err)
 	}
 }
+
+// DropFreelist leaves the closed bbolt file at path as a process killed
+// after a commit leaves it with kv's default settings (Options.SyncFreelist
+// false): without bbolt's freelist, which the next writable open rebuilds
+// by walking the file.
+func DropFreelist(t testing.TB, path string) {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
+	if err != nil {
+		t.Fatalf("kvtest: open %s: %v", path, err)
+	}
+	if err := b.Update(func(*bolt.Tx) error { return nil }); err != nil { // a commit that leaves the freelist out
+		t.Fatalf("kvtest: commit: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("kvtest: close: %v", err)
+	}
+}

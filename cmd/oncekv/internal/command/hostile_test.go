@@ -15,6 +15,7 @@ import (
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -44,29 +45,50 @@ func TestDamagedFilesAreReportedNotCrashedOn(t *testing.T) {
 		require.Contains(t, stderr, "is truncated")
 	}
 
-	// A garbled freelist page: the meta page says where it is.
+	// A garbled freelist page: the meta page says where it is. keys and
+	// stats never need the freelist of a read-only file: they may answer;
+	// check reads it and must report the damage.
 	garbled := filepath.Join(dir, "garbled.db")
 	copyFile(t, src, garbled, 0)
-	raw, err := os.ReadFile(garbled)
+	damage(t, garbled, func(raw []byte, meta int) {
+		freelist := binary.NativeEndian.Uint64(raw[meta+32:])
+		page := raw[freelist*4096 : (freelist+1)*4096]
+		for i := range page {
+			page[i] = byte(i*131 + 7)
+		}
+	})
+	requireReported(t, garbled, false, "keys", "stats", "check", "sweep")
+}
+
+// damage rewrites the file at path through change, which gets its bytes
+// and the offset of its newer meta page.
+func damage(t *testing.T, path string, change func(raw []byte, meta int)) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
-	freelist := binary.NativeEndian.Uint64(raw[16+32:])
-	txid0, txid1 := binary.NativeEndian.Uint64(raw[16+48:]), binary.NativeEndian.Uint64(raw[4096+16+48:])
-	if txid1 > txid0 {
-		freelist = binary.NativeEndian.Uint64(raw[4096+16+32:])
+	meta := 16 // past the page header
+	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
+		meta += 4096
 	}
-	page := raw[freelist*4096 : (freelist+1)*4096]
-	for i := range page {
-		page[i] = byte(i*131 + 7)
-	}
-	require.NoError(t, os.WriteFile(garbled, raw, 0o600))
-	// keys and stats never need the freelist of a read-only file: they may
-	// answer; check reads it and must report the damage.
-	for _, cmd := range []string{"keys", "stats", "check", "sweep"} {
-		_, stderr, code := run(cmd, "--db", garbled)
+	change(raw, meta)
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+}
+
+// requireReported runs each command on the damaged file at path: none may
+// crash (a stack trace, the usage exit code); check and sweep must fail
+// (exit 1), naming the file with namesFile (a file Open refuses; check
+// reports the problems it finds on its output).
+func requireReported(t *testing.T, path string, namesFile bool, cmds ...string) {
+	t.Helper()
+	for _, cmd := range cmds {
+		_, stderr, code := run(cmd, "--db", path)
 		require.NotEqual(t, ExitUsage, code, "%s: %s", cmd, stderr)
 		require.NotContains(t, stderr, "goroutine ", "no stack trace")
 		if cmd == "check" || cmd == "sweep" {
 			require.Equal(t, 1, code, "%s: %s", cmd, stderr)
+			if namesFile {
+				require.Contains(t, stderr, path, "%s names the file", cmd)
+			}
 		}
 	}
 }
@@ -80,31 +102,13 @@ func TestDamagedFileWithoutFreelistIsReportedNotCrashedOn(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "nofreelist.db")
 	copyFile(t, fixture(t), path, 0)
-	b, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
-	require.NoError(t, err)
-	require.NoError(t, b.Update(func(*bolt.Tx) error { return nil })) // a commit that leaves the freelist out
-	require.NoError(t, b.Close())
-
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	meta := 16
-	if binary.NativeEndian.Uint64(raw[4096+16+48:]) > binary.NativeEndian.Uint64(raw[16+48:]) {
-		meta += 4096
-	}
-	require.Equal(t, ^uint64(0), binary.NativeEndian.Uint64(raw[meta+32:]), "no freelist in the file")
-	root := binary.NativeEndian.Uint64(raw[meta+16:])
-	binary.NativeEndian.PutUint16(raw[root*4096+10:], 0xFFF0) // the root page claims more elements than fit
-	require.NoError(t, os.WriteFile(path, raw, 0o600))
-
-	for _, cmd := range []string{"sweep", "check", "keys", "stats"} {
-		_, stderr, code := run(cmd, "--db", path)
-		require.NotEqual(t, ExitUsage, code, "%s: %s", cmd, stderr)
-		require.NotContains(t, stderr, "goroutine ", "no stack trace")
-		if cmd == "sweep" || cmd == "check" {
-			require.Equal(t, 1, code, "%s: %s", cmd, stderr)
-			require.Contains(t, stderr, path, cmd)
-		}
-	}
+	kvtest.DropFreelist(t, path)
+	damage(t, path, func(raw []byte, meta int) {
+		require.Equal(t, ^uint64(0), binary.NativeEndian.Uint64(raw[meta+32:]), "no freelist in the file")
+		root := binary.NativeEndian.Uint64(raw[meta+16:])
+		binary.NativeEndian.PutUint16(raw[root*4096+10:], 0xFFF0) // the root page claims more elements than fit
+	})
+	requireReported(t, path, true, "sweep", "check", "keys", "stats")
 }
 
 // Maintenance commands once adopted foreign files: sweep turned an empty
