@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bytes"
-	"encoding/binary"
 	"net/http"
 	"testing"
 
@@ -30,65 +28,12 @@ func recordSize(b *testing.B) int {
 }
 
 // BenchmarkFloorSingleTx is the floor under BenchmarkSingleTx: the bare
-// business write plus one Put of a record-sized value at the tail of a
-// second bucket that grows as the log does (sequential keys, leaves packed
-// full), in one Update. No look-up, no encoding, no directory: what bbolt
-// charges for writing a second B+tree's tail path (leaf and branches) in
-// every transaction.
+// business write plus one Put of a record-sized value laid out as the
+// ledger lays out its records (floorRecord: a one-page tail bucket moved
+// to a log a page at a time), in one Update. No look-up, no encoding, no
+// directory: what bbolt charges for the record's pages.
 func BenchmarkFloorSingleTx(b *testing.B) {
 	floorWrites(b, floorRecord(recordSize(b)))
-}
-
-// BenchmarkFloorHotTail is the floor of another layout, one that would
-// write fewer pages per transaction than the log: each record goes to a
-// small "tail" bucket of one leaf, whose bucket header sits in the root
-// page that every write rewrites anyway, and every tenth transaction
-// moves the tail's records to the log. It writes about 1.1 pages more
-// than the bare write per transaction instead of 3, and still costs more
-// than 1.25x: moving records, and rewriting the tail leaf in every
-// transaction, are not free either (bench/README.md).
-func BenchmarkFloorHotTail(b *testing.B) {
-	floorWrites(b, hotTailRecord(recordSize(b), 10))
-}
-
-// hotTailRecord is the write of BenchmarkFloorHotTail: a record of size
-// bytes put at the end of the tail bucket, which is emptied into the log
-// when it holds per records.
-func hotTailRecord(size, per int) func(kv.Tx) error {
-	entry := make([]byte, size)
-	var seq uint64
-	held := 0
-	return func(tx kv.Tx) error {
-		bt := kv.BoltTx(tx)
-		tail, err := bt.CreateBucketIfNotExists([]byte("floor.tail"))
-		if err != nil {
-			return err
-		}
-		if held == per {
-			log, err := bt.CreateBucketIfNotExists([]byte("floor.log"))
-			if err != nil {
-				return err
-			}
-			log.FillPercent = 1
-			c := tail.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				if err := log.Put(bytes.Clone(k), bytes.Clone(v)); err != nil {
-					return err
-				}
-			}
-			if err := bt.DeleteBucket([]byte("floor.tail")); err != nil {
-				return err
-			}
-			if tail, err = bt.CreateBucket([]byte("floor.tail")); err != nil {
-				return err
-			}
-			held = 0
-		}
-		seq++
-		held++
-		tail.FillPercent = 1
-		return tail.Put(binary.BigEndian.AppendUint64(nil, seq), entry)
-	}
 }
 
 // floorWrites times the bare write against the bare write plus record in

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -517,8 +518,11 @@ func FloorWorkload(ctx context.Context, name string, cfg HarnessConfig, open fun
 }
 
 // floorRecord returns the floor's record write: one Put of a size-byte
-// value at the tail of a second bucket, "floor.log" (sequential keys,
-// leaves packed full, as the ledger's log), in a bbolt transaction.
+// value at a new position (sequential keys) in a bbolt transaction, laid
+// out as the ledger lays out its records (internal/recstore/tail.go): in a
+// "floor.tail" bucket of one leaf page at most, whose entries move to the
+// "floor.log" bucket (leaves packed full) when the next would not fit; a
+// value of half a page or more goes to the log directly.
 func floorRecord(size int) func(kv.Tx) error {
 	entry := make([]byte, size)
 	var seq atomic.Uint64 // bbolt's single writer makes each transaction's keys ascend
@@ -532,8 +536,47 @@ func floorRecord(size int) func(kv.Tx) error {
 			return err
 		}
 		log.FillPercent = 1
-		return log.Put(binary.BigEndian.AppendUint64(nil, seq.Add(1)), entry)
+		k := binary.BigEndian.AppendUint64(nil, seq.Add(1))
+		const leafHeader, leafElement = 16, 16
+		budget, cost := bt.DB().Info().PageSize-leafHeader, leafElement+len(k)+len(entry)
+		if 2*cost >= budget {
+			return log.Put(k, entry)
+		}
+		tail, err := bt.CreateBucketIfNotExists([]byte("floor.tail"))
+		if err != nil {
+			return err
+		}
+		used := 0
+		c := tail.Cursor()
+		for tk, tv := c.First(); tk != nil; tk, tv = c.Next() {
+			if used += leafElement + len(tk) + len(tv); used+cost > budget {
+				if err := moveAll(tail, log); err != nil {
+					return err
+				}
+				break
+			}
+		}
+		return tail.Put(k, entry)
 	}
+}
+
+// moveAll moves every entry of from to to.
+func moveAll(from, to *bolt.Bucket) error {
+	var keys [][]byte
+	c := from.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		k = bytes.Clone(k)
+		if err := to.Put(k, bytes.Clone(v)); err != nil {
+			return err
+		}
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := from.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // entrySize is the size of the log entry the ledger workload stores per

@@ -21,7 +21,10 @@ import (
 //	   is first opened for writing, and format 2 is stamped before the
 //	   first one moves, so an older oncekv refuses the file instead of
 //	   missing them.
-const FormatVersion uint32 = 2
+//	3: the log's newest entries in a one-page tail bucket beside it (bbolt),
+//	   moved to the log a page at a time; stamped when a format-2 file is
+//	   first opened for writing, before any entry goes to the tail.
+const FormatVersion uint32 = 3
 
 var metaBucket = []byte(record.MetaBucket)
 

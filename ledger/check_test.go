@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -44,6 +45,7 @@ func TestCheckFindsBrokenLogAndCorruptRecords(t *testing.T) {
 
 	logName := []byte(record.ReservedPrefix + "ledger.log")
 	require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error {
+		require.NoError(t, recstore.FlushTail(kv.WrapTx(tx), recstore.Spec{Name: "ledger"}))
 		log := tx.Bucket(logName)
 		var entries [][2][]byte
 		c := log.Cursor()

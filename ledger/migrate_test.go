@@ -18,7 +18,7 @@ import (
 // A file of format 1 is migrated when first opened for writing: every
 // record moves to the log in bounded batches and answers exactly as before
 // (replays byte for byte, a live claim still in progress, a damaged record
-// still an error, expired records still absent), the format becomes 2, and
+// still an error, expired records still absent), the format becomes 3, and
 // a read-only open before the migration is refused with a message naming
 // `oncekv migrate` instead of misreading the file.
 func TestFormatOneFileIsMigrated(t *testing.T) {
@@ -56,12 +56,7 @@ func TestFormatOneFileIsMigrated(t *testing.T) {
 	require.Equal(t, "log", st.Layout)
 	require.Equal(t, n+1, st.Records)
 
-	for i := range n {
-		res, err := l.Do(ctx, req(fmt.Sprint(i), "x"), mustNotRun(t))
-		require.NoError(t, err)
-		require.True(t, res.Replayed)
-		require.Equal(t, fmt.Sprintf(`{"id":"%d","status":"pending"}`, i), string(res.Response.Body))
-	}
+	requireReplays(t, l, n)
 	_, err = l.Do(ctx, req("claimed", "x"), mustNotRun(t))
 	require.ErrorIs(t, err, ledger.ErrInProgress, "a live claim moved with its lease")
 	for i := range 10 {
@@ -71,10 +66,77 @@ func TestFormatOneFileIsMigrated(t *testing.T) {
 	}
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 		v, err := keyspace.StoredFormat(tx)
-		require.Equal(t, uint32(2), v)
+		require.Equal(t, uint32(recstore.TailFormat), v)
 		require.Nil(t, keyspace.New("ledger").Bucket(tx), "the keyed buckets are gone")
 		require.Nil(t, keyspace.New("ledger.expiry").Bucket(tx))
 		return err
+	}))
+	problems, err := db.Check(ctx, ledger.RecordKind, inbox.RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+// A file of format 2 (every entry in the log, no tail) is read as it is,
+// read-only, and stamped 3 when first opened for writing, before any entry
+// goes to the tail: every record answers as before, and new ones go to the
+// tail beside them.
+func TestFormatTwoFileIsUpgraded(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "two.db")
+	const n = 50
+	oldformat.WriteFormat2(t, path, func(l *ledger.Ledger, in *inbox.Inbox) {
+		for i := range n {
+			_, err := l.Do(ctx, req(fmt.Sprint(i), "x"), order(fmt.Sprint(i), nil))
+			require.NoError(t, err)
+		}
+		_, err := in.Handle(ctx, "billing", "m1", func(kv.Tx) error { return nil })
+		require.NoError(t, err)
+	})
+	format := func(db *kv.DB) uint32 {
+		var v uint32
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			var err error
+			v, err = keyspace.StoredFormat(tx)
+			return err
+		}))
+		return v
+	}
+
+	ro, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), format(ro))
+	rl, err := ledger.New(ro, nil)
+	require.NoError(t, err)
+	require.Equal(t, n, rl.Stats().Records)
+	require.NoError(t, ro.View(ctx, func(tx kv.Tx) error {
+		require.Nil(t, keyspace.Raw(tx).Bucket(recstore.TailBucket(recstore.Spec{Name: "ledger"})), "written as format 2 wrote it")
+		r, err := rl.GetTx(tx, req("7", "x").Scope, "7", false)
+		require.NoError(t, err)
+		require.Equal(t, ledger.StatusCompleted, r.Status)
+		return nil
+	}))
+	require.NoError(t, ro.Close())
+
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint32(recstore.TailFormat), format(db))
+	requireReplays(t, l, n)
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	d, err := in.Handle(ctx, "billing", "m1", func(kv.Tx) error { return fmt.Errorf("applied twice") })
+	require.NoError(t, err)
+	require.True(t, d.Duplicate)
+	_, err = l.Do(ctx, req("new", "x"), order("new", nil))
+	require.NoError(t, err)
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		b, k, ok := recstore.Locate(tx, recstore.Spec{Name: "ledger"}, req("new", "x").Scope, "new")
+		require.True(t, ok)
+		require.Equal(t, recstore.TailBucket(recstore.Spec{Name: "ledger"}), b, "a new record goes to the tail")
+		require.Len(t, k, 8)
+		return nil
 	}))
 	problems, err := db.Check(ctx, ledger.RecordKind, inbox.RecordKind)
 	require.NoError(t, err)
@@ -127,3 +189,15 @@ func mustNotRun(t *testing.T) ledger.Work {
 }
 
 var errRollback = fmt.Errorf("roll back")
+
+// requireReplays requires the requests 0..n-1 to replay the orders the
+// tests' fill wrote, byte for byte, without running.
+func requireReplays(t *testing.T, l *ledger.Ledger, n int) {
+	t.Helper()
+	for i := range n {
+		res, err := l.Do(ctx, req(fmt.Sprint(i), "x"), mustNotRun(t))
+		require.NoError(t, err)
+		require.True(t, res.Replayed)
+		require.Equal(t, fmt.Sprintf(`{"id":"%d","status":"pending"}`, i), string(res.Response.Body))
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/retention"
@@ -50,6 +51,7 @@ func TestSweepRechecksRecordState(t *testing.T) {
 		edit("moved", func(r *Record) { r.ExpiresAt = t0.Add(30 * time.Minute) })
 		ref, _, err := l.records.Get(tx, "acme|POST /x", "moved")
 		require.NoError(t, err)
+		require.NoError(t, recstore.FlushTail(tx, recordSpec))
 		log := keyspace.New(recordSpec.Name + ".log").Bucket(tx)
 		stale := binary.BigEndian.AppendUint64(nil, uint64(t0.Add(time.Hour).Unix())<<30|7)
 		return log.Put(stale, bytes.Clone(log.Get(ref.Cursor())))

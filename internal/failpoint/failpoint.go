@@ -37,10 +37,12 @@ const (
 	SweepAfterCommit  = "retention.sweep.after-commit"
 
 	// The record log's directory: an entry added, not yet committed; the
-	// directory rebuilt at open; a migration batch committed.
+	// directory rebuilt at open; a migration batch committed; the tail's
+	// entries moved to the log, not yet committed.
 	RecstoreDirectoryAdded = "recstore.directory.added"
 	RecstoreRebuilt        = "recstore.rebuilt"
 	RecstoreMigrated       = "recstore.migrated"
+	RecstoreTailMoved      = "recstore.tail.moved"
 
 	// A rekey batch committed (inspect.Rekey).
 	RekeyBetweenBatches = "kv.rekey.between-batches"
@@ -54,5 +56,5 @@ var All = []string{
 	TakeoverAfterCommit, ReconcileTakeoverAfterCommit, ProviderBeforeCall,
 	ProviderAfterCall, RecordBeforeCommit, RecordAfterCommit, OutboxAddAfterCommit,
 	RelayBeforePublish, RelayAfterPublish, RelayAfterMark, SweepBeforeCommit, SweepAfterCommit,
-	RecstoreDirectoryAdded, RecstoreRebuilt, RecstoreMigrated, RekeyBetweenBatches,
+	RecstoreDirectoryAdded, RecstoreRebuilt, RecstoreMigrated, RecstoreTailMoved, RekeyBetweenBatches,
 }

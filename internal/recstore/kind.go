@@ -1,6 +1,7 @@
 package recstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -45,6 +46,13 @@ const (
 func (k *Kind[R]) Name() string { return k.KindName }
 
 func (k *Kind[R]) logNS() keyspace.Namespace { return keyspace.New(k.Spec.Name + ".log") }
+
+// both returns the kind's log and its tail as one bucket (tail.go).
+func (k *Kind[R]) both(tx kv.Tx) kv.Bucket { return bothOf(tx, k.Spec) }
+
+func bothOf(tx kv.Tx, spec Spec) kv.Bucket {
+	return union(tx, keyspace.New(spec.Name+".log"), keyspace.New(spec.Name+".tail"))
+}
 
 // usesLog reports whether tx's database keeps this kind in the log.
 func (k *Kind[R]) usesLog(tx kv.Tx) bool { return k.logNS().Bucket(tx) != nil }
@@ -95,8 +103,7 @@ func (k *Kind[R]) Due(tx kv.Tx, now time.Time, after []byte, limit int) []kv.Due
 		}
 		return due
 	}
-	b := k.logNS().Bucket(tx)
-	c := b.Cursor()
+	c := k.both(tx).Cursor()
 	var key []byte
 	if len(after) == 9 && after[0] == cursorLog {
 		key, _ = c.Seek(after[1:])
@@ -128,7 +135,7 @@ func (k *Kind[R]) Expire(tx kv.Tx, d kv.Due, now time.Time, dryRun bool) (bool, 
 	if len(d.Cursor) == 0 || d.Cursor[0] != cursorLog {
 		return k.keyedKind().Expire(tx, d, now, dryRun)
 	}
-	b := k.logNS().Bucket(tx)
+	b := k.both(tx)
 	var v []byte
 	if b != nil {
 		v = b.Get(d.Key)
@@ -201,8 +208,13 @@ func (k *Kind[R]) checkLog(tx kv.Tx, report func(string)) {
 	}
 	open := logOf(tx, k.Spec.Name)
 	seen := map[string]bool{}
-	c := k.logNS().Bucket(tx).Cursor()
+	c := k.both(tx).Cursor()
+	var last []byte
 	for pos, v := c.First(); pos != nil; pos, v = c.Next() {
+		if bytes.Equal(pos, last) {
+			report(fmt.Sprintf("%s log entry %x: in the log and in its tail", k.KindName, pos))
+		}
+		last = pos
 		sec, ok := positionOf(pos)
 		if !ok {
 			report(fmt.Sprintf("%s log: key %x is not a log position", k.KindName, pos))
@@ -243,7 +255,7 @@ func (k *Kind[R]) checkLog(tx kv.Tx, report func(string)) {
 func Scan(tx kv.Tx, spec Spec, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
 	log := keyspace.New(spec.Name + ".log")
 	if log.Bucket(tx) != nil {
-		scanLog(tx, log, prefix, fn)
+		scanLog(tx, log, keyspace.New(spec.Name+".tail"), prefix, fn)
 		return
 	}
 	Keyed(spec).Scan(tx, prefix, fn)
@@ -262,9 +274,13 @@ func Locate(tx kv.Tx, spec Spec, scope, key string) (bucket, k []byte, ok bool) 
 		}
 		return nil, nil, false
 	}
-	scanLog(tx, log, scope, func(ref Ref, sc, ky string, _ []byte, ok bool) bool {
+	tail := keyspace.New(spec.Name + ".tail")
+	scanLog(tx, log, tail, scope, func(ref Ref, sc, ky string, _ []byte, ok bool) bool {
 		if ok && sc == scope && ky == key {
 			bucket, k = log.Bytes(), ref.Cursor()
+			if b := tail.Bucket(tx); b != nil && b.Get(k) != nil {
+				bucket = tail.Bytes()
+			}
 			return false
 		}
 		return true

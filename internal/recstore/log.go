@@ -50,7 +50,10 @@ func posSec(pos uint64) uint64 { return pos >> ctrBits }
 type logStore struct {
 	spec Spec
 	log  keyspace.Namespace
-	dir  *directory
+	tail keyspace.Namespace // tail.go
+	// budget is the bytes of entries the tail holds at most (tailBudget).
+	budget int
+	dir    *directory
 	// ctr numbers new positions. The rebuild starts it above every counter
 	// in the log, so until it wraps (2^30 allocations in one process) a new
 	// position cannot exist yet and is not looked up first.
@@ -95,7 +98,7 @@ func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error) {
 	var b kv.Bucket
 	if p.pos != 0 {
-		if b = s.log.Bucket(tx); b == nil {
+		if b = s.both(tx); b == nil {
 			return Ref{}, nil, nil
 		}
 		if ref, v, ok, err := s.at(b, p.pos, scope, key); ok {
@@ -114,7 +117,7 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 		if b == nil {
 			// Opened only now: a key the directory has never seen, the
 			// common case in a write transaction, costs no bucket look-up.
-			if b = s.log.Bucket(tx); b == nil {
+			if b = s.both(tx); b == nil {
 				return Ref{}, nil, nil
 			}
 		}
@@ -144,16 +147,30 @@ func (s *logStore) at(b kv.Bucket, pos uint64, scope, key string) (Ref, []byte, 
 	return Ref{}, nil, false, nil // another key with the same hash
 }
 
-// newPos returns an unused log position for a record expiring at expiry.
-func (s *logStore) newPos(b kv.Bucket, expiry time.Time) uint64 {
+// both returns the log and its tail as one bucket (tail.go), or nil when
+// the log does not exist.
+func (s *logStore) both(tx kv.Tx) kv.Bucket { return union(tx, s.log, s.tail) }
+
+// newPos returns a position unused in tx for a record expiring at expiry.
+func (s *logStore) newPos(tx kv.Tx, expiry time.Time) uint64 {
 	sec := expirySec(expiry) << ctrBits
+	var b kv.Bucket
 	for {
 		n := s.ctr.Add(1)
 		if n > ctrMask {
 			s.wrapped.Store(true)
 		}
 		pos := sec | (n & ctrMask)
-		if pos != 0 && (!s.wrapped.Load() || b.Get(posKey(pos)) == nil) {
+		if pos == 0 {
+			continue
+		}
+		if !s.wrapped.Load() {
+			return pos
+		}
+		if b == nil {
+			b = s.both(tx) // the log exists: Put created it
+		}
+		if b.Get(posKey(pos)) == nil {
 			return pos
 		}
 	}
@@ -193,9 +210,12 @@ func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Re
 	entry := wrap(scope, key, value)
 	pos := prev.pos // same place in expiry order: overwritten in place
 	if prev.IsZero() || posSec(prev.pos) != expirySec(expiry) {
-		pos = s.newPos(b, expiry)
+		pos = s.newPos(tx, expiry)
+		err = s.appendEntry(tx, b, pos, entry)
+	} else {
+		err = s.both(tx).Put(posKey(pos), entry) // where it is, log or tail
 	}
-	if err := b.Put(posKey(pos), entry); err != nil {
+	if err != nil {
 		return Ref{}, err
 	}
 	if pos == prev.pos {
@@ -205,7 +225,7 @@ func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Re
 		journalFrom(ctx).note(s.dir, h, pos)
 		failpoint.Inject(failpoint.RecstoreDirectoryAdded)
 		if !prev.IsZero() {
-			if err := b.Delete(posKey(prev.pos)); err != nil {
+			if err := s.both(tx).Delete(posKey(prev.pos)); err != nil {
 				return Ref{}, err
 			}
 			s.retire(tx, h, prev.pos)
@@ -282,7 +302,7 @@ func (s *logStore) cachedAt(h, pos uint64, scope, key string) ([]byte, bool) {
 }
 
 func (s *logStore) Delete(tx kv.Tx, scope, key string, ref Ref, _ time.Time) error {
-	b := s.log.Bucket(tx)
+	b := s.both(tx)
 	if b == nil {
 		return nil
 	}
@@ -294,11 +314,11 @@ func (s *logStore) Delete(tx kv.Tx, scope, key string, ref Ref, _ time.Time) err
 }
 
 func (s *logStore) Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
-	scanLog(tx, s.log, prefix, fn)
+	scanLog(tx, s.log, s.tail, prefix, fn)
 }
 
-func scanLog(tx kv.Tx, log keyspace.Namespace, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
-	b := log.Bucket(tx)
+func scanLog(tx kv.Tx, log, tail keyspace.Namespace, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+	b := union(tx, log, tail)
 	if b == nil {
 		return
 	}
@@ -326,7 +346,7 @@ func scanLog(tx kv.Tx, log keyspace.Namespace, prefix string, fn func(ref Ref, s
 func (s *logStore) rebuild(tx kv.Tx) {
 	start := time.Now()
 	n := 0
-	if b := s.log.Bucket(tx); b != nil {
+	if b := s.both(tx); b != nil {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if len(k) != 8 {
@@ -418,7 +438,8 @@ func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
 	registry.mu.Unlock()
 
 	sl.once.Do(func() {
-		s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), dir: newDirectory(0),
+		s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), tail: keyspace.New(spec.Name + ".tail"),
+			budget: tailBudget(bdb.Info().PageSize), dir: newDirectory(0),
 			open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
 		// Until the rebuild has seen every counter in the log, a new
 		// position is looked up before it is used: a migration cut short
@@ -463,6 +484,10 @@ func rebuildIn(db *kv.DB, s *logStore) error {
 
 // LogBucket is the name of spec's log bucket, for tests and tools.
 func LogBucket(spec Spec) []byte { return keyspace.New(spec.Name + ".log").Bytes() }
+
+// TailBucket is the name of spec's tail bucket (tail.go), for tests and
+// tools.
+func TailBucket(spec Spec) []byte { return keyspace.New(spec.Name + ".tail").Bytes() }
 
 // positionOf returns the expiry second and counter of a log key.
 func positionOf(k []byte) (sec uint64, ok bool) {

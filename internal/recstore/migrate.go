@@ -11,11 +11,13 @@ import (
 	"github.com/oncekv/oncekv/kv"
 )
 
-// LogFormat is the first format version whose bbolt files keep records in
-// the log. A file of an earlier format is migrated when first opened for
-// writing; the format record is raised before the first record moves, so an
-// older oncekv refuses the file instead of missing the moved records.
-const LogFormat = 2
+// TailFormat is the format version the log layout writes: records in the
+// log (format 2), its newest entries in the tail (tail.go, format 3). A
+// file of an earlier format is stamped with it when first opened for
+// writing, before any record moves from the keyed layout (format 1) and
+// before any entry goes to the tail, so an older oncekv refuses the file
+// instead of missing records it cannot see.
+const TailFormat = 3
 
 // MigrateBatch bounds the records moved per write transaction, so a
 // migration never stalls other writers for long.
@@ -55,8 +57,8 @@ func migrateKeyed(ctx context.Context, db *kv.DB, s *logStore) error {
 	case db.ReadOnly():
 		return nil
 	}
-	if format < LogFormat {
-		if err := db.Update(ctx, func(tx kv.Tx) error { return keyspace.StampFormat(tx, LogFormat) }); err != nil {
+	if format < TailFormat {
+		if err := db.Update(ctx, func(tx kv.Tx) error { return keyspace.StampFormat(tx, TailFormat) }); err != nil {
 			return err
 		}
 	}
@@ -91,7 +93,7 @@ func (s *logStore) migrateBatch(tx kv.Tx, k *keyed) (bool, error) {
 			v = records.Get(d.Key)
 		}
 		if v != nil {
-			if err := s.move(log, records, d.Key, v, d.At); err != nil {
+			if err := s.move(tx, log, records, d.Key, v, d.At); err != nil {
 				return false, err
 			}
 		}
@@ -110,7 +112,7 @@ func (s *logStore) migrateBatch(tx kv.Tx, k *keyed) (bool, error) {
 			keys = append(keys, append([]byte(nil), key...))
 		}
 		for _, key := range keys {
-			if err := s.move(log, records, key, records.Get(key), keyspace.Never); err != nil {
+			if err := s.move(tx, log, records, key, records.Get(key), keyspace.Never); err != nil {
 				return false, err
 			}
 		}
@@ -129,12 +131,12 @@ func (s *logStore) migrateBatch(tx kv.Tx, k *keyed) (bool, error) {
 	return false, nil
 }
 
-func (s *logStore) move(log, records kv.Bucket, key, v []byte, expiry time.Time) error {
+func (s *logStore) move(tx kv.Tx, log, records kv.Bucket, key, v []byte, expiry time.Time) error {
 	scope, k, ok := splitKey(key)
 	if !ok {
 		scope, k = nil, key // a damaged key: moved as it is, reported by the check
 	}
-	if err := log.Put(posKey(s.newPos(log, expiry)), wrap(string(scope), string(k), v)); err != nil {
+	if err := log.Put(posKey(s.newPos(tx, expiry)), wrap(string(scope), string(k), v)); err != nil {
 		return err
 	}
 	return records.Delete(key)

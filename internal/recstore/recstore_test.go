@@ -214,6 +214,7 @@ func TestDamagedEntryIsAnError(t *testing.T) {
 	db, s := open(t)
 	put(t, db, s, "a", "k", t0, value("v"))
 	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
 		b := btx.Bucket(LogBucket(spec))
 		k, v := b.Cursor().First()
 		bad := append([]byte(nil), v...)

@@ -20,7 +20,7 @@ func (k *Kind[R]) Rewrite(tx kv.Tx, after []byte, limit int, fn func(scope, key 
 			inner = after[1:]
 		}
 		s := logOf(tx, k.Spec.Name)
-		next, n, err := sealing.Rewrite(k.logNS().Bucket(tx), inner, limit, func(pos, v []byte) ([]byte, error) {
+		next, n, err := sealing.Rewrite(k.both(tx), inner, limit, func(pos, v []byte) ([]byte, error) {
 			scope, key, payload, ok := unwrap(v)
 			if !ok || !intact(v) {
 				return nil, nil // damaged: the check reports it

@@ -11,7 +11,10 @@
 //     key. This is Bitcask's key directory over an append-ordered log,
 //     inside bbolt's transactions. Beside it, a bounded cache of the
 //     entries this process committed last (recent.go) answers a retry
-//     with no transaction at all (Cached).
+//     with no transaction at all (Cached). New entries go first to the
+//     log's tail, a bucket of one leaf page at most, and move to the log
+//     a page at a time at the same positions (tail.go): a transaction then
+//     writes one page for its record instead of the log's whole tail path.
 //   - keyed (etcd: several writers). Records live under scope NUL key, with
 //     a separate expiry index, and are looked up directly. This is also the
 //     layout of files written before the log (format 1); Migrate moves them.
@@ -27,8 +30,8 @@ import (
 
 // Spec describes one kind of record.
 type Spec struct {
-	// Name names the buckets: the log Name+".log", the keyed layout Name
-	// and Name+".expiry".
+	// Name names the buckets: the log Name+".log" and its tail
+	// Name+".tail", the keyed layout Name and Name+".expiry".
 	Name string
 }
 

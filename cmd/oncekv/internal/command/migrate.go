@@ -21,9 +21,11 @@ func newMigrate(o *options) *cobra.Command {
 		Long: `migrate upgrades a database written by an older oncekv to the current
 format, for a stopped service's file. A file of format 1 keeps idempotency
 records and inbox marks under their keys; format 2 keeps them in an
-expiry-ordered log with an in-memory directory. migrate moves them in
-transactions of 1,000 records and raises the format record before the first
-one moves, so an older oncekv refuses the file instead of missing records.
+expiry-ordered log with an in-memory directory, and format 3 the log's
+newest entries in a one-page tail beside it. migrate moves format-1 records
+in transactions of 1,000 and raises the format record before the first one
+moves (a format-2 file needs only the new format record), so an older
+oncekv refuses the file instead of missing records.
 It is resumable: a migration cut short goes on at the next migrate, or when
 a service opens the file. A service does the same by itself when it starts;
 migrate exists for files that tools open read-only (they refuse a format-1

@@ -33,12 +33,12 @@ func TestMigrate(t *testing.T) {
 
 	out, stderr, code := run("migrate", "--db", path)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, out, "migrated from format 1 to 2: 5 idempotency records in the log")
+	require.Contains(t, out, "migrated from format 1 to 3: 5 idempotency records in the log")
 
 	out, _, code = run("keys", "--db", path)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "k-4")
 	out, _, code = run("migrate", "--db", path)
 	require.Equal(t, 0, code)
-	require.Contains(t, out, "already at format 2")
+	require.Contains(t, out, "already at format 3")
 }

@@ -16,7 +16,7 @@ func TestStats(t *testing.T) {
 	out, _, code := run("stats", "--db", db)
 	require.Equal(t, 0, code)
 	require.Regexp(t, `idempotency.completed\s+3`, out)
-	require.Regexp(t, `ledger\.log\s+5\s+1`, out)
+	require.Regexp(t, `ledger\.tail\s+5\s+1`, out)
 	require.Regexp(t, `TENANT\s+RECORDS\s+STORED BYTES\nacme\s+4\s+\d+\nglobex\s+1\s+\d+`, out, "usage per tenant (issue 13, item 9)")
 	out, _, _ = run("stats", "--db", db, "--json")
 	var st inspect.Stats

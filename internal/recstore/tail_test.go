@@ -1,0 +1,268 @@
+package recstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// contents returns the positions the log and the tail hold, in order.
+func contents(t *testing.T, db *kv.DB) (log, tail []uint64, tailBytes int) {
+	t.Helper()
+	require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
+		if b := btx.Bucket(LogBucket(spec)); b != nil {
+			require.NoError(t, b.ForEach(func(k, _ []byte) error { log = append(log, binary.BigEndian.Uint64(k)); return nil }))
+		}
+		if b := btx.Bucket(TailBucket(spec)); b != nil {
+			require.NoError(t, b.ForEach(func(k, v []byte) error {
+				tail = append(tail, binary.BigEndian.Uint64(k))
+				tailBytes += leafElement + len(k) + len(v)
+				return nil
+			}))
+		}
+		return nil
+	}))
+	return log, tail, tailBytes
+}
+
+// New entries go to the tail, which never outgrows one leaf page: when the
+// next one would not fit, the tail's entries move to the log in that
+// transaction, at their positions. Every record stays where the directory
+// says, through every move, and each position is in one bucket.
+func TestTailMovesToTheLogAPageAtATime(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	pageSize := db.Bolt().Info().PageSize
+	const n = 100
+	moves := 0
+	prevTail := 0
+	for i := range n {
+		put(t, db, s, "a", fmt.Sprint("k", i), t0, value(strings.Repeat("v", 200)))
+		log, tail, tailBytes := contents(t, db)
+		require.LessOrEqual(t, tailBytes, pageSize-leafHeader, "the tail fits in one leaf page")
+		require.Len(t, log, i+1-len(tail), "every entry is in one of the two")
+		require.Empty(t, intersect(log, tail))
+		if len(tail) < prevTail {
+			moves++
+			require.Len(t, tail, 1, "a move empties the tail before the new entry goes in")
+		}
+		prevTail = len(tail)
+	}
+	require.Greater(t, moves, n/20, "the tail moved")
+	require.Less(t, moves, n/5, "a page of entries at a time")
+	for i := range n {
+		require.Equal(t, value(strings.Repeat("v", 200)), get(t, db, s, "a", fmt.Sprint("k", i)), "k%d", i)
+	}
+	require.Equal(t, n, positions(s))
+	problems, err := db.Check(ctx, testKind())
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func intersect(a, b []uint64) []uint64 {
+	var out []uint64
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// An entry of half a page or more goes straight to the log: it would
+// only push the others out of the tail.
+func TestLargeEntriesGoStraightToTheLog(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "small", t0, value("v"))
+	big := value(strings.Repeat("b", db.Bolt().Info().PageSize/2))
+	put(t, db, s, "a", "big", t0, big)
+	log, tail, _ := contents(t, db)
+	require.Len(t, log, 1)
+	require.Len(t, tail, 1, "the small entry stays in the tail")
+	require.Equal(t, big, get(t, db, s, "a", "big"))
+	require.Equal(t, value("v"), get(t, db, s, "a", "small"))
+}
+
+// A record replaced at the same expiry is overwritten where it is, in
+// the tail or in the log; replaced at another expiry it moves, and its
+// old position goes from whichever bucket held it.
+func TestReplacingAnEntryInTheTailOrTheLog(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "k", t0, value("v1"))
+	put(t, db, s, "a", "k", t0, value("v2"))
+	log, tail, _ := contents(t, db)
+	require.Empty(t, log)
+	require.Len(t, tail, 1)
+	require.Equal(t, value("v2"), get(t, db, s, "a", "k"))
+
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return FlushTail(tx, spec) }))
+	put(t, db, s, "a", "k", t0, value("v3"))
+	log, tail, _ = contents(t, db)
+	require.Len(t, log, 1, "overwritten in the log")
+	require.Empty(t, tail)
+	require.Equal(t, value("v3"), get(t, db, s, "a", "k"))
+
+	put(t, db, s, "a", "k", t0.Add(time.Hour), value("v4"))
+	log, tail, _ = contents(t, db)
+	require.Empty(t, log, "the old position left the log")
+	require.Len(t, tail, 1)
+	require.Equal(t, value("v4"), get(t, db, s, "a", "k"))
+	require.Equal(t, 1, positions(s))
+}
+
+// A transaction that moved the tail and rolled back leaves the log, the
+// tail and the directory's answers as they were.
+func TestRolledBackMoveLeavesNoTrace(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	v := value(strings.Repeat("v", 300))
+	i := 0
+	for {
+		put(t, db, s, "a", fmt.Sprint("k", i), t0, v)
+		i++
+		if _, _, used := contents(t, db); used+entryCost(wrap("a", fmt.Sprint("k", i), v)) > db.Bolt().Info().PageSize-leafHeader {
+			break // the next entry moves the tail
+		}
+	}
+	log0, tail0, _ := contents(t, db)
+	require.Empty(t, log0)
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		if _, err := s.Put(ctx, tx, "a", "rolled-back", Ref{}, time.Time{}, t0, v); err != nil {
+			return err
+		}
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	log, tail, _ := contents(t, db)
+	require.Equal(t, log0, log)
+	require.Equal(t, tail0, tail)
+	require.Nil(t, get(t, db, s, "a", "rolled-back"))
+	for j := range i {
+		require.Equal(t, v, get(t, db, s, "a", fmt.Sprint("k", j)))
+	}
+}
+
+// The check reports a position held by the log and the tail at once.
+func TestCheckReportsAPositionInBoth(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "k", t0, value("v"))
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		k, v := btx.Bucket(TailBucket(spec)).Cursor().First()
+		log, err := btx.CreateBucketIfNotExists(LogBucket(spec))
+		require.NoError(t, err)
+		return log.Put(bytes.Clone(k), bytes.Clone(v))
+	}))
+	problems, err := db.Check(ctx, testKind())
+	require.NoError(t, err)
+	require.Len(t, problems, 2, "%q", problems) // in both; two entries of one record
+	require.Contains(t, problems[0].Message, "in the log and in its tail")
+	require.Contains(t, problems[1].Message, "two log entries")
+}
+
+// The union cursor walks the log and the tail as one ordered bucket, both
+// ways, from any Seek, changing direction anywhere.
+func TestUnionCursorWalksBothInOrder(t *testing.T) {
+	t.Parallel()
+	db, _ := open(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		var all []string
+		require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+			for _, name := range []string{"a", "b"} {
+				if btx.Bucket([]byte(name)) != nil {
+					require.NoError(t, btx.DeleteBucket([]byte(name)))
+				}
+			}
+			a, _ := btx.CreateBucket([]byte("a"))
+			b, _ := btx.CreateBucket([]byte("b"))
+			for range rng.IntN(40) {
+				k := fmt.Sprintf("%04d", rng.IntN(1000))
+				if slices.Contains(all, k) {
+					continue
+				}
+				all = append(all, k)
+				dst := a
+				if rng.IntN(2) == 0 && round%5 != 0 { // every fifth round: the tail empty
+					dst = b
+				}
+				require.NoError(t, dst.Put([]byte(k), []byte("v"+k)))
+			}
+			return nil
+		}))
+		slices.Sort(all)
+		require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
+			tx := kv.WrapTx(btx)
+			c := (&unionBucket{log: tx.Bucket([]byte("a")), tail: tx.Bucket([]byte("b"))}).Cursor()
+			var fwd, back []string
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				require.Equal(t, "v"+string(k), string(v))
+				fwd = append(fwd, string(k))
+			}
+			for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+				back = append(back, string(k))
+			}
+			require.Equal(t, all, nilIfEmpty(fwd))
+			slices.Reverse(back)
+			require.Equal(t, all, nilIfEmpty(back))
+			// A random walk: Seek, then steps either way, against the
+			// sorted list.
+			for range 50 {
+				seek := fmt.Sprintf("%04d", rng.IntN(1001))
+				i, _ := slices.BinarySearch(all, seek)
+				k, _ := c.Seek([]byte(seek))
+				require.Equal(t, at(all, i), string(k), "Seek(%s)", seek)
+				for range 10 {
+					if i < 0 || i >= len(all) {
+						break // off either end: the cursor is done
+					}
+					if rng.IntN(2) == 0 {
+						k, _ = c.Next()
+						i++
+					} else {
+						k, _ = c.Prev()
+						i--
+					}
+					require.Equal(t, at(all, i), string(k))
+				}
+			}
+			return nil
+		}))
+	}
+}
+
+func at(all []string, i int) string {
+	if i < 0 || i >= len(all) {
+		return ""
+	}
+	return all[i]
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// testKind is a kind over spec whose records all expire at t0.
+func testKind() *Kind[string] {
+	return &Kind[string]{
+		Spec:      spec,
+		KindName:  "test",
+		Decode:    func(_, _ string, _ []byte, _ bool) (string, error) { return "", nil },
+		ExpiresAt: func(string) time.Time { return t0 },
+	}
+}
