@@ -522,10 +522,12 @@ func FloorWorkload(ctx context.Context, name string, cfg HarnessConfig, open fun
 // out as the ledger lays out its records (internal/recstore/tail.go): in a
 // "floor.tail" bucket of one leaf page at most, whose entries move to the
 // "floor.log" bucket (leaves packed full) when the next would not fit; a
-// value of half a page or more goes to the log directly.
+// value of half a page or more goes to the log directly, and so do the
+// values a transaction puts after it moved the tail.
 func floorRecord(size int) func(kv.Tx) error {
 	entry := make([]byte, size)
 	var seq atomic.Uint64 // bbolt's single writer makes each transaction's keys ascend
+	var movedIn atomic.Int64
 	return func(tx kv.Tx) error {
 		bt := kv.BoltTx(tx)
 		if bt == nil {
@@ -539,7 +541,7 @@ func floorRecord(size int) func(kv.Tx) error {
 		k := binary.BigEndian.AppendUint64(nil, seq.Add(1))
 		const leafHeader, leafElement = 16, 16
 		budget, cost := bt.DB().Info().PageSize-leafHeader, leafElement+len(k)+len(entry)
-		if 2*cost >= budget {
+		if 2*cost >= budget || movedIn.Load() == int64(bt.ID()) {
 			return log.Put(k, entry)
 		}
 		tail, err := bt.CreateBucketIfNotExists([]byte("floor.tail"))
@@ -553,6 +555,7 @@ func floorRecord(size int) func(kv.Tx) error {
 				if err := moveAll(tail, log); err != nil {
 					return err
 				}
+				movedIn.Store(int64(bt.ID()))
 				break
 			}
 		}

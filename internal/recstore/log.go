@@ -51,9 +51,11 @@ type logStore struct {
 	spec Spec
 	log  keyspace.Namespace
 	tail keyspace.Namespace // tail.go
-	// budget is the bytes of entries the tail holds at most (tailBudget).
-	budget int
-	dir    *directory
+	// budget is the bytes of entries the tail holds at most (tailBudget);
+	// movedIn is the ID of the last transaction that moved it to the log.
+	budget  int
+	movedIn atomic.Uint64
+	dir     *directory
 	// ctr numbers new positions. The rebuild starts it above every counter
 	// in the log, so until it wraps (2^30 allocations in one process) a new
 	// position cannot exist yet and is not looked up first.

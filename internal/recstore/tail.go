@@ -42,7 +42,9 @@ func entryCost(v []byte) int { return leafElement + 8 + len(v) }
 // appendEntry puts entry at the new position pos: in the tail, after
 // moving the tail's entries to the log when entry would not fit beside
 // them; in the log itself when entry alone fills half a page or more (it
-// would only push out the others).
+// would only push out the others), and when this transaction has moved
+// the tail already: the log's tail path is written by this commit anyway,
+// so a group commit's later entries cost no page there and no move.
 func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte) error {
 	bt := kv.BoltTx(tx)
 	if bt == nil {
@@ -50,7 +52,7 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 	}
 	budget := s.budget
 	cost := entryCost(entry)
-	if 2*cost >= budget {
+	if 2*cost >= budget || s.movedIn.Load() == uint64(bt.ID()) {
 		return log.Put(posKey(pos), entry)
 	}
 	tail, err := bt.CreateBucketIfNotExists(s.tail.Bytes())
@@ -64,6 +66,10 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 			if err := s.flushTail(tail, log); err != nil {
 				return err
 			}
+			// A rolled-back transaction's ID is the next one's: that one
+			// may then write to the log directly, which costs pages, never
+			// a record.
+			s.movedIn.Store(uint64(bt.ID()))
 			break
 		}
 	}

@@ -266,3 +266,32 @@ func testKind() *Kind[string] {
 		ExpiresAt: func(string) time.Time { return t0 },
 	}
 }
+
+// A transaction that moved the tail writes its later entries to the log,
+// whose tail path its commit writes anyway: a group commit moves the tail
+// once, not once a page of entries. The next transaction uses the tail
+// again.
+func TestAGroupCommitMovesTheTailOnce(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	v := value(strings.Repeat("v", 200))
+	const n = 60
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		for i := range n {
+			if _, err := s.Put(ctx, tx, "a", fmt.Sprint("k", i), Ref{}, time.Time{}, t0, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	log, tail, _ := contents(t, db)
+	require.Len(t, tail, 1, "the entry that made the move")
+	require.Len(t, log, n-1)
+	put(t, db, s, "a", "next", t0, v)
+	log2, tail2, _ := contents(t, db)
+	require.Len(t, tail2, 2)
+	require.Equal(t, log, log2)
+	for i := range n {
+		require.Equal(t, v, get(t, db, s, "a", fmt.Sprint("k", i)))
+	}
+}
