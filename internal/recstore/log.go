@@ -98,12 +98,12 @@ func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 }
 
 func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error) {
-	var b kv.Bucket
+	var b unionBucket // no tail: reads the log alone
 	if p.pos != 0 {
-		if b = s.both(tx); b == nil {
+		if b = s.pair(tx); b.log == nil {
 			return Ref{}, nil, nil
 		}
-		if ref, v, ok, err := s.at(b, p.pos, scope, key); ok {
+		if ref, v, ok, err := s.at(&b, p.pos, scope, key); ok {
 			return ref, v, err
 		}
 	}
@@ -116,14 +116,14 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 		if pos == p.pos {
 			continue // looked at already
 		}
-		if b == nil {
+		if b.log == nil {
 			// Opened only now: a key the directory has never seen, the
 			// common case in a write transaction, costs no bucket look-up.
-			if b = s.both(tx); b == nil {
+			if b = s.pair(tx); b.log == nil {
 				return Ref{}, nil, nil
 			}
 		}
-		if ref, v, ok, err := s.at(b, pos, scope, key); ok {
+		if ref, v, ok, err := s.at(&b, pos, scope, key); ok {
 			return ref, v, err
 		}
 	}
@@ -132,7 +132,7 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 
 // at looks for the record of (scope, key) at pos: ok reports that the
 // look-up ends there (the record, or a damaged entry).
-func (s *logStore) at(b kv.Bucket, pos uint64, scope, key string) (Ref, []byte, bool, error) {
+func (s *logStore) at(b *unionBucket, pos uint64, scope, key string) (Ref, []byte, bool, error) {
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], pos)
 	v := b.Get(k[:])
@@ -152,6 +152,12 @@ func (s *logStore) at(b kv.Bucket, pos uint64, scope, key string) (Ref, []byte, 
 // both returns the log and its tail as one bucket (tail.go), or nil when
 // the log does not exist.
 func (s *logStore) both(tx kv.Tx) kv.Bucket { return union(tx, s.log, s.tail) }
+
+// pair is both for the look-ups, without an allocation: its log is nil
+// when the log does not exist, its tail when the tail does not.
+func (s *logStore) pair(tx kv.Tx) unionBucket {
+	return unionBucket{log: s.log.Bucket(tx), tail: s.tail.Bucket(tx)}
+}
 
 // newPos returns a position unused in tx for a record expiring at expiry.
 func (s *logStore) newPos(tx kv.Tx, expiry time.Time) uint64 {
