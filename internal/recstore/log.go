@@ -98,9 +98,9 @@ func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 }
 
 func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error) {
-	var b unionBucket // no tail: reads the log alone
+	var b lookup
 	if p.pos != 0 {
-		if b = s.pair(tx); b.log == nil {
+		if b = s.lookup(tx); b.log == nil {
 			return Ref{}, nil, nil
 		}
 		if ref, v, ok, err := s.at(&b, p.pos, scope, key); ok {
@@ -119,7 +119,7 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 		if b.log == nil {
 			// Opened only now: a key the directory has never seen, the
 			// common case in a write transaction, costs no bucket look-up.
-			if b = s.pair(tx); b.log == nil {
+			if b = s.lookup(tx); b.log == nil {
 				return Ref{}, nil, nil
 			}
 		}
@@ -132,10 +132,10 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 
 // at looks for the record of (scope, key) at pos: ok reports that the
 // look-up ends there (the record, or a damaged entry).
-func (s *logStore) at(b *unionBucket, pos uint64, scope, key string) (Ref, []byte, bool, error) {
+func (s *logStore) at(b *lookup, pos uint64, scope, key string) (Ref, []byte, bool, error) {
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], pos)
-	v := b.Get(k[:])
+	v := b.get(k[:])
 	if v == nil {
 		return Ref{}, nil, false, nil // a stale hint: rolled back, swept or moved
 	}
@@ -153,10 +153,31 @@ func (s *logStore) at(b *unionBucket, pos uint64, scope, key string) (Ref, []byt
 // the log does not exist.
 func (s *logStore) both(tx kv.Tx) kv.Bucket { return union(tx, s.log, s.tail) }
 
-// pair is both for the look-ups, without an allocation: its log is nil
-// when the log does not exist, its tail when the tail does not.
-func (s *logStore) pair(tx kv.Tx) unionBucket {
-	return unionBucket{log: s.log.Bucket(tx), tail: s.tail.Bucket(tx)}
+// lookup is both for the look-ups, without an allocation: its log is nil
+// when the log does not exist. It reads the log first (a look-up that
+// reaches the file is most often of a record older than the tail's few)
+// and opens the tail only when the log does not hold the position.
+type lookup struct {
+	s      *logStore
+	tx     kv.Tx
+	log    kv.Bucket
+	tail   kv.Bucket
+	opened bool // tail looked up
+}
+
+func (s *logStore) lookup(tx kv.Tx) lookup { return lookup{s: s, tx: tx, log: s.log.Bucket(tx)} }
+
+func (l *lookup) get(k []byte) []byte {
+	if v := l.log.Get(k); v != nil {
+		return v
+	}
+	if !l.opened {
+		l.tail, l.opened = l.s.tail.Bucket(l.tx), true
+	}
+	if l.tail == nil {
+		return nil
+	}
+	return l.tail.Get(k)
 }
 
 // newPos returns a position unused in tx for a record expiring at expiry.

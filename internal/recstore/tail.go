@@ -112,15 +112,12 @@ func union(tx kv.Tx, log, tail keyspace.Namespace) kv.Bucket {
 
 // unionBucket reads the log and its tail as one bucket: positions are in
 // one of the two. A value put at a position goes where the position is
-// (the log, for a new one); Delete deletes it from both. Get also serves
-// a log without a tail (tail nil), for look-ups (logStore.pair).
+// (the log, for a new one); Delete deletes it from both.
 type unionBucket struct{ log, tail kv.Bucket }
 
 func (u *unionBucket) Get(k []byte) []byte {
-	if u.tail != nil {
-		if v := u.tail.Get(k); v != nil {
-			return v
-		}
+	if v := u.tail.Get(k); v != nil {
+		return v
 	}
 	return u.log.Get(k)
 }
