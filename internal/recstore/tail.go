@@ -55,9 +55,12 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 	if 2*cost >= budget || s.movedIn.Load() == uint64(bt.ID()) {
 		return log.Put(posKey(pos), entry)
 	}
-	tail, err := bt.CreateBucketIfNotExists(s.tail.Bytes())
-	if err != nil {
-		return err
+	tail := bt.Bucket(s.tail.Bytes()) // CreateBucketIfNotExists would copy the name each time
+	if tail == nil {
+		var err error
+		if tail, err = bt.CreateBucket(s.tail.Bytes()); err != nil {
+			return err
+		}
 	}
 	used := 0
 	c := tail.Cursor()
