@@ -2,6 +2,7 @@ package recstore
 
 import (
 	"bytes"
+	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -84,6 +85,10 @@ func (s *logStore) flushTail(tail *bolt.Bucket, log kv.Bucket) error {
 	var keys [][]byte
 	c := tail.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v == nil {
+			// Only raw bbolt writing in oncekv's namespace makes one.
+			return fmt.Errorf("recstore: the %s tail holds a nested bucket at key %x: the file was changed by another program", s.spec.Name, k)
+		}
 		k = bytes.Clone(k)
 		if err := log.Put(k, bytes.Clone(v)); err != nil {
 			return err
@@ -263,7 +268,7 @@ func FlushTail(tx kv.Tx, spec Spec) error {
 	if bt == nil {
 		return nil
 	}
-	s := &logStore{log: keyspace.New(spec.Name + ".log"), tail: keyspace.New(spec.Name + ".tail")}
+	s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), tail: keyspace.New(spec.Name + ".tail")}
 	tail := bt.Bucket(s.tail.Bytes())
 	if tail == nil {
 		return nil
