@@ -15,6 +15,7 @@ import (
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/oldformat"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
@@ -91,7 +92,7 @@ func TestCrashDuringMigration(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 			v, err := keyspace.StoredFormat(tx)
-			require.Equal(t, uint32(2), v, "the format is raised before the first record moves")
+			require.Equal(t, uint32(recstore.TailFormat), v, "the format is raised before the first record moves")
 			return err
 		}))
 		require.NoError(t, db.Close())
