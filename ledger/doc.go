@@ -67,10 +67,13 @@
 //
 // # Reading records
 //
-// On bbolt, records are appended to a log in expiry order and found through
-// an in-memory directory rebuilt at open (Stats: Records, Rebuilt,
-// RebuildTime): a key never seen costs no read transaction, and a record
-// found is always checked against the (scope, key) asked for. Records this
+// On bbolt, records are appended to a log in expiry order (its newest
+// entries in a one-page tail beside it, moved to the log a page at a time,
+// so a transaction writes one page for its record rather than the log's
+// whole path) and found through an in-memory directory rebuilt at open
+// (Stats: Records, Rebuilt, RebuildTime): a key never seen costs no read
+// transaction, and a record found is always checked against the (scope,
+// key) asked for. Records this
 // process committed recently are also kept in a bounded cache (16 MiB per
 // database; Stats: Cached, CachedBytes, CacheHits, CacheMisses), so that a
 // retry, which comes soon after its original, is answered with no read
