@@ -250,7 +250,7 @@ func (c *unionCursor) pick() ([]byte, []byte) {
 		c.fromA = false
 	default:
 		cmp := bytes.Compare(c.ak, c.bk)
-		c.fromA = (cmp <= 0) != c.backward || cmp == 0
+		c.fromA = cmp == 0 || (cmp < 0) != c.backward // a key in both: a's first
 	}
 	if c.fromA {
 		c.cur = c.ak

@@ -322,3 +322,56 @@ func TestANestedBucketInTheTailIsAnError(t *testing.T) {
 	require.Empty(t, log, "no move was committed")
 	require.Equal(t, value("v"), get(t, db, s, "a", "k"))
 }
+
+// The tail holds exactly one leaf page of entries (bbolt's page header
+// aside): entries that fill it to the byte stay; one byte more moves them.
+// An entry of exactly half that goes to the log; one byte less, the tail.
+func TestTailBoundaries(t *testing.T) {
+	t.Parallel()
+	appendRaw := func(t *testing.T, db *kv.DB, s *logStore, pos uint64, n int) {
+		t.Helper()
+		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+			log, err := s.bucket(tx)
+			require.NoError(t, err)
+			return s.appendEntry(tx, log, pos, bytes.Repeat([]byte{'e'}, n))
+		}))
+	}
+	// A leaf page's room, from bbolt's page size and its 16-byte page
+	// header, and an entry (16-byte element, 8-byte position) that costs a
+	// quarter of it.
+	room := func(db *kv.DB) int { return db.Bolt().Info().PageSize - 16 }
+	quarter := func(db *kv.DB) int { return room(db)/4 - 16 - 8 }
+	for _, tc := range []struct {
+		name       string
+		last       int // the fourth entry's length, beside three quarters
+		moved      bool
+		tail, logN int
+	}{
+		{"fills the page to the byte", 0, false, 4, 0},
+		{"one byte over", 1, true, 1, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db, s := open(t)
+			require.Zero(t, room(db)%4, "the test needs a page that divides by four")
+			for i := range 3 {
+				appendRaw(t, db, s, uint64(i+1), quarter(db))
+			}
+			appendRaw(t, db, s, 4, quarter(db)+tc.last)
+			log, tail, used := contents(t, db)
+			require.Len(t, tail, tc.tail)
+			require.Len(t, log, tc.logN)
+			require.LessOrEqual(t, used, room(db))
+		})
+	}
+	t.Run("half a page goes to the log", func(t *testing.T) {
+		t.Parallel()
+		db, s := open(t)
+		half := room(db)/2 - 16 - 8
+		appendRaw(t, db, s, 1, half-1)
+		appendRaw(t, db, s, 2, half)
+		log, tail, _ := contents(t, db)
+		require.Equal(t, []uint64{2}, log)
+		require.Equal(t, []uint64{1}, tail)
+	})
+}
