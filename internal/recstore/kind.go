@@ -48,10 +48,8 @@ func (k *Kind[R]) Name() string { return k.KindName }
 func (k *Kind[R]) logNS() keyspace.Namespace { return keyspace.New(k.Spec.Name + ".log") }
 
 // both returns the kind's log and its tail as one bucket (tail.go).
-func (k *Kind[R]) both(tx kv.Tx) kv.Bucket { return bothOf(tx, k.Spec) }
-
-func bothOf(tx kv.Tx, spec Spec) kv.Bucket {
-	return union(tx, keyspace.New(spec.Name+".log"), keyspace.New(spec.Name+".tail"))
+func (k *Kind[R]) both(tx kv.Tx) kv.Bucket {
+	return union(tx, k.logNS(), keyspace.New(k.Spec.Name+".tail"))
 }
 
 // usesLog reports whether tx's database keeps this kind in the log.
