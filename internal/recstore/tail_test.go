@@ -63,9 +63,7 @@ func TestTailMovesToTheLogAPageAtATime(t *testing.T) {
 	}
 	require.Greater(t, moves, n/20, "the tail moved")
 	require.Less(t, moves, n/5, "a page of entries at a time")
-	for i := range n {
-		require.Equal(t, value(strings.Repeat("v", 200)), get(t, db, s, "a", fmt.Sprint("k", i)), "k%d", i)
-	}
+	requireFound(t, db, s, n, value(strings.Repeat("v", 200)))
 	require.Equal(t, n, positions(s))
 	problems, err := db.Check(ctx, testKind())
 	require.NoError(t, err)
@@ -152,9 +150,7 @@ func TestRolledBackMoveLeavesNoTrace(t *testing.T) {
 	require.Equal(t, log0, log)
 	require.Equal(t, tail0, tail)
 	require.Nil(t, get(t, db, s, "a", "rolled-back"))
-	for j := range i {
-		require.Equal(t, v, get(t, db, s, "a", fmt.Sprint("k", j)))
-	}
+	requireFound(t, db, s, i, v)
 }
 
 // The check reports a position held by the log and the tail at once.
@@ -294,9 +290,7 @@ func TestAGroupCommitMovesTheTailOnce(t *testing.T) {
 	log2, tail2, _ := contents(t, db)
 	require.Len(t, tail2, 2)
 	require.Equal(t, log, log2)
-	for i := range n {
-		require.Equal(t, v, get(t, db, s, "a", fmt.Sprint("k", i)))
-	}
+	requireFound(t, db, s, n, v)
 }
 
 // A nested bucket in the tail (raw bbolt writing in oncekv's namespace) is
@@ -374,4 +368,12 @@ func TestTailBoundaries(t *testing.T) {
 		require.Equal(t, []uint64{2}, log)
 		require.Equal(t, []uint64{1}, tail)
 	})
+}
+
+// requireFound requires the records "a"/"k0".."k<n-1>" to hold v.
+func requireFound(t *testing.T, db *kv.DB, s *logStore, n int, v []byte) {
+	t.Helper()
+	for i := range n {
+		require.Equal(t, v, get(t, db, s, "a", fmt.Sprint("k", i)), "k%d", i)
+	}
 }
