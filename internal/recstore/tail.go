@@ -14,7 +14,7 @@ import (
 // The tail. bbolt rewrites, at every commit, each page on the path from a
 // changed leaf to its bucket's root. A record appended to the log dirties
 // the log's tail leaf and its branches: three pages once the log holds some
-// ten thousand records, more than the business write beside it costs. So
+// ten thousand records, where the whole bare business write costs five. So
 // new entries go first to a second bucket, the tail, that never grows past
 // one leaf: while it is small bbolt stores it inline, in the root page
 // every commit rewrites anyway, and after that it costs one page. When the
