@@ -528,6 +528,7 @@ func floorRecord(size int) func(kv.Tx) error {
 	entry := make([]byte, size)
 	var seq atomic.Uint64 // bbolt's single writer makes each transaction's keys ascend
 	var movedIn atomic.Int64
+	var budget int // set in the first transaction; bbolt's writer lock orders the rest after it
 	return func(tx kv.Tx) error {
 		bt := kv.BoltTx(tx)
 		if bt == nil {
@@ -540,7 +541,10 @@ func floorRecord(size int) func(kv.Tx) error {
 		log.FillPercent = 1
 		k := binary.BigEndian.AppendUint64(nil, seq.Add(1))
 		const leafHeader, leafElement = 16, 16
-		budget, cost := bt.DB().Info().PageSize-leafHeader, leafElement+len(k)+len(entry)
+		if budget == 0 { // one database per floor: its page size is read once
+			budget = bt.DB().Info().PageSize - leafHeader
+		}
+		cost := leafElement + len(k) + len(entry)
 		if 2*cost >= budget || movedIn.Load() == int64(bt.ID()) {
 			return log.Put(k, entry)
 		}

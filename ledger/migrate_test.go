@@ -45,13 +45,7 @@ func TestFormatOneFileIsMigrated(t *testing.T) {
 	require.ErrorContains(t, err, "oncekv migrate --db "+path)
 	require.NoError(t, ro.Close())
 
-	db, err := kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	defer db.Close()
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	in, err := inbox.New(db, nil)
-	require.NoError(t, err)
+	db, l, in := openService(t, path)
 	st := l.Stats()
 	require.Equal(t, "log", st.Layout)
 	require.Equal(t, n+1, st.Records)
@@ -60,20 +54,15 @@ func TestFormatOneFileIsMigrated(t *testing.T) {
 	_, err = l.Do(ctx, req("claimed", "x"), mustNotRun(t))
 	require.ErrorIs(t, err, ledger.ErrInProgress, "a live claim moved with its lease")
 	for i := range 10 {
-		d, err := in.Handle(ctx, "billing", fmt.Sprint(i), func(kv.Tx) error { return fmt.Errorf("applied twice") })
-		require.NoError(t, err)
-		require.True(t, d.Duplicate)
+		requireDuplicate(t, in, fmt.Sprint(i))
 	}
+	require.Equal(t, uint32(recstore.TailFormat), storedFormat(t, db))
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-		v, err := keyspace.StoredFormat(tx)
-		require.Equal(t, uint32(recstore.TailFormat), v)
 		require.Nil(t, keyspace.New("ledger").Bucket(tx), "the keyed buckets are gone")
 		require.Nil(t, keyspace.New("ledger.expiry").Bucket(tx))
-		return err
+		return nil
 	}))
-	problems, err := db.Check(ctx, ledger.RecordKind, inbox.RecordKind)
-	require.NoError(t, err)
-	require.Empty(t, problems)
+	requireClean(t, db)
 }
 
 // A file of format 2 (every entry in the log, no tail) is read as it is,
@@ -92,19 +81,10 @@ func TestFormatTwoFileIsUpgraded(t *testing.T) {
 		_, err := in.Handle(ctx, "billing", "m1", func(kv.Tx) error { return nil })
 		require.NoError(t, err)
 	})
-	format := func(db *kv.DB) uint32 {
-		var v uint32
-		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-			var err error
-			v, err = keyspace.StoredFormat(tx)
-			return err
-		}))
-		return v
-	}
 
 	ro, err := kv.Open(path, &kv.Options{ReadOnly: true})
 	require.NoError(t, err)
-	require.Equal(t, uint32(2), format(ro))
+	require.Equal(t, uint32(2), storedFormat(t, ro))
 	rl, err := ledger.New(ro, nil)
 	require.NoError(t, err)
 	require.Equal(t, n, rl.Stats().Records)
@@ -117,18 +97,10 @@ func TestFormatTwoFileIsUpgraded(t *testing.T) {
 	}))
 	require.NoError(t, ro.Close())
 
-	db, err := kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	defer db.Close()
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	require.Equal(t, uint32(recstore.TailFormat), format(db))
+	db, l, in := openService(t, path)
+	require.Equal(t, uint32(recstore.TailFormat), storedFormat(t, db))
 	requireReplays(t, l, n)
-	in, err := inbox.New(db, nil)
-	require.NoError(t, err)
-	d, err := in.Handle(ctx, "billing", "m1", func(kv.Tx) error { return fmt.Errorf("applied twice") })
-	require.NoError(t, err)
-	require.True(t, d.Duplicate)
+	requireDuplicate(t, in, "m1")
 	_, err = l.Do(ctx, req("new", "x"), order("new", nil))
 	require.NoError(t, err)
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
@@ -138,9 +110,7 @@ func TestFormatTwoFileIsUpgraded(t *testing.T) {
 		require.Len(t, k, 8)
 		return nil
 	}))
-	problems, err := db.Check(ctx, ledger.RecordKind, inbox.RecordKind)
-	require.NoError(t, err)
-	require.Empty(t, problems)
+	requireClean(t, db)
 }
 
 // The directory is authoritative for misses only if every committed record
@@ -200,4 +170,47 @@ func requireReplays(t *testing.T, l *ledger.Ledger, n int) {
 		require.True(t, res.Replayed)
 		require.Equal(t, fmt.Sprintf(`{"id":"%d","status":"pending"}`, i), string(res.Response.Body))
 	}
+}
+
+// openService opens path for writing with a ledger and an inbox, as a
+// service does when it starts (migrating or stamping the file), and closes
+// it when the test ends.
+func openService(t *testing.T, path string) (*kv.DB, *ledger.Ledger, *inbox.Inbox) {
+	t.Helper()
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	return db, l, in
+}
+
+// storedFormat returns the format version db records.
+func storedFormat(t *testing.T, db *kv.DB) uint32 {
+	t.Helper()
+	var v uint32
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		var err error
+		v, err = keyspace.StoredFormat(tx)
+		return err
+	}))
+	return v
+}
+
+// requireDuplicate requires the billing message id to be handled already.
+func requireDuplicate(t *testing.T, in *inbox.Inbox, id string) {
+	t.Helper()
+	d, err := in.Handle(ctx, "billing", id, func(kv.Tx) error { return fmt.Errorf("applied twice") })
+	require.NoError(t, err)
+	require.True(t, d.Duplicate)
+}
+
+// requireClean requires the ledger's and the inbox's checks to find nothing.
+func requireClean(t *testing.T, db *kv.DB) {
+	t.Helper()
+	problems, err := db.Check(ctx, ledger.RecordKind, inbox.RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }

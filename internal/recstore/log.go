@@ -205,16 +205,16 @@ func (s *logStore) newPos(tx kv.Tx, expiry time.Time) uint64 {
 	}
 }
 
-// bucket returns the log bucket of the writable tx, packed full: records
-// are appended at the tail, so leaves split at 100% instead of bbolt's 50%,
-// and a batch writes half as many leaf pages.
-func (s *logStore) bucket(tx kv.Tx) (kv.Bucket, error) {
-	b, err := s.log.Create(tx)
+// packedLog returns the log bucket log of the writable tx, packed full:
+// records are appended at the tail, so leaves split at 100% instead of
+// bbolt's 50%, and a batch writes half as many leaf pages.
+func packedLog(tx kv.Tx, log keyspace.Namespace) (kv.Bucket, error) {
+	b, err := log.Create(tx)
 	if err != nil {
 		return nil, err
 	}
 	if bt := kv.BoltTx(tx); bt != nil {
-		if bb := bt.Bucket(s.log.Bytes()); bb != nil {
+		if bb := bt.Bucket(log.Bytes()); bb != nil {
 			bb.FillPercent = 1.0 // the same *bbolt.Bucket as b: bbolt caches a tx's buckets
 		}
 	}
@@ -231,7 +231,7 @@ func (s *logStore) Probe(scope, key string) (Probe, bool) {
 }
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
-	b, err := s.bucket(tx)
+	b, err := packedLog(tx, s.log)
 	if err != nil {
 		return Ref{}, err
 	}

@@ -37,8 +37,8 @@ const (
 	leafElement = 16 // bbolt's leaf element header
 )
 
-// entryCost is what an entry at an 8-byte position takes in a leaf page.
-func entryCost(v []byte) int { return leafElement + 8 + len(v) }
+// inLeaf is what the entry (k, v) takes in a leaf page.
+func inLeaf(k, v []byte) int { return leafElement + len(k) + len(v) }
 
 // appendEntry puts entry at the new position pos: in the tail, after
 // moving the tail's entries to the log when entry would not fit beside
@@ -47,14 +47,15 @@ func entryCost(v []byte) int { return leafElement + 8 + len(v) }
 // the tail already: the log's tail path is written by this commit anyway,
 // so a group commit's later entries cost no page there and no move.
 func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte) error {
+	key := posKey(pos)
 	bt := kv.BoltTx(tx)
 	if bt == nil {
-		return log.Put(posKey(pos), entry)
+		return log.Put(key, entry)
 	}
 	budget := s.budget
-	cost := entryCost(entry)
+	cost := inLeaf(key, entry)
 	if 2*cost >= budget || s.movedIn.Load() == uint64(bt.ID()) {
-		return log.Put(posKey(pos), entry)
+		return log.Put(key, entry)
 	}
 	tail := bt.Bucket(s.tail.Bytes()) // CreateBucketIfNotExists would copy the name each time
 	if tail == nil {
@@ -66,8 +67,8 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 	used := 0
 	c := tail.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if used += leafElement + len(k) + len(v); used+cost > budget {
-			if err := s.flushTail(tail, log); err != nil {
+		if used += inLeaf(k, v); used+cost > budget {
+			if err := flushTail(s.spec.Name, tail, log); err != nil {
 				return err
 			}
 			// A rolled-back transaction's ID is the next one's: that one
@@ -77,17 +78,17 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 			break
 		}
 	}
-	return tail.Put(posKey(pos), entry)
+	return tail.Put(key, entry)
 }
 
-// flushTail moves every entry of the tail to the log, at its position.
-func (s *logStore) flushTail(tail *bolt.Bucket, log kv.Bucket) error {
+// flushTail moves every entry of kind's tail to its log, at its position.
+func flushTail(kind string, tail *bolt.Bucket, log kv.Bucket) error {
 	var keys [][]byte
 	c := tail.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if v == nil {
 			// Only raw bbolt writing in oncekv's namespace makes one.
-			return fmt.Errorf("recstore: the %s tail holds a nested bucket at key %x: the file was changed by another program", s.spec.Name, k)
+			return fmt.Errorf("recstore: the %s tail holds a nested bucket at key %x: the file was changed by another program", kind, k)
 		}
 		k = bytes.Clone(k)
 		if err := log.Put(k, bytes.Clone(v)); err != nil {
@@ -183,39 +184,35 @@ func (c *unionCursor) Seek(k []byte) ([]byte, []byte) {
 	return c.pick()
 }
 
-func (c *unionCursor) Next() ([]byte, []byte) {
-	if c.cur == nil {
-		return nil, nil
-	}
-	if c.backward {
-		// Both rest at or before the current key: seek past it.
-		c.ak, c.av = after(c.a, c.cur)
-		c.bk, c.bv = after(c.b, c.cur)
-		c.backward = false
-		return c.pick()
-	}
-	if c.fromA {
-		c.ak, c.av = c.a.Next()
-	} else {
-		c.bk, c.bv = c.b.Next()
-	}
-	return c.pick()
-}
+func (c *unionCursor) Next() ([]byte, []byte) { return c.step(false) }
 
-func (c *unionCursor) Prev() ([]byte, []byte) {
+func (c *unionCursor) Prev() ([]byte, []byte) { return c.step(true) }
+
+// step moves one key in the direction asked. Going on, only the cursor
+// the current key came from moves; turning, both are placed again on
+// their nearest key past the current one.
+func (c *unionCursor) step(backward bool) ([]byte, []byte) {
 	if c.cur == nil {
 		return nil, nil
 	}
-	if !c.backward {
-		c.ak, c.av = before(c.a, c.cur)
-		c.bk, c.bv = before(c.b, c.cur)
-		c.backward = true
+	if backward != c.backward {
+		place := after
+		if backward {
+			place = before
+		}
+		c.ak, c.av = place(c.a, c.cur)
+		c.bk, c.bv = place(c.b, c.cur)
+		c.backward = backward
 		return c.pick()
 	}
+	move := kv.Cursor.Next
+	if backward {
+		move = kv.Cursor.Prev
+	}
 	if c.fromA {
-		c.ak, c.av = c.a.Prev()
+		c.ak, c.av = move(c.a)
 	} else {
-		c.bk, c.bv = c.b.Prev()
+		c.bk, c.bv = move(c.b)
 	}
 	return c.pick()
 }
@@ -268,14 +265,13 @@ func FlushTail(tx kv.Tx, spec Spec) error {
 	if bt == nil {
 		return nil
 	}
-	s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), tail: keyspace.New(spec.Name + ".tail")}
-	tail := bt.Bucket(s.tail.Bytes())
+	tail := bt.Bucket(TailBucket(spec))
 	if tail == nil {
 		return nil
 	}
-	log, err := s.log.Create(tx)
+	log, err := packedLog(tx, keyspace.New(spec.Name+".log"))
 	if err != nil {
 		return err
 	}
-	return s.flushTail(tail, log)
+	return flushTail(spec.Name, tail, log)
 }

@@ -29,7 +29,7 @@ func contents(t *testing.T, db *kv.DB) (log, tail []uint64, tailBytes int) {
 					return nil // not a position: the tests that make one look
 				}
 				tail = append(tail, binary.BigEndian.Uint64(k))
-				tailBytes += leafElement + len(k) + len(v)
+				tailBytes += 16 + len(k) + len(v) // bbolt's leaf element, key and value
 				return nil
 			}))
 		}
@@ -133,7 +133,7 @@ func TestRolledBackMoveLeavesNoTrace(t *testing.T) {
 	for {
 		put(t, db, s, "a", fmt.Sprint("k", i), t0, v)
 		i++
-		if _, _, used := contents(t, db); used+entryCost(wrap("a", fmt.Sprint("k", i), v)) > db.Bolt().Info().PageSize-leafHeader {
+		if _, _, used := contents(t, db); used+16+8+len(wrap("a", fmt.Sprint("k", i), v)) > db.Bolt().Info().PageSize-16 {
 			break // the next entry moves the tail
 		}
 	}
@@ -325,7 +325,7 @@ func TestTailBoundaries(t *testing.T) {
 	appendRaw := func(t *testing.T, db *kv.DB, s *logStore, pos uint64, n int) {
 		t.Helper()
 		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-			log, err := s.bucket(tx)
+			log, err := packedLog(tx, s.log)
 			require.NoError(t, err)
 			return s.appendEntry(tx, log, pos, bytes.Repeat([]byte{'e'}, n))
 		}))
@@ -376,4 +376,25 @@ func requireFound(t *testing.T, db *kv.DB, s *logStore, n int, v []byte) {
 	for i := range n {
 		require.Equal(t, v, get(t, db, s, "a", fmt.Sprint("k", i)), "k%d", i)
 	}
+}
+
+// Once the counter has wrapped, a new position is looked up before it is
+// used, in the tail as in the log: a record in either is never
+// overwritten by a new one at the same position.
+func TestAWrappedCounterSkipsPositionsInTheTail(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "in-log", t0, value("log"))
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return FlushTail(tx, spec) }))
+	put(t, db, s, "a", "in-tail", t0, value("tail"))
+	log, tail, _ := contents(t, db)
+	require.Len(t, log, 1)
+	require.Len(t, tail, 1)
+	s.ctr.Store(0) // the next counters are the two positions taken
+	s.wrapped.Store(true)
+	put(t, db, s, "a", "new", t0, value("new"))
+	for k, v := range map[string]string{"in-log": "log", "in-tail": "tail", "new": "new"} {
+		require.Equal(t, value(v), get(t, db, s, "a", k), k)
+	}
+	require.Equal(t, 3, positions(s))
 }
