@@ -2,32 +2,33 @@ package command
 
 import (
 	"fmt"
-	"io"
-	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 )
 
 // progress shows a bar on a terminal and a line per 10% otherwise.
 type progress struct {
 	bar   *progressbar.ProgressBar
-	out   io.Writer
+	out   *diagWriter
 	total int
+	mu    sync.Mutex // counts and prints in one step: the lines come in order
 	done  atomic.Int64
 }
 
-func newProgress(out io.Writer, total int) *progress {
+func newProgress(out *diagWriter, total int) *progress {
 	p := &progress{out: out, total: total}
-	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("payments"),
+	if out.tty != nil {
+		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(out.tty), progressbar.OptionSetDescription("payments"),
 			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
 	return p
 }
 
 func (p *progress) add() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	n := p.done.Add(1)
 	if p.bar != nil {
 		_ = p.bar.Add(1)

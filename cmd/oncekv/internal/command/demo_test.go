@@ -1,8 +1,12 @@
 package command
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,4 +86,28 @@ func TestDemoReplicas(t *testing.T) {
 	_, stderr, code = run("demo", "--replicas", "3", "--db", filepath.Join(t.TempDir(), "x.db"))
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "the state is on etcd")
+}
+
+// The demo's clients count their payments at once, into a writer that is
+// not safe for concurrent use (this buffer, like the tests' stderr): the
+// progress lines come whole and in order, and the race detector sees no
+// race (found by CI: TestDemoEncrypted raced on its stderr buffer).
+func TestProgressFromManyClients(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress(newDiag(&buf), 1000)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 125 {
+				p.add()
+			}
+		})
+	}
+	wg.Wait()
+	p.finish()
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	require.Len(t, lines, 10, buf.String())
+	for i, l := range lines {
+		require.Equal(t, fmt.Sprintf("%d/1000 payments done", (i+1)*100), l)
+	}
 }

@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/seal"
@@ -128,10 +126,10 @@ type spinner struct {
 	last inspect.RekeyProgress // the last report of the kind in progress
 }
 
-func newSpinner(out io.Writer) *spinner {
+func newSpinner(out *diagWriter) *spinner {
 	s := &spinner{out: out}
-	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		s.bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("rekey"),
+	if out.tty != nil {
+		s.bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(out.tty), progressbar.OptionSetDescription("rekey"),
 			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
 	return s

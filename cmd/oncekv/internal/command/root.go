@@ -52,8 +52,8 @@ type options struct {
 	// seal), the first the current one; cipher is the ring built from them.
 	keyFiles []string
 	cipher   *seal.Ring
-	out      io.Writer // results: tables or one JSON document
-	diag     io.Writer // progress and notes (stderr), never mixed into --json output
+	out      io.Writer   // results: tables or one JSON document
+	diag     *diagWriter // progress and notes (stderr), never mixed into --json output
 }
 
 // Main runs the CLI with args and returns the exit code.
@@ -90,7 +90,7 @@ func execute(ctx context.Context, root *cobra.Command) (err error) {
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	o := &options{out: stdout, diag: stderr}
+	o := &options{out: stdout, diag: newDiag(stderr)}
 	root := &cobra.Command{
 		Use:   "oncekv",
 		Short: "Inspect, check, sweep and compact oncekv databases; run the demo",
