@@ -521,7 +521,7 @@ func TestPauseBetweenBatches(t *testing.T) {
 			return nil
 		})
 		return n == 5
-	}, 10*time.Second, time.Millisecond, "the first batch of 5 is removed")
+	}, 30*time.Second, 5*time.Millisecond, "the first batch of 5 is removed")
 	// Still pausing a while later (a default 1ms pause would have run the
 	// second batch by now; a slow machine can only make this pass more).
 	time.Sleep(50 * time.Millisecond)
