@@ -108,7 +108,7 @@ func walkTx(bt *bolt.Tx) error {
 	defer func() { _ = f.Close() }()
 	ps := bt.DB().Info().PageSize
 	pages := uint64(bt.Size()) / uint64(ps)
-	if err := walkStructure(f, ps, pages, uint64(bt.Cursor().Bucket().Root())); err != nil {
+	if err := walkStructure(f, ps, pages, uint64(bt.Cursor().Bucket().Root()), nil); err != nil {
 		return err
 	}
 	// bbolt's check loads the freelist of a read-only file (a writable
@@ -129,5 +129,6 @@ func walkTx(bt *bolt.Tx) error {
 	if len(metas) == 0 || newest(metas).freelist == noFreelist {
 		return nil // none in the file: bbolt rebuilds it, guarded by the walk above
 	}
-	return checkFreelist(f, newest(metas).freelist, uint64(ps), pages)
+	_, err = checkFreelist(f, newest(metas).freelist, uint64(ps), pages)
+	return err
 }

@@ -21,10 +21,14 @@
 // as etcd runs it): a commit on a file with history no longer sorts and
 // writes a list that grows with it. A file left without the list (its
 // process died) gets it back at its next writable open, which walks every
-// page: Open walks the file itself first, through a read-only map, and
-// refuses a damaged one with ErrDamaged, since bbolt's walk runs in a
-// goroutine where damage is an unrecoverable panic. Options.SyncFreelist
-// restores bbolt's default.
+// page. Options.SyncFreelist restores bbolt's default.
+//
+// Every Open for writing walks the pages reachable from the root itself
+// first, through a read-only map (about 0.2 s for a million records), and
+// refuses a damaged file with ErrDamaged before bbolt meets the damage:
+// bbolt's own walk runs in a goroutine where damage is an unrecoverable
+// panic, and a page in use that the freelist lists as free would be
+// overwritten by the next commit.
 //
 // A service that already holds a *bbolt.DB calls Wrap instead, and hands its
 // own *bbolt.Tx to any oncekv call through WrapTx:

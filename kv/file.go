@@ -59,7 +59,10 @@ func parseMeta(b []byte) (boltMeta, bool) {
 // bbolt would meet as a SIGBUS or a panic (a truncated copy, a page number
 // past the end) is reported as a *FileError instead (issue 13, item 11).
 // It returns the file's size; 0 for a file that does not exist. A reader
-// is not stopped by a damaged freelist, which only writers load.
+// is not stopped by a damaged freelist, which only writers load. A writer
+// walks every page reachable from the root first (about 0.2 s for a
+// million records), so that a damaged tree, or a page in use that the
+// freelist calls free, is refused before a commit can write over it.
 func preflight(path string, readOnly bool) (int64, error) {
 	fi, err := os.Stat(path)
 	switch {
@@ -151,7 +154,14 @@ func preflight(path string, readOnly bool) (int64, error) {
 	case readOnly: // a reader never loads the freelist
 	case !settled: // a writer holds the file: bbolt waits for it
 	case m.freelist != noFreelist:
-		if err := checkFreelist(f, m.freelist, ps, m.pgid); err != nil {
+		free, err := checkFreelist(f, m.freelist, ps, m.pgid)
+		if err != nil {
+			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged: " + err.Error()}
+		}
+		// A page in use that the list also calls free would be handed to
+		// the next commit's new data, overwriting it: only the walk of
+		// every page reachable from the root sees one.
+		if err := walkFile(f, size, int(ps), m.pgid, m.root, free); err != nil {
 			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged: " + err.Error()}
 		}
 	default:
@@ -161,7 +171,7 @@ func preflight(path string, readOnly bool) (int64, error) {
 		// walking every page reachable from the root, in a goroutine of its
 		// own where a damaged page is a fatal panic. The same walk is done
 		// here first, reading the file.
-		if err := walkFile(f, size, int(ps), m.pgid, m.root); err != nil {
+		if err := walkFile(f, size, int(ps), m.pgid, m.root, nil); err != nil {
 			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged (it has no freelist, so opening it for writing walks every page): " + err.Error()}
 		}
 	}

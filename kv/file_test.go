@@ -98,12 +98,25 @@ func fuzzOpenDamaged(f *testing.F, raw []byte) {
 		for _, ro := range []bool{true, false} {
 			db, err := kv.Open(path, &kv.Options{ReadOnly: ro, NoSync: true, RequireFormat: true})
 			if err != nil {
-				continue // a clear error is the right answer
+				requireUnlocked(t, path) // a clear error, and nothing left holding the file
+				continue
 			}
 			_, _ = db.Check(ctx)
 			require.NoError(t, db.Close())
 		}
 	})
+}
+
+// requireUnlocked fails when something in this process still holds the
+// file's lock: an Open that failed must have closed what it opened, or the
+// next Open of the file waits for its lock and fails with ErrLocked.
+func requireUnlocked(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), "a failed Open left the file locked")
+	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_UN))
 }
 
 // A freelist page whose header is intact but whose count or IDs are not
@@ -116,16 +129,33 @@ func TestOpenRefusesAGarbledFreelist(t *testing.T) {
 	t.Parallel()
 	raw := sampleFile(t)
 	root, at := kv.NewestMeta(raw)
+	// The root of the orders bucket: live, below the root page.
+	var orders uint64
+	bdb, err := bolt.Open(write(t, raw), 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	require.NoError(t, bdb.View(func(tx *bolt.Tx) error { orders = uint64(tx.Bucket([]byte("orders")).Root()); return nil }))
+	require.NoError(t, bdb.Close())
+	require.NotEqual(t, root, orders)
+
 	for _, c := range []struct {
-		name   string
-		count  uint16
-		first  uint64
-		reason string
+		name      string
+		count     uint16
+		first     uint64
+		open      string // Open for writing refuses it, saying this
+		checkSays string // Check of a read-only open reports this
 	}{
-		{"a count of 2^60 in the first element", 0xFFFF, 1 << 60, "more than fit in it"},
-		{"a page past the end", 1, 1 << 40, "lists page"},
-		{"a meta page listed as free", 1, 1, "lists page"},
-		{"the root page listed as free", 1, root, "reachable freed"},
+		{"a count of 2^60 in the first element", 0xFFFF, 1 << 60, "more than fit in it", "more than fit in it"},
+		{"a page past the end", 1, 1 << 40, "lists page", "lists page"},
+		{"a meta page listed as free", 1, 1, "lists page", "lists page"},
+		// The next commit would free the list's page a second time (bbolt
+		// panics), or write the new list over the root (found by
+		// FuzzOpenDamagedFile: the commit at Close panicked).
+		{"the list's own page listed as free", 1, at, "lists its own page", "lists its own page"},
+		{"the root page listed as free", 1, root, "is in use, and the freelist lists it as free", "reachable freed"},
+		// In range and in order: only a walk of the whole tree sees that
+		// the page is in use. Opened for writing, it once was, and Close's
+		// commit wrote the new freelist over it: the orders were lost.
+		{"a live page below the root listed as free", 1, orders, "is in use, and the freelist lists it as free", "reachable freed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := append([]byte(nil), raw...)
@@ -133,19 +163,20 @@ func TestOpenRefusesAGarbledFreelist(t *testing.T) {
 			binary.NativeEndian.PutUint16(page[10:], c.count)
 			binary.NativeEndian.PutUint64(page[16:], c.first)
 			path := write(t, data)
-			if c.reason != "reachable freed" {
-				_, err := kv.Open(path, &kv.Options{NoSync: true})
-				require.ErrorIs(t, err, kv.ErrDamaged)
-				require.ErrorContains(t, err, c.reason)
-				require.ErrorContains(t, err, "freelist page")
-			} // else in range and in order: only a whole check sees the page is in use
+			_, err := kv.Open(path, &kv.Options{NoSync: true})
+			require.ErrorIs(t, err, kv.ErrDamaged)
+			require.ErrorContains(t, err, c.open)
+			require.ErrorContains(t, err, "freelist")
+			requireUnlocked(t, path)
+			after, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, data, after, "a refused file is not written")
 
 			ro, err := kv.Open(path, &kv.Options{ReadOnly: true})
 			require.NoError(t, err, "a reader never loads the freelist")
 			problems, err := ro.Check(ctx)
 			require.NoError(t, err)
-			require.NotEmpty(t, problems)
-			require.Contains(t, fmt.Sprint(problems), c.reason)
+			require.Contains(t, fmt.Sprint(problems), c.checkSays)
 			require.NoError(t, ro.Close())
 		})
 	}

@@ -30,9 +30,12 @@ const (
 // element is a fatal memory fault or panic rather than a report, and where
 // a reported error leaves the goroutine blocked for ever. Check runs this
 // walk first and hands the file to bbolt only when it passes; so does
-// Open, for a file without a freelist.
-func walkStructure(r io.ReaderAt, pageSize int, pages uint64, root uint64) error {
-	w := &walker{r: r, ps: uint64(pageSize), pages: pages, seen: make(map[uint64]bool, min(pages, 1<<20))}
+// every Open for writing, which also checks the file's freelist against it.
+//
+// free, when not nil, is the freelist's pages: a reachable one is damage
+// (the next commit would hand it to new data, overwriting the live page).
+func walkStructure(r io.ReaderAt, pageSize int, pages uint64, root uint64, free map[uint64]bool) error {
+	w := &walker{r: r, ps: uint64(pageSize), pages: pages, seen: make([]uint64, (pages+63)/64), free: free}
 	_, err := w.page(root, 0, nil, nil)
 	return err
 }
@@ -41,10 +44,10 @@ func walkStructure(r io.ReaderAt, pageSize int, pages uint64, root uint64) error
 // read-only memory map where there is one (a page read is then a copy, not
 // a system call: 1M records' log is walked in a fraction of the time), with
 // a memory fault (the file shrinking under it) reported as an error.
-func walkFile(f *os.File, size int64, pageSize int, pages uint64, root uint64) (err error) {
+func walkFile(f *os.File, size int64, pageSize int, pages uint64, root uint64, free map[uint64]bool) (err error) {
 	data, unmap, merr := mapFile(f, size)
 	if merr != nil {
-		return walkStructure(f, pageSize, pages, root)
+		return walkStructure(f, pageSize, pages, root, free)
 	}
 	defer unmap()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -53,14 +56,15 @@ func walkFile(f *os.File, size int64, pageSize int, pages uint64, root uint64) (
 			err = fmt.Errorf("reading it failed: %v", r)
 		}
 	}()
-	return walkStructure(bytes.NewReader(data), pageSize, pages, root)
+	return walkStructure(bytes.NewReader(data), pageSize, pages, root, free)
 }
 
 type walker struct {
 	r     io.ReaderAt
 	ps    uint64
 	pages uint64
-	seen  map[uint64]bool
+	seen  []uint64        // a bit per page: reached
+	free  map[uint64]bool // the freelist's pages, if checked against the tree
 	// bufs holds one page buffer per tree level, reused from page to page:
 	// a level's keys are compared before the next page of that level is
 	// read over them.
@@ -100,10 +104,13 @@ func (w *walker) page(id uint64, depth int, lo, hi []byte) ([]byte, error) {
 		return nil, fmt.Errorf("page %d is damaged (its header says page %d, %d overflow pages)", id, binary.NativeEndian.Uint64(buf[0:]), overflow)
 	}
 	for p := id; p <= id+overflow; p++ { // the page and its overflow
-		if w.seen[p] {
+		if w.seen[p/64]&(1<<(p%64)) != 0 {
 			return nil, fmt.Errorf("page %d is reachable twice", p)
 		}
-		w.seen[p] = true
+		if w.free[p] {
+			return nil, fmt.Errorf("page %d is in use, and the freelist lists it as free", p)
+		}
+		w.seen[p/64] |= 1 << (p % 64)
 	}
 	if overflow > 0 {
 		if buf, err = w.read(id, (1+overflow)*w.ps, depth); err != nil {
@@ -185,23 +192,27 @@ func (w *walker) elements(buf []byte, where string, depth int, lo, hi []byte) ([
 	return last, nil
 }
 
-// checkFreelist checks bbolt's freelist page id before bbolt reads it:
+// checkFreelist checks bbolt's freelist page id before bbolt reads it, and
+// returns the pages it lists:
 // its count (in the header, or in its first element when the header says
 // 0xFFFF) must fit in the page and its overflow, and every ID must name
-// a data page (2 ≤ ID < pages), in ascending order, as bbolt writes them.
-// bbolt allocates a slice of whatever count it finds (a garbled count is
-// a fatal out-of-memory error, not a panic) and hands the IDs out to
-// writers (a garbled ID would let a commit overwrite a live page).
-func checkFreelist(r io.ReaderAt, id, ps, pages uint64) error {
+// a data page (2 ≤ ID < pages), in ascending order, as bbolt writes them,
+// and none may be one of the list's own pages. A page of the tree listed
+// as free is seen by the walk of the whole tree (walkStructure, given the
+// pages returned). bbolt allocates a slice of
+// whatever count it finds (a garbled count is a fatal out-of-memory error,
+// not a panic) and hands the IDs out to writers (a garbled ID would let a
+// commit overwrite a live page).
+func checkFreelist(r io.ReaderAt, id, ps, pages uint64) (map[uint64]bool, error) {
 	if id < 2 || id >= pages {
-		return fmt.Errorf("the meta page puts the freelist at page %d, outside the data (%d pages)", id, pages)
+		return nil, fmt.Errorf("the meta page puts the freelist at page %d, outside the data (%d pages)", id, pages)
 	}
 	var hdr [pageHeaderLen + 8]byte
 	if _, err := r.ReadAt(hdr[:], int64(id*ps)); err != nil { // #nosec G115 -- id < pages, checked above
-		return fmt.Errorf("freelist page %d cannot be read: %w", id, err)
+		return nil, fmt.Errorf("freelist page %d cannot be read: %w", id, err)
 	}
 	if got, flags := binary.NativeEndian.Uint64(hdr[0:]), binary.NativeEndian.Uint16(hdr[8:]); got != id || flags != freelistPage {
-		return fmt.Errorf("freelist page %d is damaged (its header says page %d, type 0x%02x)", id, got, flags)
+		return nil, fmt.Errorf("freelist page %d is damaged (its header says page %d, type 0x%02x)", id, got, flags)
 	}
 	overflow := uint64(binary.NativeEndian.Uint32(hdr[12:]))
 	idx, count := uint64(0), uint64(binary.NativeEndian.Uint16(hdr[10:]))
@@ -211,21 +222,28 @@ func checkFreelist(r io.ReaderAt, id, ps, pages uint64) error {
 	room := (1 + overflow) * ps
 	switch {
 	case id+overflow >= pages:
-		return fmt.Errorf("freelist page %d claims %d overflow pages, past the end of the data (%d pages)", id, overflow, pages)
+		return nil, fmt.Errorf("freelist page %d claims %d overflow pages, past the end of the data (%d pages)", id, overflow, pages)
 	case count > (room-pageHeaderLen)/8 || pageHeaderLen+(idx+count)*8 > room:
-		return fmt.Errorf("freelist page %d claims %d free pages, more than fit in it", id, count)
+		return nil, fmt.Errorf("freelist page %d claims %d free pages, more than fit in it", id, count)
 	}
 	buf := make([]byte, pageHeaderLen+(idx+count)*8)
 	if _, err := r.ReadAt(buf, int64(id*ps)); err != nil { // #nosec G115 -- as above
-		return fmt.Errorf("freelist page %d cannot be read: %w", id, err)
+		return nil, fmt.Errorf("freelist page %d cannot be read: %w", id, err)
 	}
+	ids := make(map[uint64]bool, count)
 	prev := uint64(1)
 	for i := range count {
 		free := binary.NativeEndian.Uint64(buf[pageHeaderLen+(idx+i)*8:])
-		if free <= prev || free >= pages {
-			return fmt.Errorf("freelist page %d lists page %d as free (entry %d): not a data page in order (%d pages)", id, free, i, pages)
+		switch {
+		case free <= prev || free >= pages:
+			return nil, fmt.Errorf("freelist page %d lists page %d as free (entry %d): not a data page in order (%d pages)", id, free, i, pages)
+		case free >= id && free <= id+overflow:
+			// The next commit frees the list's own pages: bbolt panics
+			// ("already freed"), or first writes new data over them.
+			return nil, fmt.Errorf("freelist page %d lists its own page %d as free (entry %d)", id, free, i)
 		}
 		prev = free
+		ids[free] = true
 	}
-	return nil
+	return ids, nil
 }

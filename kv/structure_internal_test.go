@@ -36,7 +36,7 @@ func treeFile(t *testing.T) (raw []byte, ps, pages, root, branch uint64) {
 // file, and a clean file passing.
 func TestWalkStructureReportsDamage(t *testing.T) {
 	raw, ps, pages, root, branch := treeFile(t)
-	walk := func(data []byte) error { return walkStructure(bytes.NewReader(data), int(ps), pages, root) }
+	walk := func(data []byte) error { return walkStructure(bytes.NewReader(data), int(ps), pages, root, nil) }
 	require.NoError(t, walk(raw))
 
 	child := func(data []byte, i int) uint64 {
