@@ -243,6 +243,10 @@ func boltOpen(path string, o Options) (b *bolt.DB, err error) {
 //
 // Wrap a handle once per process: each DB carries its own incarnation ID,
 // and two DBs over one handle would treat each other's claims as orphans.
+//
+// Unlike Open, Wrap does not walk the file before bbolt uses it (bbolt has
+// opened it already): a damaged file reaches bbolt as it is. DB.Check
+// reports damage on a handle of any kind.
 func Wrap(b *bolt.DB, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
