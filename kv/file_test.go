@@ -95,13 +95,24 @@ func fuzzOpenDamaged(f *testing.F, raw []byte) {
 			copy(data[at:], patch)
 		}
 		path := write(t, data)
+		clean := false // a writable open found nothing wrong
 		for _, ro := range []bool{true, false} {
 			db, err := kv.Open(path, &kv.Options{ReadOnly: ro, NoSync: true, RequireFormat: true})
 			if err != nil {
 				requireUnlocked(t, path) // a clear error, and nothing left holding the file
 				continue
 			}
-			_, _ = db.Check(ctx)
+			problems, err := db.Check(ctx)
+			clean = !ro && err == nil && len(problems) == 0
+			require.NoError(t, db.Close())
+		}
+		if clean {
+			// Close commits (the freelist): a file that checked clean stays so.
+			db, err := kv.Open(path, &kv.Options{ReadOnly: true})
+			require.NoError(t, err, "a file that checked clean opens again")
+			problems, err := db.Check(ctx)
+			require.NoError(t, err)
+			require.Empty(t, problems, "a file that checked clean is clean after Close")
 			require.NoError(t, db.Close())
 		}
 	})
