@@ -150,30 +150,26 @@ func preflight(path string, readOnly bool) (int64, error) {
 	if err := checkPage(f, path, m.root, ps, branchPage|leafPage, "root"); err != nil {
 		return size, err
 	}
-	switch {
-	case readOnly: // a reader never loads the freelist
-	case !settled: // a writer holds the file: bbolt waits for it
-	case m.freelist != noFreelist:
-		free, err := checkFreelist(f, m.freelist, ps, m.pgid)
-		if err != nil {
+	if readOnly || !settled {
+		// A reader never loads the freelist; a file a writer holds is
+		// bbolt's to wait for.
+		return size, nil
+	}
+	// An Open for writing walks every page reachable from the root, reading
+	// the file, and checks the freelist against it. Without a freelist
+	// (Options.SyncFreelist false and the writer did not close it, or
+	// bbolt's NoFreelistSync elsewhere, as etcd writes) bbolt finds the free
+	// pages by that same walk, in a goroutine of its own where a damaged
+	// page is a fatal panic. With one, a page in use that the list also
+	// calls free would be handed to the next commit's new data.
+	var free map[uint64]bool
+	if m.freelist != noFreelist {
+		if free, err = checkFreelist(f, m.freelist, ps, m.pgid); err != nil {
 			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged: " + err.Error()}
 		}
-		// A page in use that the list also calls free would be handed to
-		// the next commit's new data, overwriting it: only the walk of
-		// every page reachable from the root sees one.
-		if err := walkFile(f, size, int(ps), m.pgid, m.root, free); err != nil {
-			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged: " + err.Error()}
-		}
-	default:
-		// Written without its freelist (Options.SyncFreelist false, and the
-		// writer did not close it; or bbolt's NoFreelistSync elsewhere, as
-		// etcd writes): opened for writing, bbolt finds the free pages by
-		// walking every page reachable from the root, in a goroutine of its
-		// own where a damaged page is a fatal panic. The same walk is done
-		// here first, reading the file.
-		if err := walkFile(f, size, int(ps), m.pgid, m.root, nil); err != nil {
-			return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged (it has no freelist, so opening it for writing walks every page): " + err.Error()}
-		}
+	}
+	if err := walkFile(f, size, int(ps), m.pgid, m.root, free); err != nil {
+		return size, &FileError{Path: path, Err: ErrDamaged, Reason: "is damaged (opening it for writing walks every page): " + err.Error()}
 	}
 	return size, nil
 }

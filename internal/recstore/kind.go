@@ -45,11 +45,11 @@ const (
 // Name returns KindName.
 func (k *Kind[R]) Name() string { return k.KindName }
 
-func (k *Kind[R]) logNS() keyspace.Namespace { return keyspace.New(k.Spec.Name + ".log") }
+func (k *Kind[R]) logNS() keyspace.Namespace { return k.Spec.logNS() }
 
 // both returns the kind's log and its tail as one bucket (tail.go).
 func (k *Kind[R]) both(tx kv.Tx) kv.Bucket {
-	return union(tx, k.logNS(), keyspace.New(k.Spec.Name+".tail"))
+	return union(tx, k.logNS(), k.Spec.tailNS())
 }
 
 // usesLog reports whether tx's database keeps this kind in the log.
@@ -251,9 +251,9 @@ func (k *Kind[R]) checkLog(tx kv.Tx, report func(string)) {
 // database keeps them (see Store.Scan), for code that holds a transaction
 // and no Store.
 func Scan(tx kv.Tx, spec Spec, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
-	log := keyspace.New(spec.Name + ".log")
+	log := spec.logNS()
 	if log.Bucket(tx) != nil {
-		scanLog(tx, log, keyspace.New(spec.Name+".tail"), prefix, fn)
+		scanLog(tx, log, spec.tailNS(), prefix, fn)
 		return
 	}
 	Keyed(spec).Scan(tx, prefix, fn)
@@ -263,7 +263,7 @@ func Scan(tx kv.Tx, spec Spec, prefix string, fn func(ref Ref, scope, key string
 // is stored in tx, in whichever layout, for tools and tests that work on
 // the raw bytes. It scans the log (no directory).
 func Locate(tx kv.Tx, spec Spec, scope, key string) (bucket, k []byte, ok bool) {
-	log := keyspace.New(spec.Name + ".log")
+	log := spec.logNS()
 	if log.Bucket(tx) == nil {
 		ks := Keyed(spec).(*keyed)
 		jk := JoinKey(scope, key)
@@ -272,7 +272,7 @@ func Locate(tx kv.Tx, spec Spec, scope, key string) (bucket, k []byte, ok bool) 
 		}
 		return nil, nil, false
 	}
-	tail := keyspace.New(spec.Name + ".tail")
+	tail := spec.tailNS()
 	scanLog(tx, log, tail, scope, func(ref Ref, sc, ky string, _ []byte, ok bool) bool {
 		if ok && sc == scope && ky == key {
 			bucket, k = log.Bytes(), ref.Cursor()

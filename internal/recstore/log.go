@@ -467,7 +467,7 @@ func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
 	registry.mu.Unlock()
 
 	sl.once.Do(func() {
-		s := &logStore{spec: spec, log: keyspace.New(spec.Name + ".log"), tail: keyspace.New(spec.Name + ".tail"),
+		s := &logStore{spec: spec, log: spec.logNS(), tail: spec.tailNS(),
 			budget: tailBudget(bdb.Info().PageSize), dir: newDirectory(0),
 			open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
 		// Until the rebuild has seen every counter in the log, a new
@@ -512,11 +512,11 @@ func rebuildIn(db *kv.DB, s *logStore) error {
 }
 
 // LogBucket is the name of spec's log bucket, for tests and tools.
-func LogBucket(spec Spec) []byte { return keyspace.New(spec.Name + ".log").Bytes() }
+func LogBucket(spec Spec) []byte { return spec.logNS().Bytes() }
 
 // TailBucket is the name of spec's tail bucket (tail.go), for tests and
 // tools.
-func TailBucket(spec Spec) []byte { return keyspace.New(spec.Name + ".tail").Bytes() }
+func TailBucket(spec Spec) []byte { return spec.tailNS().Bytes() }
 
 // positionOf returns the expiry second and counter of a log key.
 func positionOf(k []byte) (sec uint64, ok bool) {

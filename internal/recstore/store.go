@@ -25,6 +25,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -34,6 +35,10 @@ type Spec struct {
 	// Name+".tail", the keyed layout Name and Name+".expiry".
 	Name string
 }
+
+// logNS and tailNS are the namespaces of spec's log and its tail.
+func (spec Spec) logNS() keyspace.Namespace  { return keyspace.New(spec.Name + ".log") }
+func (spec Spec) tailNS() keyspace.Namespace { return keyspace.New(spec.Name + ".tail") }
 
 // Ref locates a record found by Get, for the Put or Delete that replaces it
 // in the same transaction.

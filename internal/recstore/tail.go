@@ -269,7 +269,7 @@ func FlushTail(tx kv.Tx, spec Spec) error {
 	if tail == nil {
 		return nil
 	}
-	log, err := packedLog(tx, keyspace.New(spec.Name+".log"))
+	log, err := packedLog(tx, spec.logNS())
 	if err != nil {
 		return err
 	}
