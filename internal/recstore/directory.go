@@ -25,7 +25,10 @@ import (
 // writer adds entries while holding bbolt's writer lock, so it must not
 // wait for, or wake, the many readers probing other keys at the same time.
 type directory struct {
-	seed   maphash.Seed
+	seed maphash.Seed
+	// mask is ANDed into every hash: all ones, except in tests that narrow
+	// it so that most keys collide.
+	mask   uint64
 	shards [dirShards]dirShard
 }
 
@@ -46,7 +49,7 @@ type dirShard struct {
 }
 
 func newDirectory(sizeHint int) *directory {
-	d := &directory{seed: maphash.MakeSeed()}
+	d := &directory{seed: maphash.MakeSeed(), mask: ^uint64(0)}
 	for i := range d.shards {
 		d.shards[i].one = make(map[uint64]uint64, sizeHint/dirShards)
 		d.shards[i].more = map[uint64][]uint64{}
@@ -62,11 +65,11 @@ func (d *directory) shard(h uint64) *dirShard { return &d.shards[h>>(64-6)] }
 // choose keys that collide. Scope and key are hashed apart and mixed, so
 // ("a", "bc") and ("ab", "c") differ.
 func (d *directory) hash(scope, key string) uint64 {
-	return bits.RotateLeft64(maphash.String(d.seed, scope)*0x9E3779B97F4A7C15, 31) ^ maphash.String(d.seed, key)
+	return (bits.RotateLeft64(maphash.String(d.seed, scope)*0x9E3779B97F4A7C15, 31) ^ maphash.String(d.seed, key)) & d.mask
 }
 
 func (d *directory) hashBytes(scope, key []byte) uint64 {
-	return bits.RotateLeft64(maphash.Bytes(d.seed, scope)*0x9E3779B97F4A7C15, 31) ^ maphash.Bytes(d.seed, key)
+	return (bits.RotateLeft64(maphash.Bytes(d.seed, scope)*0x9E3779B97F4A7C15, 31) ^ maphash.Bytes(d.seed, key)) & d.mask
 }
 
 // candidates appends to buf the positions recorded under h, the first

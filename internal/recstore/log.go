@@ -467,22 +467,10 @@ func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
 	registry.mu.Unlock()
 
 	sl.once.Do(func() {
-		s := &logStore{spec: spec, log: spec.logNS(), tail: spec.tailNS(),
-			budget: tailBudget(bdb.Info().PageSize), dir: newDirectory(0),
-			open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
-		// Until the rebuild has seen every counter in the log, a new
-		// position is looked up before it is used: a migration cut short
-		// by a crash left records at positions this process's counter
-		// would reach again (found by TestCrashDuringMigration).
-		s.wrapped.Store(true)
-		if sl.err = migrateKeyed(ctx, db, s); sl.err != nil {
-			return
+		s, err := openLog(ctx, db, spec, newDirectory(0))
+		if sl.err = err; err == nil {
+			sl.store.Store(s)
 		}
-		if err := rebuildIn(db, s); err != nil {
-			sl.err = fmt.Errorf("recstore: rebuild the %s directory: %w", spec.Name, err)
-			return
-		}
-		sl.store.Store(s)
 	})
 	if sl.err != nil {
 		registry.mu.Lock()
@@ -493,6 +481,26 @@ func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
 		return nil, sl.err
 	}
 	return sl.store.Load(), nil
+}
+
+// openLog builds the log store of spec over db (bbolt) with dir, empty:
+// it migrates records of the keyed layout, then rebuilds dir from the log.
+func openLog(ctx context.Context, db *kv.DB, spec Spec, dir *directory) (*logStore, error) {
+	s := &logStore{spec: spec, log: spec.logNS(), tail: spec.tailNS(),
+		budget: tailBudget(db.Bolt().Info().PageSize), dir: dir,
+		open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
+	// Until the rebuild has seen every counter in the log, a new position
+	// is looked up before it is used: a migration cut short by a crash left
+	// records at positions this process's counter would reach again (found
+	// by TestCrashDuringMigration).
+	s.wrapped.Store(true)
+	if err := migrateKeyed(ctx, db, s); err != nil {
+		return nil, err
+	}
+	if err := rebuildIn(db, s); err != nil {
+		return nil, fmt.Errorf("recstore: rebuild the %s directory: %w", spec.Name, err)
+	}
+	return s, nil
 }
 
 var errRollback = errors.New("recstore: rollback")
