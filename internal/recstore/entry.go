@@ -28,8 +28,8 @@ func wrap(scope, key string, value []byte) []byte {
 }
 
 // unwrap returns an entry's scope, key and value (aliasing v) without
-// checking the checksum: look-ups compare the identity, and check the
-// checksum only when it does not match (intact).
+// checking the checksum: a look-up checks it too (intact), on every entry
+// it meets, since a damaged key may name another record's.
 func unwrap(v []byte) (scope, key, value []byte, ok bool) {
 	if len(v) < 3+4 || v[0] != record.Magic || v[1] != byte(record.KindLogEntry) || v[2] != entryLayout {
 		return nil, nil, nil, false

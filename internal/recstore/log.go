@@ -99,12 +99,15 @@ func (s *logStore) Get(tx kv.Tx, scope, key string) (Ref, []byte, error) {
 
 func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte, error) {
 	var b lookup
+	var damage error
 	if p.pos != 0 {
 		if b = s.lookup(tx); b.log == nil {
 			return Ref{}, nil, nil
 		}
 		if ref, v, ok, err := s.at(&b, p.pos, scope, key); ok {
-			return ref, v, err
+			return ref, v, nil
+		} else if err != nil {
+			damage = err
 		}
 	}
 	// Not where the probe pointed (swept, moved, rolled back, another
@@ -124,14 +127,23 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 			}
 		}
 		if ref, v, ok, err := s.at(&b, pos, scope, key); ok {
-			return ref, v, err
+			return ref, v, nil
+		} else if err != nil && damage == nil {
+			damage = err
 		}
 	}
-	return Ref{}, nil, nil
+	// A damaged entry where the directory points may be this record's:
+	// its key cannot be trusted either way, so the answer is an error,
+	// never a miss (which would run the work again).
+	return Ref{}, nil, damage
 }
 
-// at looks for the record of (scope, key) at pos: ok reports that the
-// look-up ends there (the record, or a damaged entry).
+// at looks for the record of (scope, key) at pos: ok reports that it is
+// there, intact. err reports a damaged entry there (framing or checksum),
+// which may be this record's: its identity cannot be trusted, whatever it
+// says. The checksum is checked on a match too: one flipped bit in a
+// stored key could otherwise answer another key's request with its
+// record (found by FuzzGarbledLogEntry).
 func (s *logStore) at(b *lookup, pos uint64, scope, key string) (Ref, []byte, bool, error) {
 	var k [8]byte
 	binary.BigEndian.PutUint64(k[:], pos)
@@ -140,11 +152,11 @@ func (s *logStore) at(b *lookup, pos uint64, scope, key string) (Ref, []byte, bo
 		return Ref{}, nil, false, nil // a stale hint: rolled back, swept or moved
 	}
 	sc, k2, payload, ok := unwrap(v)
-	if ok && string(sc) == scope && string(k2) == key {
-		return Ref{pos: pos}, payload, true, nil
-	}
 	if !ok || !intact(v) {
-		return Ref{}, nil, true, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
+		return Ref{}, nil, false, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
+	}
+	if string(sc) == scope && string(k2) == key {
+		return Ref{pos: pos}, payload, true, nil
 	}
 	return Ref{}, nil, false, nil // another key with the same hash
 }
