@@ -152,8 +152,11 @@ func (s *logStore) at(b *lookup, pos uint64, scope, key string) (Ref, []byte, bo
 		return Ref{}, nil, false, nil // a stale hint: rolled back, swept or moved
 	}
 	sc, k2, payload, ok := unwrap(v)
-	if !ok || !intact(v) {
-		return Ref{}, nil, false, fmt.Errorf("%w: the %s record at log position %016x is damaged where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, scope, key)
+	if why := "unreadable framing"; !ok || !intact(v) {
+		if ok {
+			why = "checksum mismatch"
+		}
+		return Ref{}, nil, false, fmt.Errorf("%w: the %s record at log position %016x is damaged (%s) where record %q/%q was expected", ErrDamagedRecord, s.spec.Name, pos, why, scope, key)
 	}
 	if string(sc) == scope && string(k2) == key {
 		return Ref{pos: pos}, payload, true, nil
