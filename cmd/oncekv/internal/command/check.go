@@ -34,7 +34,7 @@ exits 1 and lists the problems if anything is wrong.`,
 				}
 				fmt.Fprintln(w, "CHECK\tPROBLEM")
 				for _, p := range problems {
-					fmt.Fprintf(w, "%s\t%s\n", p.Check, p.Message)
+					fmt.Fprintf(w, "%s\t%s\n", p.Check, esc(p.Message))
 				}
 			}); err != nil {
 				return err

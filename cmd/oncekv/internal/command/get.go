@@ -36,8 +36,8 @@ func newGet(o *options) *cobra.Command {
 			}
 			return o.emit(r, func(w io.Writer) {
 				row := func(k, v string) { fmt.Fprintf(w, "%s\t%s\n", k, v) }
-				row("scope", r.Scope)
-				row("key", r.Key.Key)
+				row("scope", esc(r.Scope))
+				row("key", esc(r.Key.Key))
 				status := r.Status
 				if r.Expired {
 					status += " (expired: counts as absent)"
@@ -62,7 +62,7 @@ func newGet(o *options) *cobra.Command {
 					}
 					sort.Strings(names)
 					for _, n := range names {
-						row("header "+n, strings.Join(r.Headers[n], ", "))
+						row("header "+esc(n), esc(strings.Join(r.Headers[n], ", ")))
 					}
 					if r.Closed {
 						row("headers, body", fmt.Sprintf("encrypted (%s): pass --key-file to read them", r.Encrypted))

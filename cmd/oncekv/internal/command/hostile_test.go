@@ -12,10 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -243,6 +245,40 @@ func TestStoredTextIsEscapedAndCorruptRecordsShown(t *testing.T) {
 		}
 	}
 	require.True(t, found)
+}
+
+// Message IDs come from a broker, and response headers from the
+// application: printed raw, an escape sequence in one took over the
+// operator's terminal, and a newline forged a row (found by
+// FuzzCommandsOnGarbledValues). The commands show them escaped. (An
+// idempotency key is visible ASCII, or the ledger refuses it; keys and get
+// escape it too, for a damaged file.)
+func TestHostileIDsAreEscaped(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ids.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	const hostile = "id-\x1b]0;pwned\x07\x1b[2J\nbilling\tforged"
+	const shown = `id-\x1b]0;pwned\a\x1b[2J\nbilling\tforged`
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	_, err = in.Handle(context.Background(), "billing", hostile, func(kv.Tx) error { return nil })
+	require.NoError(t, err)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	_, err = l.Do(context.Background(), ledger.Request{Scope: "acme|POST /v1/orders", Key: "k-1", Fingerprint: ledger.Fingerprint{1}},
+		func(kv.Tx) (ledger.Response, error) {
+			return ledger.Response{Status: 201, Header: map[string][]string{"X-Note": {hostile}}, Body: []byte("{}")}, nil
+		})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	for _, args := range [][]string{{"inbox"}, {"get", "--scope", "acme|POST /v1/orders", "--key", "k-1"}} {
+		out, stderr, code := run(append(args, "--db", path)...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+		require.NotContains(t, out, "\x1b", "%v", args)
+		require.Contains(t, out, shown, "%v", args)
+		require.NotContains(t, out, "\nbilling\tforged", "%v: a newline in an ID makes a row", args)
+	}
 }
 
 // Operators requeue and resolve parked intents on a stopped service's file.

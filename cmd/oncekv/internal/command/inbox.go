@@ -31,7 +31,7 @@ func newInbox(o *options) *cobra.Command {
 					if e.Expired {
 						exp += " (expired)"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Consumer, e.MessageID, ts(e.ProcessedAt), exp)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", esc(e.Consumer), esc(e.MessageID), ts(e.ProcessedAt), exp)
 				}
 				fmt.Fprintf(w, "(%d message IDs)\n", len(list))
 			})

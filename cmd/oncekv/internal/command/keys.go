@@ -44,7 +44,7 @@ func newKeys(o *options) *cobra.Command {
 					if k.Expired {
 						status += " (expired)"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d%s\t-\n", esc(k.Scope), k.Key, status, k.Version, resp, ts(k.CreatedAt), ts(k.ExpiresAt), k.StoredBytes, encryptedNote(k.Encrypted))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d%s\t-\n", esc(k.Scope), esc(k.Key), status, k.Version, resp, ts(k.CreatedAt), ts(k.ExpiresAt), k.StoredBytes, encryptedNote(k.Encrypted))
 				}
 				fmt.Fprintf(w, "(%d keys)\n", len(keys))
 			})

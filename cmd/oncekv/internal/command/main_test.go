@@ -62,7 +62,7 @@ func run(args ...string) (stdout, stderr string, code int) {
 // library, and returns its path. The CLI reads it with the wall clock, so
 // the fixture's clock is set relative to now: old-1 expired 90 minutes
 // ago, the other records expire in 30 minutes.
-func fixture(t *testing.T) string {
+func fixture(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "fixture.db")
 	clock := kvtest.NewManualClock(time.Now().Add(-150 * time.Minute))
@@ -74,7 +74,7 @@ func fixture(t *testing.T) string {
 }
 
 // populate writes the fixture's records into db, whose clock is clock.
-func populate(t *testing.T, db *kv.DB, clock *kvtest.ManualClock) {
+func populate(t testing.TB, db *kv.DB, clock *kvtest.ManualClock) {
 	t.Helper()
 	ctx := context.Background()
 	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour, Lease: time.Minute})
