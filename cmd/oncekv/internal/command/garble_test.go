@@ -2,6 +2,9 @@ package command
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +12,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/kv"
 )
 
 // storedValue names one value in oncekv's buckets: the path of nested
@@ -58,7 +63,8 @@ func storedValues(tb testing.TB, path string) []storedValue {
 // events, intents, rows, usage counters) and runs the read-only commands
 // and check on the file. None may crash (a stack trace, the usage exit
 // code) or print a raw escape sequence from the stored bytes; check must
-// not call a file with a damaged record healthy.
+// not call a file with a damaged record healthy. The web console and the
+// admin API then serve the same file (serveDamaged).
 func FuzzCommandsOnGarbledValues(f *testing.F) {
 	dir, err := os.MkdirTemp("", "oncekv-garble-")
 	if err != nil {
@@ -138,5 +144,39 @@ func FuzzCommandsOnGarbledValues(f *testing.F) {
 				t.Fatalf("check calls the file healthy after the damage to %q key %q (mode %d):\n%s", sv.buckets, sv.key, mode%3, stdout)
 			}
 		}
+		serveDamaged(t, path, sv)
 	})
+}
+
+// serveDamaged renders every page of the web console and every read of
+// the admin API (with the token: bodies and the full check) from the
+// damaged file at path, in process: a panic fails the fuzz target, and
+// nothing may answer 5xx without saying why.
+func serveDamaged(t *testing.T, path string, sv storedValue) {
+	db, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	if err != nil {
+		return // refused at open: the commands reported it
+	}
+	defer db.Close()
+	h, err := inspect.Handler(db, inspect.HandlerOptions{Token: "fuzz"})
+	if err != nil {
+		return
+	}
+	record := "scope=" + url.QueryEscape("acme|POST /v1/orders") + "&key=create-1"
+	for _, target := range []string{
+		inspect.ConsolePath, inspect.ConsolePath + "keys", inspect.ConsolePath + "record?" + record,
+		inspect.ConsolePath + "intents", inspect.ConsolePath + "outbox", inspect.ConsolePath + "inbox",
+		"/keys?expired=1", "/get?body=1&" + record, "/intents", "/outbox", "/inbox", "/stats", "/check",
+	} {
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		req.Host, req.RemoteAddr = "127.0.0.1", "127.0.0.1:40000"
+		if !strings.HasPrefix(target, inspect.ConsolePath) {
+			req.Header.Set("Authorization", "Bearer fuzz")
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 && !strings.Contains(rec.Body.String(), "corrupt") && !strings.Contains(rec.Body.String(), "damaged") {
+			t.Fatalf("%s on a damaged %q value: %d without a reason\n%s", target, sv.buckets, rec.Code, rec.Body.String())
+		}
+	}
 }
