@@ -31,10 +31,32 @@ func wrap(scope, key string, value []byte) []byte {
 // checking the checksum: a look-up checks it too (intact), on every entry
 // it meets, since a damaged key may name another record's.
 func unwrap(v []byte) (scope, key, value []byte, ok bool) {
-	if len(v) < 3+4 || v[0] != record.Magic || v[1] != byte(record.KindLogEntry) || v[2] != entryLayout {
+	if len(v) < 3+4 || !entryHeader(v) {
 		return nil, nil, nil, false
 	}
-	body := v[3 : len(v)-4]
+	return readIdentity(v[3 : len(v)-4])
+}
+
+// identity reads the scope and key at the start of an entry whose
+// framing may be broken further on (cut short, its checksum or value
+// damaged): the rebuild indexes such an entry under the key it names, so
+// that a look-up of that key meets the damage (an error) instead of
+// missing (which would run the work again).
+func identity(v []byte) (scope, key []byte, ok bool) {
+	if len(v) < 3 || !entryHeader(v) {
+		return nil, nil, false
+	}
+	scope, key, _, ok = readIdentity(v[3:])
+	return scope, key, ok
+}
+
+func entryHeader(v []byte) bool {
+	return v[0] == record.Magic && v[1] == byte(record.KindLogEntry) && v[2] == entryLayout
+}
+
+// readIdentity splits body into its two length-prefixed fields, scope and
+// key, and the rest.
+func readIdentity(body []byte) (scope, key, rest []byte, ok bool) {
 	n, w := binary.Uvarint(body)
 	if w <= 0 || n > uint64(len(body)-w) {
 		return nil, nil, nil, false
@@ -44,8 +66,8 @@ func unwrap(v []byte) (scope, key, value []byte, ok bool) {
 	if w <= 0 || n > uint64(len(body)-w) {
 		return nil, nil, nil, false
 	}
-	key, value = body[w:w+int(n)], body[w+int(n):]
-	return scope, key, value, true
+	key, rest = body[w:w+int(n)], body[w+int(n):]
+	return scope, key, rest, true
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -397,16 +397,21 @@ func (s *logStore) rebuild(tx kv.Tx) {
 				s.unreadable.Add(1)
 				continue
 			}
-			sc, ky, _, ok := unwrap(v)
-			if !ok {
-				s.unreadable.Add(1) // reported by the consistency check
-				continue
-			}
+			// Every position counts, a damaged entry's too: a new
+			// position must not be one in use, or its Put would write over
+			// the damaged entry, and the check could no longer report it.
 			pos := binary.BigEndian.Uint64(k)
-			s.dir.add(s.dir.hashBytes(sc, ky), pos)
 			if c := pos & ctrMask; c > s.ctr.Load() {
 				s.ctr.Store(c)
 			}
+			sc, ky, _, ok := unwrap(v) // the checksum is the look-up's to check (at)
+			if !ok {
+				s.unreadable.Add(1) // reported by the consistency check
+				if sc, ky, ok = identity(v); !ok {
+					continue
+				}
+			}
+			s.dir.add(s.dir.hashBytes(sc, ky), pos)
 			n++
 		}
 	}

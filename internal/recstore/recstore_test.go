@@ -207,24 +207,153 @@ func TestStaleProbesAreVerified(t *testing.T) {
 	require.Equal(t, value("other"), getProbed("other", otherProbe))
 }
 
-// A damaged entry met where a key was expected is an error naming the
-// record, never a miss (which would run the work again).
+// A damaged entry where a look-up leads is an error naming the record,
+// through Get and through a probe made before the damage, whether the
+// damage is in its key (which then no longer matches) or in its value
+// (the key matches; only the checksum tells): a miss would run the work
+// again, a match trusted unchecked could be another key's record.
 func TestDamagedEntryIsAnError(t *testing.T) {
 	t.Parallel()
-	db, s := open(t)
-	put(t, db, s, "a", "k", t0, value("v"))
+	for _, c := range []struct {
+		name string
+		at   func(v []byte) int
+	}{
+		{"in the scope", func([]byte) int { return 5 }},
+		{"in the value", func(v []byte) int { return len(v) - 6 }},
+	} {
+		db, s := open(t)
+		put(t, db, s, "a", "k", t0, value("v"))
+		p, ok := s.Probe("a", "k")
+		require.True(t, ok)
+		require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+			require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
+			b := btx.Bucket(LogBucket(spec))
+			k, v := b.Cursor().First()
+			bad := append([]byte(nil), v...)
+			bad[c.at(bad)] ^= 0xff
+			return b.Put(append([]byte(nil), k...), bad)
+		}))
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			_, v, err := s.Get(tx, "a", "k")
+			require.ErrorIs(t, err, record.ErrCorrupt, c.name)
+			require.ErrorContains(t, err, `"a"/"k"`, c.name)
+			require.Nil(t, v, c.name)
+			_, v, err = s.GetProbed(tx, "a", "k", p)
+			require.ErrorIs(t, err, record.ErrCorrupt, "%s, probed", c.name)
+			require.Nil(t, v, c.name)
+			return nil
+		}))
+	}
+}
+
+// A damaged entry whose key was changed into another record's (one bit:
+// "j" into "k") is passed over when that record's own entry is intact:
+// the look-up answers with the intact one, whichever the directory holds
+// first. The directory's hash is narrowed to nothing, so both are
+// candidates of both keys.
+func TestDamagedEntryBesideAnIntactOne(t *testing.T) {
+	t.Parallel()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "r.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	d := newDirectory(0)
+	d.mask = 0
+	s, err := openLog(ctx, db, spec, d)
+	require.NoError(t, err)
+	put(t, db, s, "a", "j", t0, value("j's"))
+	put(t, db, s, "a", "k", t0, value("k's"))
 	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
 		require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
 		b := btx.Bucket(LogBucket(spec))
-		k, v := b.Cursor().First()
+		k, v := b.Cursor().First() // j's, written first
+		_, key, _, ok := unwrap(v)
+		require.True(t, ok)
+		require.Equal(t, "j", string(key))
 		bad := append([]byte(nil), v...)
-		bad[5] ^= 0xff // inside the scope
+		bad[3+1+1+1] ^= 'j' ^ 'k' // header, scope "a" and the key's length, then the key
+		_, key, _, ok = unwrap(bad)
+		require.True(t, ok)
+		require.Equal(t, "k", string(key))
 		return b.Put(append([]byte(nil), k...), bad)
 	}))
+	require.Equal(t, value("k's"), get(t, db, s, "a", "k"), "k's own entry, not j's damaged one")
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-		_, _, err := s.Get(tx, "a", "k")
+		_, _, err := s.Get(tx, "a", "j")
+		require.ErrorIs(t, err, record.ErrCorrupt, "j's entry is damaged: an error, not a miss")
+		return nil
+	}))
+}
+
+// damageAndReopen writes two records at one expiry, changes the second
+// one's entry (the higher counter) through change, and reopens the file:
+// the store returned has rebuilt its directory from the damaged log.
+func damageAndReopen(t *testing.T, change func(v []byte) []byte) (*kv.DB, *logStore, []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "r.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	s, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	put(t, db, s, "a", "j", t0, value("j's"))
+	put(t, db, s, "a", "k", t0, value("k's"))
+	var damagedAt []byte
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
+		b := btx.Bucket(LogBucket(spec))
+		k, v := b.Cursor().Last() // k's
+		damagedAt = append([]byte(nil), k...)
+		return b.Put(damagedAt, change(append([]byte(nil), v...)))
+	}))
+	require.NoError(t, db.Close())
+	db, err = kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	s2, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	return db, s2.(*logStore), damagedAt
+}
+
+// An entry cut short keeps the scope and key at its start: the rebuild
+// indexes it under them, and a look-up of that key meets the damage (an
+// error) instead of missing it (which would run the work again).
+func TestAnEntryCutShortIsStillFound(t *testing.T) {
+	t.Parallel()
+	db, s, _ := damageAndReopen(t, func(v []byte) []byte {
+		_, _, ok := identity(v[:3+1+1+1+1])
+		require.True(t, ok, "the identity survives the cut")
+		return v[:3+1+1+1+1+2] // header, "a" and "k" with their lengths, two bytes of the value
+	})
+	require.Equal(t, 1, s.Stats().Unreadable)
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		_, v, err := s.Get(tx, "a", "k")
 		require.ErrorIs(t, err, record.ErrCorrupt)
-		require.ErrorContains(t, err, `"a"/"k"`)
+		require.Nil(t, v)
+		return nil
+	}))
+	require.Equal(t, value("j's"), get(t, db, s, "a", "j"))
+}
+
+// A damaged entry's position is never handed out again: the rebuild
+// starts the counter above every position in the log, readable or not,
+// so a new record of the same second does not write over the damage (and
+// the check can still report it).
+func TestADamagedEntryKeepsItsPosition(t *testing.T) {
+	t.Parallel()
+	db, s, damagedAt := damageAndReopen(t, func(v []byte) []byte {
+		v[3] = 0xff // the scope's length: nothing can be read
+		return v
+	})
+	require.Equal(t, 1, s.Stats().Unreadable)
+	put(t, db, s, "a", "m", t0, value("m's"))
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		ref, v, err := s.Get(tx, "a", "m")
+		require.NoError(t, err)
+		require.Equal(t, value("m's"), v)
+		require.NotEqual(t, damagedAt, ref.Cursor(), "the new record took the damaged entry's position")
+		still := s.both(tx).Get(damagedAt)
+		require.NotNil(t, still)
+		_, _, _, ok := unwrap(still)
+		require.False(t, ok, "the damaged entry is still there, as it was")
 		return nil
 	}))
 }
