@@ -393,6 +393,36 @@ func TestCheckFindsBrokenIndex(t *testing.T) {
 	}))
 }
 
+// A damaged index entry (a bit flipped in the row ID it holds) once made
+// GetByIndex return another row for the key: the row found is now checked
+// against the index, and a mismatch, or a row that does not exist, is an
+// error wrapping kv.ErrCorrupt.
+func TestGetByIndexChecksTheRowFound(t *testing.T) {
+	t.Parallel()
+	tbl, db := setup(t)
+	for i, ref := range []string{"ext-1", "ext-2"} {
+		_, err := tbl.Insert(ctx, fmt.Sprintf("o%d", i+1), Order{Tenant: "acme", ExternalRef: ref})
+		require.NoError(t, err)
+	}
+	set := func(id string) {
+		require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+			ib := btx.Bucket([]byte(record.ReservedPrefix + "table/orders/idx/by_ref"))
+			return ib.Put(conditional.Key("acme", "ext-1"), []byte(id))
+		}))
+	}
+	set("o2") // o1 -> o2: one bit
+	_, err := tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-1"))
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+	require.ErrorContains(t, err, `row "o2"`)
+	set("o3")
+	_, err = tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-1"))
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+	set("o1") // repaired, for the check at cleanup
+	r, err := tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-1"))
+	require.NoError(t, err)
+	require.Equal(t, "o1", r.ID)
+}
+
 // Rows inserted by concurrent callers share group-commit batches; each row
 // keeps its own value (regression for a reused encode buffer).
 func TestBatchedRowsKeepTheirOwnValues(t *testing.T) {

@@ -1,10 +1,13 @@
 package conditional
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/internal/txn"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -37,13 +40,27 @@ func (t *Table[T]) GetByIndex(ctx context.Context, index string, key []byte) (Ro
 	return r, err
 }
 
-// GetByIndexTx is GetByIndex inside the caller's transaction.
+// GetByIndexTx is GetByIndex inside the caller's transaction. The row
+// found is checked against the index: its own key in the index must be
+// key, or the entry is damage (an error wrapping kv.ErrCorrupt), never
+// another row returned for this key.
 func (t *Table[T]) GetByIndexTx(tx kv.Tx, index string, key []byte) (Row[T], error) {
 	id, err := t.lookupIndex(tx, index, key)
 	if err != nil {
 		return Row[T]{}, err
 	}
-	return t.GetTx(tx, id)
+	r, err := t.GetTx(tx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Row[T]{}, &kv.CorruptError{Kind: record.KindVersioned, Reason: fmt.Sprintf("%s: index %s maps %q to row %q, which does not exist", t.name, index, key, id)}
+	}
+	if err != nil {
+		return Row[T]{}, err
+	}
+	i, _ := t.indexPos(index)
+	if own, ok := t.indexes[i].Key(r.Value); !ok || !bytes.Equal(own, key) {
+		return Row[T]{}, &kv.CorruptError{Kind: record.KindVersioned, Reason: fmt.Sprintf("%s: index %s maps %q to row %q, whose key there is %q", t.name, index, key, id, own)}
+	}
+	return r, nil
 }
 
 func (t *Table[T]) lookupIndex(tx kv.Tx, index string, key []byte) (string, error) {

@@ -254,8 +254,12 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	if s := ids.Get([]byte(ev.ID)); s != nil {
-		gone, err := o.forgetIfExpired(tx, ids, ev.ID, s)
+	s, old, err := indexed(tx, ids, ev.ID)
+	if err != nil {
+		return 0, false, err
+	}
+	if s != nil {
+		gone, err := o.forgetIfExpired(tx, ids, old)
 		if err != nil || !gone {
 			return binary.BigEndian.Uint64(s), false, err
 		}
@@ -311,21 +315,53 @@ func (o *Outbox) nextSeq(tx kv.Tx, b kv.Bucket) (uint64, error) {
 // which orders commits across processes.
 type revisioned interface{ Revision() int64 }
 
-// forgetIfExpired removes the published event at seq s if its retention has
-// passed: an expired event counts as absent, whether or not a sweep has
-// removed it yet, so re-adding its ID adds it again.
-func (o *Outbox) forgetIfExpired(tx kv.Tx, ids kv.Bucket, id string, s []byte) (bool, error) {
+// indexed returns the sequence key the ID index holds for id and the event
+// stored there (pending, published or quarantined), or nil when the index
+// has no entry for id. An entry that is not a sequence, or names one
+// holding no event or another event, is damage: an error wrapping
+// kv.ErrCorrupt, never another event taken for this one (which a re-add
+// would then delete, or a requeue send again).
+func indexed(tx kv.Tx, ids kv.Bucket, id string) ([]byte, *Event, error) {
+	if ids == nil {
+		return nil, nil, nil
+	}
+	s := ids.Get([]byte(id))
+	if s == nil {
+		return nil, nil, nil
+	}
+	damaged := func(what string) error {
+		return &kv.CorruptError{Kind: record.KindOutbox, Reason: fmt.Sprintf("the ID index maps event %q to %s", id, what)}
+	}
+	if len(s) != 8 {
+		return nil, nil, damaged(fmt.Sprintf("%d bytes, not a sequence", len(s)))
+	}
+	for _, ns := range []keyspace.Namespace{outboxNS, publishedNS, quarantineNS} {
+		b := ns.Bucket(tx)
+		if b == nil {
+			continue
+		}
+		if v := b.Get(s); v != nil {
+			ev, err := decodeEvent(s, v)
+			if err != nil {
+				return nil, nil, err
+			}
+			if ev.ID != id {
+				return nil, nil, damaged(fmt.Sprintf("sequence %d, which holds event %q", ev.Seq, ev.ID))
+			}
+			return s, ev, nil
+		}
+	}
+	return nil, nil, damaged(fmt.Sprintf("sequence %d, which holds no event", binary.BigEndian.Uint64(s)))
+}
+
+// forgetIfExpired removes ev, the event its ID's index entry names, if it
+// is published and its retention has passed: an expired event counts as
+// absent, whether or not a sweep has removed it yet, so re-adding its ID
+// adds it again.
+func (o *Outbox) forgetIfExpired(tx kv.Tx, ids kv.Bucket, ev *Event) (bool, error) {
 	pub := publishedNS.Bucket(tx)
-	if pub == nil {
+	if pub == nil || ev.State != EventPublished || pub.Get(seqKey(ev.Seq)) == nil || o.db.Clock().Now().Before(ev.ExpiresAt) {
 		return false, nil
-	}
-	v := pub.Get(s)
-	if v == nil {
-		return false, nil
-	}
-	ev, err := decodeEvent(s, v)
-	if err != nil || o.db.Clock().Now().Before(ev.ExpiresAt) {
-		return false, err
 	}
 	return true, deletePublished(tx, pub, ids, ev)
 }

@@ -415,18 +415,13 @@ func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
 // RequeueTx is Requeue inside the caller's writable transaction; the relay
 // is woken when it commits.
 func (o *Outbox) RequeueTx(tx kv.Tx, eventID string) error {
-	ids := outboxIDsNS.Bucket(tx)
-	var s []byte
-	if ids != nil {
-		s = ids.Get([]byte(eventID))
+	s, ev, err := indexed(tx, outboxIDsNS.Bucket(tx), eventID)
+	if err != nil {
+		return err
 	}
 	q := quarantineNS.Bucket(tx)
 	if s == nil || q == nil || q.Get(s) == nil {
 		return fmt.Errorf("outbox: event %q is not quarantined", eventID)
-	}
-	ev, err := decodeEvent(s, q.Get(s))
-	if err != nil {
-		return err
 	}
 	ev.State, ev.Attempts, ev.NextAttempt = EventPending, 0, time.Time{}
 	pending, err := outboxNS.Create(tx)

@@ -1,0 +1,74 @@
+package outbox
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+)
+
+// A damaged entry of the ID index (event ID -> sequence) once panicked
+// Add (a value shorter than a sequence), and one naming another event's
+// sequence made Add treat the other event as this one's: a published,
+// expired event was deleted in its place and the ID added a second time,
+// and a requeue put the other event back in the queue. Each is now an
+// error wrapping kv.ErrCorrupt, and nothing is written.
+func TestADamagedIDIndexIsAnError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	clock := kvtest.NewManualClock(t0)
+	db, err := kv.Open(filepath.Join(t.TempDir(), "d.db"), &kv.Options{NoSync: true, Clock: clock})
+	require.NoError(t, err)
+	defer db.Close()
+	o := New(db)
+	for _, id := range []string{"a", "b", "c"} {
+		_, _, err := o.Add(ctx, Event{ID: id, Topic: "t"})
+		require.NoError(t, err)
+	}
+	setIndex := func(id string, v []byte) {
+		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return outboxIDsNS.Bucket(tx).Put([]byte(id), v) }))
+	}
+	counts := func() map[EventState]int {
+		m := map[EventState]int{}
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			for _, st := range []EventState{EventPending, EventPublished, EventQuarantined} {
+				for _, err := range Events(tx, st) {
+					require.NoError(t, err)
+					m[st]++
+				}
+			}
+			return nil
+		}))
+		return m
+	}
+	before := counts()
+
+	setIndex("a", []byte{1, 2, 3}) // not a sequence
+	require.NotPanics(t, func() { _, _, err = o.Add(ctx, Event{ID: "a", Topic: "t"}) })
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+
+	setIndex("a", seqKey(2)) // b's sequence
+	_, added, err := o.Add(ctx, Event{ID: "a", Topic: "t"})
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+	require.False(t, added)
+	require.ErrorContains(t, err, `"b"`)
+
+	setIndex("a", seqKey(99)) // no event at all
+	_, _, err = o.Add(ctx, Event{ID: "a", Topic: "t"})
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+
+	setIndex("a", seqKey(2))
+	require.ErrorIs(t, o.Requeue(ctx, "a"), kv.ErrCorrupt)
+	require.Equal(t, before, counts(), "nothing was written")
+
+	setIndex("a", seqKey(1)) // repaired: a retry of a is a duplicate again
+	_, added, err = o.Add(ctx, Event{ID: "a", Topic: "t"})
+	require.NoError(t, err)
+	require.False(t, added)
+}
