@@ -510,9 +510,17 @@ func TestPauseBetweenBatches(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		st, err = retention.Sweep(cctx, db, &retention.Config{BatchSize: 5, Pause: time.Hour}, ledger.RecordKind)
+		// MaxTxTime out of the way: on a loaded etcd five deletes can take
+		// longer than its default 50ms, which cut the batch short (4 or
+		// fewer removed, never 5) and failed this test twice.
+		st, err = retention.Sweep(cctx, db, &retention.Config{BatchSize: 5, Pause: time.Hour, MaxTxTime: time.Hour}, ledger.RecordKind)
 	}()
 	require.Eventually(t, func() bool {
+		select {
+		case <-done:
+			t.Fatalf("the sweep returned before its pause: %+v, %v", st, err)
+		default:
+		}
 		n := 0
 		_ = db.View(ctx, func(tx kv.Tx) error {
 			for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
