@@ -350,6 +350,8 @@ func TestADamagedEntryKeepsItsPosition(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, value("m's"), v)
 		require.NotEqual(t, damagedAt, ref.Cursor(), "the new record took the damaged entry's position")
+		_, _, mine, _ := unwrap(s.both(tx).Get(ref.Cursor()))
+		require.Equal(t, value("m's"), mine, "the Ref's cursor locates the new record")
 		still := s.both(tx).Get(damagedAt)
 		require.NotNil(t, still)
 		_, _, _, ok := unwrap(still)
