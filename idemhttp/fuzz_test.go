@@ -286,6 +286,11 @@ func FuzzMiddlewareNeverReplaysAnotherRequest(f *testing.F) {
 			t.Fatalf("B (%s %q) got A's answer (%s %q): %s", b.target(), b.body, a.target(), a.body, rb.body)
 		}
 		switch {
+		case len(b.body) > fuzzMaxBody:
+			// Refused for its own size before any record is read.
+			if rb.status != http.StatusRequestEntityTooLarge || problemOf(rb.body) != idemhttp.ProblemBodyTooLarge {
+				t.Fatalf("B, a body of %d bytes over the limit of %d, answered %d %s", len(b.body), fuzzMaxBody, rb.status, rb.body)
+			}
 		case ra.status != http.StatusCreated || a.refund != b.refund:
 			// B is a request of its own (A stored nothing, or B's endpoint
 			// is another scope): executed, or refused for what it is.
