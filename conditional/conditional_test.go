@@ -394,9 +394,9 @@ func TestCheckFindsBrokenIndex(t *testing.T) {
 }
 
 // A damaged index entry (a bit flipped in the row ID it holds) once made
-// GetByIndex return another row for the key: the row found is now checked
-// against the index, and a mismatch, or a row that does not exist, is an
-// error wrapping kv.ErrCorrupt.
+// GetByIndex return another row for the key, and Upsert update it: the row
+// found is now checked against the index, and a mismatch, or a row that
+// does not exist, is an error wrapping kv.ErrCorrupt.
 func TestGetByIndexChecksTheRowFound(t *testing.T) {
 	t.Parallel()
 	db, err := kv.Open(t.TempDir()+"/c.db", &kv.Options{NoSync: true}) // bbolt: the damage is written with it
@@ -420,8 +420,19 @@ func TestGetByIndexChecksTheRowFound(t *testing.T) {
 	_, err = tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-1"))
 	require.ErrorIs(t, err, kv.ErrCorrupt)
 	require.ErrorContains(t, err, `row "o2"`)
+	// An upsert through the same entry changes nothing: not o2.
+	_, err = tbl.Upsert(ctx, "by_ref", "o9", Order{Tenant: "acme", ExternalRef: "ext-1", Amount: 5}, func(cur, in Order) (Order, bool) {
+		cur.Amount = in.Amount
+		return cur, true
+	})
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+	o2, err := tbl.Get(ctx, "o2")
+	require.NoError(t, err)
+	require.Zero(t, o2.Value.Amount, "o2 was not updated")
 	set("o3")
 	_, err = tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-1"))
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+	_, err = tbl.Upsert(ctx, "by_ref", "o9", Order{Tenant: "acme", ExternalRef: "ext-1"}, nil)
 	require.ErrorIs(t, err, kv.ErrCorrupt)
 	set("o1") // repaired
 	r, err := tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-1"))

@@ -41,33 +41,29 @@ func (t *Table[T]) GetByIndex(ctx context.Context, index string, key []byte) (Ro
 }
 
 // GetByIndexTx is GetByIndex inside the caller's transaction. The row
-// found is checked against the index: its own key in the index must be
-// key, or the entry is damage (an error wrapping kv.ErrCorrupt), never
-// another row returned for this key.
+// found is checked against the index (indexedAs): a damaged entry is an
+// error wrapping kv.ErrCorrupt, never another row returned for this key.
 func (t *Table[T]) GetByIndexTx(tx kv.Tx, index string, key []byte) (Row[T], error) {
-	id, err := t.lookupIndex(tx, index, key)
+	i, err := t.indexPos(index)
+	if err != nil {
+		return Row[T]{}, err
+	}
+	id, err := t.lookupIndex(tx, i, key)
 	if err != nil {
 		return Row[T]{}, err
 	}
 	r, err := t.GetTx(tx, id)
 	if errors.Is(err, ErrNotFound) {
-		return Row[T]{}, &kv.CorruptError{Kind: record.KindVersioned, Reason: fmt.Sprintf("%s: index %s maps %q to row %q, which does not exist", t.name, index, key, id)}
+		return Row[T]{}, t.brokenIndex(i, key, id, "which does not exist")
 	}
 	if err != nil {
 		return Row[T]{}, err
 	}
-	i, _ := t.indexPos(index)
-	if own, ok := t.indexes[i].Key(r.Value); !ok || !bytes.Equal(own, key) {
-		return Row[T]{}, &kv.CorruptError{Kind: record.KindVersioned, Reason: fmt.Sprintf("%s: index %s maps %q to row %q, whose key there is %q", t.name, index, key, id, own)}
-	}
-	return r, nil
+	return r, t.indexedAs(i, key, r)
 }
 
-func (t *Table[T]) lookupIndex(tx kv.Tx, index string, key []byte) (string, error) {
-	i, err := t.indexPos(index)
-	if err != nil {
-		return "", err
-	}
+// lookupIndex returns the row ID index i holds under key, or ErrNotFound.
+func (t *Table[T]) lookupIndex(tx kv.Tx, i int, key []byte) (string, error) {
 	ib := t.idxNS[i].Bucket(tx)
 	if ib == nil {
 		return "", ErrNotFound
@@ -77,6 +73,22 @@ func (t *Table[T]) lookupIndex(tx kv.Tx, index string, key []byte) (string, erro
 		return "", ErrNotFound
 	}
 	return string(id), nil
+}
+
+// indexedAs checks that r, the row index i's entry under key leads to, has
+// key there itself: an entry that names another row (a damaged ID) is
+// damage, or a lookup would answer, or an upsert change, another row.
+func (t *Table[T]) indexedAs(i int, key []byte, r Row[T]) error {
+	if own, ok := t.indexes[i].Key(r.Value); !ok || !bytes.Equal(own, key) {
+		return t.brokenIndex(i, key, r.ID, fmt.Sprintf("whose key there is %q", own))
+	}
+	return nil
+}
+
+// brokenIndex is the error for index i's entry under key, naming row id,
+// which is not what it leads to.
+func (t *Table[T]) brokenIndex(i int, key []byte, id, what string) error {
+	return &kv.CorruptError{Kind: record.KindVersioned, Reason: fmt.Sprintf("%s: index %s maps %q to row %q, %s", t.name, t.indexes[i].Name, key, id, what)}
 }
 
 // All iterates the table's rows in ID order inside tx. A row that fails to

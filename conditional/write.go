@@ -74,7 +74,7 @@ func (t *Table[T]) UpsertTx(tx kv.Tx, index, id string, v T, update UpdateFunc[T
 	if !ok {
 		return UpsertResult[T]{}, fmt.Errorf("%w: %s.%s", ErrNotIndexed, t.name, index)
 	}
-	existingID, err := t.lookupIndex(tx, index, key)
+	existingID, err := t.lookupIndex(tx, i, key)
 	if errors.Is(err, ErrNotFound) {
 		r, err := t.InsertTx(tx, id, v)
 		return UpsertResult[T]{Row: r, Created: err == nil}, err
@@ -87,11 +87,17 @@ func (t *Table[T]) UpsertTx(tx kv.Tx, index, id string, v T, update UpdateFunc[T
 		return UpsertResult[T]{}, err
 	}
 	if !found {
-		return UpsertResult[T]{}, fmt.Errorf("conditional: %s: index %q points to missing row %q (run a consistency check)", t.name, index, existingID)
+		return UpsertResult[T]{}, t.brokenIndex(i, key, existingID, "which does not exist")
 	}
 	row, err := t.decode(existingID, cur)
-	if err != nil || update == nil {
-		return UpsertResult[T]{Row: row}, err
+	if err == nil {
+		err = t.indexedAs(i, key, row) // never another row updated for this one
+	}
+	if err != nil {
+		return UpsertResult[T]{}, err
+	}
+	if update == nil {
+		return UpsertResult[T]{Row: row}, nil
 	}
 	nv, changed := update(row.Value, v)
 	if !changed {

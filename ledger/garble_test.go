@@ -11,6 +11,7 @@ import (
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -73,17 +74,7 @@ func FuzzGarbledLogEntry(f *testing.F) {
 				keys, vals = append(keys, bytes.Clone(k)), append(vals, bytes.Clone(v))
 			}
 			i := int(which) % len(keys)
-			v := bytes.Clone(vals[i])
-			switch mode % 3 {
-			case 0:
-				v = bytes.Clone(data)
-			case 1:
-				for j, b := range data {
-					v[(int(off)+j)%len(v)] ^= b
-				}
-			case 2:
-				v = v[:int(off)%len(v)]
-			}
+			v := kvtest.Damage(vals[i], mode, off, data)
 			changed = !bytes.Equal(v, vals[i])
 			// The entry's identity: a 3-byte header, then the scope and the
 			// key, each behind a one-byte length.

@@ -2,14 +2,12 @@ package outbox
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // A damaged entry of the ID index (event ID -> sequence) once panicked
@@ -21,11 +19,7 @@ import (
 func TestADamagedIDIndexIsAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	clock := kvtest.NewManualClock(t0)
-	db, err := kv.Open(filepath.Join(t.TempDir(), "d.db"), &kv.Options{NoSync: true, Clock: clock})
-	require.NoError(t, err)
-	defer db.Close()
+	db, _ := openClocked(t, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	o := New(db)
 	for _, id := range []string{"a", "b", "c"} {
 		_, _, err := o.Add(ctx, Event{ID: id, Topic: "t"})
@@ -50,6 +44,7 @@ func TestADamagedIDIndexIsAnError(t *testing.T) {
 	before := counts()
 
 	setIndex("a", []byte{1, 2, 3}) // not a sequence
+	var err error
 	require.NotPanics(t, func() { _, _, err = o.Add(ctx, Event{ID: "a", Topic: "t"}) })
 	require.ErrorIs(t, err, kv.ErrCorrupt)
 

@@ -254,12 +254,12 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	s, old, err := indexed(tx, ids, ev.ID)
+	s, old, in, err := indexed(tx, ids, ev.ID)
 	if err != nil {
 		return 0, false, err
 	}
 	if s != nil {
-		gone, err := o.forgetIfExpired(tx, ids, old)
+		gone, err := o.forgetIfExpired(tx, ids, old, in)
 		if err != nil || !gone {
 			return binary.BigEndian.Uint64(s), false, err
 		}
@@ -315,55 +315,62 @@ func (o *Outbox) nextSeq(tx kv.Tx, b kv.Bucket) (uint64, error) {
 // which orders commits across processes.
 type revisioned interface{ Revision() int64 }
 
+// stateBuckets are the buckets of the events in each state (Events,
+// indexed).
+var stateBuckets = [...]struct {
+	ns    keyspace.Namespace
+	state EventState
+}{{outboxNS, EventPending}, {publishedNS, EventPublished}, {quarantineNS, EventQuarantined}}
+
 // indexed returns the sequence key the ID index holds for id and the event
-// stored there (pending, published or quarantined), or nil when the index
-// has no entry for id. An entry that is not a sequence, or names one
-// holding no event or another event, is damage: an error wrapping
-// kv.ErrCorrupt, never another event taken for this one (which a re-add
-// would then delete, or a requeue send again).
-func indexed(tx kv.Tx, ids kv.Bucket, id string) ([]byte, *Event, error) {
+// stored there, with the state of the bucket it is in (pending, published
+// or quarantined), or nil when the index has no entry for id. An entry
+// that is not a sequence, or names one holding no event or another event,
+// is damage: an error wrapping kv.ErrCorrupt, never another event taken
+// for this one (which a re-add would then delete, or a requeue send
+// again).
+func indexed(tx kv.Tx, ids kv.Bucket, id string) ([]byte, *Event, EventState, error) {
 	if ids == nil {
-		return nil, nil, nil
+		return nil, nil, 0, nil
 	}
 	s := ids.Get([]byte(id))
 	if s == nil {
-		return nil, nil, nil
+		return nil, nil, 0, nil
 	}
 	damaged := func(what string) error {
 		return &kv.CorruptError{Kind: record.KindOutbox, Reason: fmt.Sprintf("the ID index maps event %q to %s", id, what)}
 	}
 	if len(s) != 8 {
-		return nil, nil, damaged(fmt.Sprintf("%d bytes, not a sequence", len(s)))
+		return nil, nil, 0, damaged(fmt.Sprintf("%d bytes, not a sequence", len(s)))
 	}
-	for _, ns := range []keyspace.Namespace{outboxNS, publishedNS, quarantineNS} {
-		b := ns.Bucket(tx)
+	for _, sb := range stateBuckets {
+		b := sb.ns.Bucket(tx)
 		if b == nil {
 			continue
 		}
 		if v := b.Get(s); v != nil {
 			ev, err := decodeEvent(s, v)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, 0, err
 			}
 			if ev.ID != id {
-				return nil, nil, damaged(fmt.Sprintf("sequence %d, which holds event %q", ev.Seq, ev.ID))
+				return nil, nil, 0, damaged(fmt.Sprintf("sequence %d, which holds event %q", ev.Seq, ev.ID))
 			}
-			return s, ev, nil
+			return s, ev, sb.state, nil
 		}
 	}
-	return nil, nil, damaged(fmt.Sprintf("sequence %d, which holds no event", binary.BigEndian.Uint64(s)))
+	return nil, nil, 0, damaged(fmt.Sprintf("sequence %d, which holds no event", binary.BigEndian.Uint64(s)))
 }
 
-// forgetIfExpired removes ev, the event its ID's index entry names, if it
-// is published and its retention has passed: an expired event counts as
-// absent, whether or not a sweep has removed it yet, so re-adding its ID
-// adds it again.
-func (o *Outbox) forgetIfExpired(tx kv.Tx, ids kv.Bucket, ev *Event) (bool, error) {
-	pub := publishedNS.Bucket(tx)
-	if pub == nil || ev.State != EventPublished || pub.Get(seqKey(ev.Seq)) == nil || o.db.Clock().Now().Before(ev.ExpiresAt) {
+// forgetIfExpired removes ev, the event its ID's index entry names, found
+// in the bucket of state in, if it is published and its retention has
+// passed: an expired event counts as absent, whether or not a sweep has
+// removed it yet, so re-adding its ID adds it again.
+func (o *Outbox) forgetIfExpired(tx kv.Tx, ids kv.Bucket, ev *Event, in EventState) (bool, error) {
+	if in != EventPublished || o.db.Clock().Now().Before(ev.ExpiresAt) {
 		return false, nil
 	}
-	return true, deletePublished(tx, pub, ids, ev)
+	return true, deletePublished(tx, publishedNS.Bucket(tx), ids, ev)
 }
 
 func deletePublished(tx kv.Tx, pub, ids kv.Bucket, ev *Event) error {
@@ -405,7 +412,12 @@ func Events(tx kv.Tx, state EventState) iter.Seq2[*Event, error] {
 // sealed payload that does not open is an error (the relay never publishes
 // an event without its payload).
 func events(tx kv.Tx, state EventState, required bool, ring *seal.Ring) iter.Seq2[*Event, error] {
-	ns := map[EventState]keyspace.Namespace{EventPending: outboxNS, EventPublished: publishedNS, EventQuarantined: quarantineNS}[state]
+	var ns keyspace.Namespace // none for a state of no bucket
+	for _, sb := range stateBuckets {
+		if sb.state == state {
+			ns = sb.ns
+		}
+	}
 	return func(yield func(*Event, error) bool) {
 		if ns.Bytes() == nil {
 			return

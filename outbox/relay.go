@@ -415,14 +415,14 @@ func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
 // RequeueTx is Requeue inside the caller's writable transaction; the relay
 // is woken when it commits.
 func (o *Outbox) RequeueTx(tx kv.Tx, eventID string) error {
-	s, ev, err := indexed(tx, outboxIDsNS.Bucket(tx), eventID)
+	s, ev, in, err := indexed(tx, outboxIDsNS.Bucket(tx), eventID)
 	if err != nil {
 		return err
 	}
-	q := quarantineNS.Bucket(tx)
-	if s == nil || q == nil || q.Get(s) == nil {
+	if s == nil || in != EventQuarantined {
 		return fmt.Errorf("outbox: event %q is not quarantined", eventID)
 	}
+	q := quarantineNS.Bucket(tx)
 	ev.State, ev.Attempts, ev.NextAttempt = EventPending, 0, time.Time{}
 	pending, err := outboxNS.Create(tx)
 	if err != nil {

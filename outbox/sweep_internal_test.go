@@ -19,10 +19,7 @@ func TestSweepNeverRemovesUnpublishedEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	clock := kvtest.NewManualClock(t0)
-	db, err := kv.Open(filepath.Join(t.TempDir(), "s.db"), &kv.Options{NoSync: true, Clock: clock})
-	require.NoError(t, err)
-	defer db.Close()
+	db, clock := openClocked(t, t0)
 	o := New(db)
 	seq, _, err := o.Add(ctx, Event{ID: "unpublished", Topic: "t"})
 	require.NoError(t, err)
@@ -48,10 +45,7 @@ func TestSweepNeverRemovesUnpublishedEvents(t *testing.T) {
 func TestOutboxReAddRespectsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	db, err := kv.Open(filepath.Join(t.TempDir(), "o.db"), &kv.Options{NoSync: true, Clock: clock})
-	require.NoError(t, err)
-	defer db.Close()
+	db, clock := openClocked(t, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	o := New(db)
 	r, err := NewRelay(o, &RelayConfig{Publisher: PublishFunc(func(context.Context, Event) error { return nil }), Retention: time.Hour})
 	require.NoError(t, err)
@@ -69,4 +63,15 @@ func TestOutboxReAddRespectsRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, added, "past its retention the ID is forgotten")
 	require.Equal(t, uint64(2), seq)
+}
+
+// openClocked opens a database on a new file whose clock is a manual one
+// at t0, closed when the test ends.
+func openClocked(t *testing.T, t0 time.Time) (*kv.DB, *kvtest.ManualClock) {
+	t.Helper()
+	clock := kvtest.NewManualClock(t0)
+	db, err := kv.Open(filepath.Join(t.TempDir(), "o.db"), &kv.Options{NoSync: true, Clock: clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db, clock
 }

@@ -75,7 +75,7 @@ func (m *modelRun) next(id int, size int) []byte {
 
 // put writes a new value for id in tx and returns it (and what the model
 // holds after tx commits).
-func (m *modelRun) put(tx kv.Tx, ctx context.Context, pending map[[2]string]modelRec, id int, exp time.Time, size int) error {
+func (m *modelRun) put(ctx context.Context, tx kv.Tx, pending map[[2]string]modelRec, id int, exp time.Time, size int) error {
 	sc, k := modelIDs[id][0], modelIDs[id][1]
 	ref, cur, err := m.s.Get(tx, sc, k)
 	if err != nil {
@@ -204,7 +204,7 @@ func playModel(t *testing.T, ops []byte, keyed bool) {
 						}
 						continue
 					}
-					if err := m.put(tx, ctx, p, a[0]%len(modelIDs), exp(a[1]), size(a[2])); err != nil {
+					if err := m.put(ctx, tx, p, a[0]%len(modelIDs), exp(a[1]), size(a[2])); err != nil {
 						return err
 					}
 				}
@@ -219,7 +219,7 @@ func playModel(t *testing.T, ops []byte, keyed bool) {
 			p := m.pending()
 			err := m.db.Bolt().Update(func(btx *bolt.Tx) error {
 				tx := kv.WrapTx(btx)
-				if err := m.put(tx, ctx, p, id%len(modelIDs), exp(e), size(sz)); err != nil {
+				if err := m.put(ctx, tx, p, id%len(modelIDs), exp(e), size(sz)); err != nil {
 					return err
 				}
 				if err := m.del(tx, p, id2%len(modelIDs)); err != nil {
@@ -238,7 +238,7 @@ func playModel(t *testing.T, ops []byte, keyed bool) {
 				j.Undo()
 				p := m.pending()
 				err := m.db.Update(ctx, func(tx kv.Tx) error {
-					if err := m.put(tx, jctx, p, id%len(modelIDs), exp(e), size(sz)); err != nil {
+					if err := m.put(jctx, tx, p, id%len(modelIDs), exp(e), size(sz)); err != nil {
 						return err
 					}
 					if !commit {

@@ -15,6 +15,7 @@ import (
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // storedValue names one value in oncekv's buckets: the path of nested
@@ -105,21 +106,7 @@ func FuzzCommandsOnGarbledValues(f *testing.F) {
 			// completion mark count by being there: their bytes are never
 			// read, and a check need not see them changed.
 			mark = len(old) == 0 || bytes.Equal(sv.key, []byte("\x00complete"))
-			v := bytes.Clone(old)
-			switch mode % 3 {
-			case 0:
-				v = bytes.Clone(data)
-			case 1:
-				for j, x := range data {
-					if len(v) > 0 {
-						v[(int(off)+j)%len(v)] ^= x
-					}
-				}
-			case 2:
-				if len(v) > 0 {
-					v = v[:int(off)%len(v)]
-				}
-			}
+			v := kvtest.Damage(old, mode, off, data)
 			changed = !bytes.Equal(v, old)
 			return b.Put(sv.key, v)
 		})
