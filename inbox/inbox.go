@@ -318,20 +318,43 @@ func (in *Inbox) live(consumer, id string, v []byte, err error) (bool, error) {
 
 // Entries iterates the recorded message IDs of consumer ("" for all
 // consumers) inside tx, expired ones included: in expiry order on bbolt,
-// in (consumer, ID) order on a keyed store.
+// in (consumer, ID) order on a keyed store. An entry that fails to decode,
+// or whose log entry fails its checksum, is yielded as an *EntryError
+// (whatever consumer was asked for: its own cannot be trusted) and the
+// iteration goes on.
 func Entries(tx kv.Tx, consumer string) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
-		recstore.Scan(tx, markSpec, consumer, func(_ recstore.Ref, c, id string, v []byte, ok bool) bool {
+		recstore.List(tx, markSpec, consumer, func(_ recstore.Ref, c, id string, v []byte, ok bool) bool {
 			if !ok {
-				return yield(Entry{}, fmt.Errorf("inbox: a damaged log entry: %w", record.ErrCorrupt))
+				return yield(Entry{}, &EntryError{Consumer: c, MessageID: id, Err: &kv.CorruptError{Kind: record.KindInbox, Reason: "damaged entry (" + recstore.Why(v) + "): its consumer and ID cannot be trusted"}})
 			}
 			if consumer != "" && c != consumer {
 				return true
 			}
-			return yield(decodeInbox(c, id, v))
+			e, err := decodeInbox(c, id, v)
+			if err != nil {
+				return yield(Entry{}, &EntryError{Consumer: c, MessageID: id, Err: err})
+			}
+			return yield(e, nil)
 		})
 	}
 }
+
+// EntryError names the processed-message ID a decoding failure was found
+// in, as far as its consumer and ID can be read: errors.Is(err,
+// kv.ErrCorrupt) is true. Entries yields one for such an entry and goes on
+// with the next.
+type EntryError struct {
+	Consumer, MessageID string
+	Err                 error
+}
+
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("inbox: message %q of consumer %q: %v", e.MessageID, e.Consumer, e.Err)
+}
+
+// Unwrap returns the decoding error.
+func (e *EntryError) Unwrap() error { return e.Err }
 
 // RecordKind is the kind of the processed-message IDs: pass it to
 // retention.Sweep to forget IDs past their window, and to kv.DB.Check to

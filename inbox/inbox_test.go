@@ -16,6 +16,7 @@ import (
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/observe"
@@ -297,4 +298,62 @@ func TestInboxDuplicatesCostNoWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.Delivery{Ack: true}, d)
 	require.Equal(t, 10, balance(t, bb.db))
+}
+
+// A damaged mark is listed as an *EntryError and the listing goes on. On
+// the log a bit flipped in the stored ID turned "b" into "c": the
+// listing once showed "c" twice (the look-up never trusted it), and now
+// shows the damage.
+func TestEntriesShowDamageNotAnotherID(t *testing.T) {
+	t.Parallel()
+	db := kvtest.Open(t, &kv.Options{NoSync: true}) // no check at cleanup: the damage stays
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	for _, id := range []string{"a", "b", "c"} {
+		_, err := in.Handle(ctx, "billing", id, apply(1))
+		require.NoError(t, err)
+	}
+	spec := recstore.Spec{Name: "inbox"}
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		if err := recstore.FlushTail(tx, spec); err != nil {
+			return err
+		}
+		name, k, ok := recstore.Locate(tx, spec, "billing", "b")
+		require.True(t, ok)
+		b := keyspace.Raw(tx).Bucket(name)
+		v := append([]byte(nil), b.Get(k)...)
+		v[3+1+len("billing")+1] ^= 0x01 // the ID's byte, on the log: "b" becomes "c"
+		return b.Put(k, v)
+	}))
+	for _, consumer := range []string{"", "billing", "shipping"} {
+		var entries []inbox.Entry
+		var damaged []error
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			entries, damaged = kvtest.Split(inbox.Entries(tx, consumer))
+			return nil
+		}))
+		var ids []string
+		for _, e := range entries {
+			ids = append(ids, e.MessageID)
+		}
+		for _, err := range damaged {
+			var ee *inbox.EntryError
+			require.ErrorAs(t, err, &ee)
+			require.ErrorIs(t, err, kv.ErrCorrupt)
+		}
+		if consumer == "shipping" {
+			// On the log the damaged entry's consumer cannot be trusted, so
+			// it shows under every filter; a keyed store's key is not
+			// damaged, and its filter holds.
+			if db.Bolt() != nil {
+				require.Len(t, damaged, 1)
+			} else {
+				require.Empty(t, damaged)
+			}
+			require.Empty(t, ids)
+			continue
+		}
+		require.Len(t, damaged, 1, "consumer %q", consumer)
+		require.ElementsMatch(t, []string{"a", "c"}, ids, "consumer %q", consumer)
+	}
 }

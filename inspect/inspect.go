@@ -241,7 +241,9 @@ func redact(s string) string {
 	return "redacted"
 }
 
-// Intents lists intents, optionally in one state.
+// Intents lists intents, optionally in one state. An intent that cannot
+// be read is listed too, whatever the state asked for, with State
+// "corrupt" and its Error; the listing goes on past it.
 func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error) {
 	var st sideeffect.State
 	if state != "" {
@@ -254,7 +256,12 @@ func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error)
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		for in, err := range sideeffect.Intents(tx, st) {
 			if err != nil {
-				return err
+				v := Intent{State: "corrupt", Error: err.Error()}
+				if ie := (*sideeffect.IntentError)(nil); errors.As(err, &ie) {
+					v.ID, v.Error = ie.ID, ie.Err.Error()
+				}
+				out = append(out, v)
+				continue
 			}
 			out = append(out, i.intentView(in))
 		}
@@ -275,14 +282,27 @@ func (i *Inspector) eventView(e *outbox.Event) Event {
 	return v
 }
 
-// Outbox summarises the outbox: lag, published and quarantined events.
+// Outbox summarises the outbox: lag, published and quarantined events,
+// and the events that cannot be read (counted and listed apart).
 func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
-	o := Outbox{QuarantinedEvents: []Event{}, OldestPending: []Event{}}
+	o := Outbox{QuarantinedEvents: []Event{}, OldestPending: []Event{}, CorruptEvents: []Event{}}
+	corrupt := func(state outbox.EventState, err error) {
+		o.Corrupt++
+		if len(o.CorruptEvents) >= 100 {
+			return
+		}
+		v := Event{State: state.String(), Error: err.Error()}
+		if ee := (*outbox.EventError)(nil); errors.As(err, &ee) {
+			v.Seq, v.ID, v.Error = ee.Seq, ee.ID, ee.Err.Error()
+		}
+		o.CorruptEvents = append(o.CorruptEvents, v)
+	}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		now := i.db.Clock().Now()
 		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			if err != nil {
-				return err
+				corrupt(outbox.EventPending, err)
+				continue
 			}
 			if o.Pending == 0 {
 				o.OldestAgeSeconds = max(now.Sub(e.CreatedAt), 0).Seconds()
@@ -294,13 +314,15 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 		}
 		for _, err := range outbox.Events(tx, outbox.EventPublished) {
 			if err != nil {
-				return err
+				corrupt(outbox.EventPublished, err)
+				continue
 			}
 			o.Published++
 		}
 		for e, err := range outbox.Events(tx, outbox.EventQuarantined) {
 			if err != nil {
-				return err
+				corrupt(outbox.EventQuarantined, err)
+				continue
 			}
 			o.Quarantined++
 			o.QuarantinedEvents = append(o.QuarantinedEvents, i.eventView(e))
@@ -310,17 +332,24 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 	return o, err
 }
 
-// Inbox lists processed message IDs, for one consumer or all.
+// Inbox lists processed message IDs, for one consumer or all. An entry
+// that cannot be read is listed too, whatever consumer was asked for,
+// with its Error; the listing goes on past it.
 func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]InboxEntry, error) {
 	out := []InboxEntry{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		now := i.db.Clock().Now()
 		for e, err := range inbox.Entries(tx, consumer) {
 			if err != nil {
-				return err
+				v := InboxEntry{Error: err.Error()}
+				if ee := (*inbox.EntryError)(nil); errors.As(err, &ee) {
+					v.Consumer, v.MessageID, v.Error = ee.Consumer, ee.MessageID, ee.Err.Error()
+				}
+				out = append(out, v)
+			} else {
+				out = append(out, InboxEntry{Consumer: e.Consumer, MessageID: e.MessageID, ProcessedAt: e.ProcessedAt,
+					ExpiresAt: e.ExpiresAt, Expired: !now.Before(e.ExpiresAt)})
 			}
-			out = append(out, InboxEntry{Consumer: e.Consumer, MessageID: e.MessageID, ProcessedAt: e.ProcessedAt,
-				ExpiresAt: e.ExpiresAt, Expired: !now.Before(e.ExpiresAt)})
 			if limit > 0 && len(out) >= limit {
 				return nil
 			}

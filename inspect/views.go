@@ -61,6 +61,9 @@ type Intent struct {
 	Payload   string `json:"payload,omitempty"`
 	Result    string `json:"result,omitempty"`
 	Encrypted string `json:"encrypted,omitempty"` // "key id N" when sealed
+	// Error says why a damaged intent cannot be read; its State is then
+	// "corrupt" and ID is its key as stored (kv.DB.Check reports it too).
+	Error string `json:"error,omitempty"`
 }
 
 // Event is one outbox event.
@@ -75,6 +78,9 @@ type Event struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	PublishedAt *time.Time `json:"published_at,omitempty"`
 	Encrypted   string     `json:"encrypted,omitempty"` // "key id N" when the payload is sealed
+	// Error says why a damaged event cannot be read (Outbox.CorruptEvents);
+	// State is the state it is stored under.
+	Error string `json:"error,omitempty"`
 }
 
 // Outbox summarises the outbox.
@@ -87,6 +93,10 @@ type Outbox struct {
 	// first pending ones (at most 20).
 	QuarantinedEvents []Event `json:"quarantined_events"`
 	OldestPending     []Event `json:"oldest_pending"`
+	// Corrupt counts the events, in any state, that cannot be read;
+	// CorruptEvents lists them (at most 100), each with its Error.
+	Corrupt       int     `json:"corrupt"`
+	CorruptEvents []Event `json:"corrupt_events"`
 }
 
 // InboxEntry is one processed message ID.
@@ -96,6 +106,9 @@ type InboxEntry struct {
 	ProcessedAt time.Time `json:"processed_at"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	Expired     bool      `json:"expired"`
+	// Error says why a damaged entry cannot be read; Consumer and
+	// MessageID are then as far as they read, and cannot be trusted.
+	Error string `json:"error,omitempty"`
 }
 
 // Bucket describes one of oncekv's buckets.

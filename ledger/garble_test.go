@@ -108,6 +108,31 @@ func FuzzGarbledLogEntry(f *testing.F) {
 		if len(problems) == 0 {
 			t.Fatal("the check found nothing in a damaged log entry")
 		}
+		// A listing shows each record under its own key, or the damage:
+		// never another key's record (a flipped bit in a stored key).
+		listed, damaged := 0, 0
+		err = db.View(ctx, func(tx kv.Tx) error {
+			for r, err := range l.Records(tx, ledger.ListOptions{WithBody: true, IncludeExpired: true}) {
+				if err != nil {
+					if !errors.Is(err, kv.ErrCorrupt) {
+						t.Fatalf("listing: %v, not kv.ErrCorrupt", err)
+					}
+					damaged++
+					continue
+				}
+				if string(r.Response.Body) != bodies[r.Key] {
+					t.Fatalf("listing shows %q with %q, not its own answer %q", r.Key, r.Response.Body, bodies[r.Key])
+				}
+				listed++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if listed+damaged != len(garbleKeys) {
+			t.Fatalf("the listing shows %d records and %d damaged entries, of %d stored", listed, damaged, len(garbleKeys))
+		}
 		ran := map[string]bool{}
 		for _, k := range garbleKeys {
 			runs := 0

@@ -77,16 +77,17 @@ type ListOptions struct {
 // Records iterates records inside tx: in expiry order on bbolt (the
 // records' log: a scope prefix filters, it does not seek, so a listing
 // reads every record), in (scope, key) order on a keyed store. A record
-// that fails to decode is yielded as a *RecordError (wrapping
-// kv.ErrCorrupt) and the iteration goes on; the caller may stop at any
-// time.
+// that fails to decode, or whose log entry fails its checksum (its scope
+// and key may then be damaged bytes naming another record), is yielded as
+// a *RecordError (wrapping kv.ErrCorrupt) and the iteration goes on; the
+// caller may stop at any time.
 func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 	return func(yield func(*Record, error) bool) {
 		now := l.now()
 		n := 0
-		l.records.Scan(tx, opts.ScopePrefix, func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
+		l.records.List(tx, opts.ScopePrefix, func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
 			if !ok {
-				return yield(nil, recordError(scope, key, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "damaged log entry: scope and key unreadable"}))
+				return yield(nil, recordError(scope, key, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "damaged entry (" + recstore.Why(v) + "): its scope and key cannot be trusted"}))
 			}
 			mode := statusOnly
 			if opts.WithBody {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // A damaged entry of the ID index (event ID -> sequence) once panicked
@@ -19,12 +20,7 @@ import (
 func TestADamagedIDIndexIsAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, _ := openClocked(t, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	o := New(db)
-	for _, id := range []string{"a", "b", "c"} {
-		_, _, err := o.Add(ctx, Event{ID: id, Topic: "t"})
-		require.NoError(t, err)
-	}
+	db, o := withEvents(t, "a", "b", "c")
 	setIndex := func(id string, v []byte) {
 		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return outboxIDsNS.Bucket(tx).Put([]byte(id), v) }))
 	}
@@ -66,4 +62,48 @@ func TestADamagedIDIndexIsAnError(t *testing.T) {
 	_, added, err = o.Add(ctx, Event{ID: "a", Topic: "t"})
 	require.NoError(t, err)
 	require.False(t, added)
+}
+
+// One damaged event is yielded by Events as an *EventError naming its
+// sequence, and the iteration goes on: a listing (the CLI's, the
+// console's) shows the others and the damage.
+func TestEventsGoesOnPastADamagedEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := withEvents(t, "a", "b", "c")
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := outboxNS.Bucket(tx)
+		v := append([]byte(nil), b.Get(seqKey(2))...)
+		return b.Put(seqKey(2), v[:len(v)-3])
+	}))
+	var evs []*Event
+	var errs []error
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		evs, errs = kvtest.Split(Events(tx, EventPending))
+		return nil
+	}))
+	var ids []string
+	for _, e := range evs {
+		ids = append(ids, e.ID)
+	}
+	require.Len(t, errs, 1)
+	var ee *EventError
+	require.ErrorAs(t, errs[0], &ee)
+	require.ErrorIs(t, ee, kv.ErrCorrupt)
+	require.Equal(t, []string{"a", "c"}, ids)
+	require.Equal(t, uint64(2), ee.Seq)
+	require.Contains(t, ee.Error(), "seq 2")
+}
+
+// withEvents opens a database and adds pending events with these IDs
+// (sequences 1, 2, ...).
+func withEvents(t *testing.T, ids ...string) (*kv.DB, *Outbox) {
+	t.Helper()
+	db, _ := openClocked(t, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	o := New(db)
+	for _, id := range ids {
+		_, _, err := o.Add(context.Background(), Event{ID: id, Topic: "t"})
+		require.NoError(t, err)
+	}
+	return db, o
 }

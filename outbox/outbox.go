@@ -148,11 +148,15 @@ func encodeEvent(e *record.Encoder, ring *seal.Ring, ev *Event) []byte {
 
 // decodeEventWith decodes an event and opens a sealed payload with ring;
 // with required, a payload that does not open (no ring, a missing key,
-// altered bytes) fails with a *seal.OpenError.
+// altered bytes) fails with a *seal.OpenError. Every failure is an
+// *EventError naming the event.
 func decodeEventWith(ring *seal.Ring, k, v []byte, required bool) (*Event, error) {
 	ev, err := decodeEvent(k, v)
-	if err != nil || ev.blob == nil {
-		return ev, err
+	if err != nil {
+		return nil, eventError(k, "", err)
+	}
+	if ev.blob == nil {
+		return ev, nil
 	}
 	if !required && (ring == nil || !ring.Has(ev.KeyID)) {
 		ev.closed = true
@@ -160,10 +164,38 @@ func decodeEventWith(ring *seal.Ring, k, v []byte, required bool) (*Event, error
 	}
 	p, err := ring.Open(nil, ev.blob, eventAAD(ev.ID, ev.Seq))
 	if err != nil {
-		return nil, fmt.Errorf("outbox: event %q (seq %d): %w", ev.ID, ev.Seq, err)
+		return nil, eventError(k, ev.ID, err)
 	}
 	ev.Payload = cloneOrNil(p)
 	return ev, nil
+}
+
+// EventError names the event a decoding failure was found in: a flipped
+// byte, a truncated value, a sealed payload that does not open.
+// errors.Is(err, kv.ErrCorrupt) is true for damage. Events yields one for
+// such an event and goes on with the next.
+type EventError struct {
+	Seq uint64 // the event's sequence (0 when its key is not one)
+	ID  string // the event's ID, when it could be read
+	Err error
+}
+
+func (e *EventError) Error() string {
+	if e.ID == "" {
+		return fmt.Sprintf("outbox: event seq %d: %v", e.Seq, e.Err)
+	}
+	return fmt.Sprintf("outbox: event %q (seq %d): %v", e.ID, e.Seq, e.Err)
+}
+
+// Unwrap returns the decoding error.
+func (e *EventError) Unwrap() error { return e.Err }
+
+func eventError(k []byte, id string, err error) error {
+	var seq uint64
+	if len(k) == 8 {
+		seq = binary.BigEndian.Uint64(k)
+	}
+	return &EventError{Seq: seq, ID: id, Err: err}
 }
 
 // decodeEvent decodes an event without opening a sealed payload.
@@ -403,7 +435,8 @@ func (o *Outbox) Add(ctx context.Context, ev Event) (uint64, bool, error) {
 
 // Events iterates the events in one state, in sequence order, inside tx.
 // A sealed payload opens with the database's key ring; without one, the
-// event is yielded with Sealed set and a nil Payload.
+// event is yielded with Sealed set and a nil Payload. An event that fails
+// to decode is yielded as an *EventError, and the iteration goes on.
 func Events(tx kv.Tx, state EventState) iter.Seq2[*Event, error] {
 	return events(tx, state, false, kv.CipherOf(tx))
 }

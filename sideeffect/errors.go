@@ -53,6 +53,20 @@ var (
 	ErrPending = errors.New("sideeffect: outcome not known yet")
 )
 
+// IntentError names the intent a decoding failure was found in: a flipped
+// byte, a truncated value, a sealed field that does not open with the key
+// ring. errors.Is(err, kv.ErrCorrupt) is true for damage. Intents yields
+// one for such an intent and goes on with the next.
+type IntentError struct {
+	ID  string // the intent's key, as stored (a damaged key included)
+	Err error
+}
+
+func (e *IntentError) Error() string { return fmt.Sprintf("sideeffect: intent %q: %v", e.ID, e.Err) }
+
+// Unwrap returns the decoding error.
+func (e *IntentError) Unwrap() error { return e.Err }
+
 // StaleError reports an execution whose intent moved on.
 type StaleError struct {
 	ID       string

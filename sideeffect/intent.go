@@ -344,7 +344,7 @@ func loadIntent(tx kv.Tx, id string) (*Intent, error) {
 	}
 	in, err := decodeIntentWith(kv.CipherOf(tx), []byte(id), v, true)
 	if err != nil {
-		return nil, fmt.Errorf("sideeffect: intent %s: %w", id, err)
+		return nil, &IntentError{ID: id, Err: err}
 	}
 	return in, nil
 }
@@ -491,10 +491,11 @@ func deleteIntent(tx kv.Tx, in *Intent) error {
 }
 
 // Intents iterates every intent in ID order inside tx, optionally only those
-// in state (0 for all). A record that fails to decode is yielded as an error,
-// so is a sealed one that does not open with the database's key ring;
-// without a ring, sealed intents are yielded with Sealed set and their
-// sealed fields empty.
+// in state (0 for all). A record that fails to decode is yielded as an
+// *IntentError (its state unknown, whatever state was asked for), so is a
+// sealed one that does not open with the database's key ring, and the
+// iteration goes on with the next; without a ring, sealed intents are
+// yielded with Sealed set and their sealed fields empty.
 func Intents(tx kv.Tx, state State) iter.Seq2[*Intent, error] {
 	return func(yield func(*Intent, error) bool) {
 		b := intentsNS.Bucket(tx)
@@ -506,7 +507,7 @@ func Intents(tx kv.Tx, state State) iter.Seq2[*Intent, error] {
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			in, err := decodeIntentWith(ring, k, v, false)
 			if err != nil {
-				err = fmt.Errorf("sideeffect: intent %s: %w", k, err)
+				in, err = nil, &IntentError{ID: string(k), Err: err}
 			}
 			if err == nil && state != 0 && in.State != state {
 				continue

@@ -72,6 +72,16 @@ func readIdentity(body []byte) (scope, key, rest []byte, ok bool) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// Why says what is wrong with an entry List reported as damaged (ok
+// false): "checksum mismatch" when it reads but its checksum fails,
+// "unreadable framing" otherwise, in the words of the look-up's error.
+func Why(v []byte) string {
+	if _, _, _, ok := unwrap(v); ok {
+		return "checksum mismatch"
+	}
+	return "unreadable framing"
+}
+
 // intact reports whether an entry's checksum holds.
 func intact(v []byte) bool {
 	if len(v) < 4 {

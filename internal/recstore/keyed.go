@@ -84,6 +84,12 @@ func (s *keyed) Delete(tx kv.Tx, _, _ string, ref Ref, expiry time.Time) error {
 	return s.expiry.Delete(tx, expiry, ref.key)
 }
 
+// List is Scan: a keyed record has no framing of its own to check (its
+// value carries the kind's checksum).
+func (s *keyed) List(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+	s.Scan(tx, prefix, fn)
+}
+
 func (s *keyed) Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
 	b := s.records.Bucket(tx)
 	if b == nil {

@@ -253,10 +253,21 @@ func (k *Kind[R]) checkLog(tx kv.Tx, report func(string)) {
 func Scan(tx kv.Tx, spec Spec, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
 	log := spec.logNS()
 	if log.Bucket(tx) != nil {
-		scanLog(tx, log, spec.tailNS(), prefix, fn)
+		scanLog(tx, log, spec.tailNS(), prefix, false, fn)
 		return
 	}
 	Keyed(spec).Scan(tx, prefix, fn)
+}
+
+// List is Scan for listings (see Store.List): an entry whose checksum
+// fails is reported too.
+func List(tx kv.Tx, spec Spec, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+	log := spec.logNS()
+	if log.Bucket(tx) != nil {
+		scanLog(tx, log, spec.tailNS(), prefix, true, fn)
+		return
+	}
+	Keyed(spec).List(tx, prefix, fn)
 }
 
 // Locate returns the bucket and key under which the record of (scope, key)
@@ -273,7 +284,7 @@ func Locate(tx kv.Tx, spec Spec, scope, key string) (bucket, k []byte, ok bool) 
 		return nil, nil, false
 	}
 	tail := spec.tailNS()
-	scanLog(tx, log, tail, scope, func(ref Ref, sc, ky string, _ []byte, ok bool) bool {
+	scanLog(tx, log, tail, scope, false, func(ref Ref, sc, ky string, _ []byte, ok bool) bool {
 		if ok && sc == scope && ky == key {
 			bucket, k = log.Bytes(), ref.Cursor()
 			if b := tail.Bucket(tx); b != nil && b.Get(k) != nil {

@@ -358,10 +358,15 @@ func (s *logStore) Delete(tx kv.Tx, scope, key string, ref Ref, _ time.Time) err
 }
 
 func (s *logStore) Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
-	scanLog(tx, s.log, s.tail, prefix, fn)
+	scanLog(tx, s.log, s.tail, prefix, false, fn)
 }
 
-func scanLog(tx kv.Tx, log, tail keyspace.Namespace, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+func (s *logStore) List(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
+	scanLog(tx, s.log, s.tail, prefix, true, fn)
+}
+
+// scanLog is Scan over the log and its tail; with verify, it is List.
+func scanLog(tx kv.Tx, log, tail keyspace.Namespace, prefix string, verify bool, fn func(ref Ref, scope, key string, v []byte, ok bool) bool) {
 	b := union(tx, log, tail)
 	if b == nil {
 		return
@@ -375,9 +380,18 @@ func scanLog(tx kv.Tx, log, tail keyspace.Namespace, prefix string, fn func(ref 
 			continue
 		}
 		sc, ky, payload, ok := unwrap(v)
-		if !ok {
+		switch {
+		case ok && verify && !intact(v):
+			// Its scope and key may be the damaged bytes: shown as
+			// damage, never as another record.
+			ok, payload = false, v
+		case !ok:
 			payload = v
-		} else if !strings.HasPrefix(string(sc), prefix) {
+			if verify {
+				sc, ky, _ = identity(v)
+			}
+		}
+		if ok && !strings.HasPrefix(string(sc), prefix) {
 			continue
 		}
 		if !fn(Ref{pos: binary.BigEndian.Uint64(k)}, string(sc), string(ky), payload, ok) {

@@ -217,9 +217,11 @@ func TestDamagedEntryIsAnError(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		at   func(v []byte) int
+		why  string // what List says of it
 	}{
-		{"in the scope", func([]byte) int { return 5 }},
-		{"in the value", func(v []byte) int { return len(v) - 6 }},
+		{"in the key's length", func([]byte) int { return 5 }, "unreadable framing"},
+		{"in the key", func([]byte) int { return 6 }, "checksum mismatch"},
+		{"in the value", func(v []byte) int { return len(v) - 6 }, "checksum mismatch"},
 	} {
 		db, s := open(t)
 		put(t, db, s, "a", "k", t0, value("v"))
@@ -241,6 +243,17 @@ func TestDamagedEntryIsAnError(t *testing.T) {
 			_, v, err = s.GetProbed(tx, "a", "k", p)
 			require.ErrorIs(t, err, record.ErrCorrupt, "%s, probed", c.name)
 			require.Nil(t, v, c.name)
+			// A listing reports the damage, with the identity as it reads;
+			// Scan, which counts, takes the entry for what it says.
+			var listed, scanned []bool
+			s.List(tx, "", func(_ Ref, _, _ string, v []byte, ok bool) bool {
+				listed = append(listed, ok)
+				require.Equal(t, c.why, Why(v), c.name)
+				return true
+			})
+			s.Scan(tx, "", func(_ Ref, _, _ string, _ []byte, ok bool) bool { scanned = append(scanned, ok); return true })
+			require.Equal(t, []bool{false}, listed, c.name)
+			require.Equal(t, []bool{c.why == "checksum mismatch"}, scanned, c.name)
 			return nil
 		}))
 	}

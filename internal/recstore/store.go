@@ -77,6 +77,13 @@ type Store interface {
 	// false for an entry whose scope and key cannot be read (then v is the
 	// raw entry).
 	Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool)
+	// List is Scan for showing records to someone: ok is also false for
+	// an entry whose checksum fails (log layout), whose scope and key may
+	// be damaged bytes that name another record. Scope and key are then
+	// as far as they read ("" if not at all), for the listing to say
+	// which entry is damaged. Scan does not check checksums: what counts
+	// records (usage, the check's totals) counts an entry by what it says.
+	List(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool)
 	// Stats describes the store in this process.
 	Stats() Stats
 	// Probe reports whether (scope, key) may have a record. False is

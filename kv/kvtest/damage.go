@@ -1,5 +1,7 @@
 package kvtest
 
+import "iter"
+
 // Damage returns a damaged copy of the stored value v, for fuzz targets
 // that change one value and then check every read path: by mode (taken
 // modulo 3) v replaced with data, data XORed into v from offset off
@@ -23,4 +25,18 @@ func Damage(v []byte, mode uint8, off uint16, data []byte) []byte {
 		}
 	}
 	return out
+}
+
+// Split runs a listing to its end and returns what it yielded apart: the
+// values, and the errors (a listing yields one per damaged entry and goes
+// on), each in order.
+func Split[V any](seq iter.Seq2[V, error]) (vals []V, errs []error) {
+	for v, err := range seq {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		vals = append(vals, v)
+	}
+	return vals, errs
 }

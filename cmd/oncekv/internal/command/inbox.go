@@ -25,13 +25,17 @@ func newInbox(o *options) *cobra.Command {
 				return err
 			}
 			return o.emit(list, func(w io.Writer) {
-				fmt.Fprintln(w, "CONSUMER\tMESSAGE ID\tPROCESSED\tEXPIRES")
+				fmt.Fprintln(w, "CONSUMER\tMESSAGE ID\tPROCESSED\tEXPIRES\tPROBLEM")
 				for _, e := range list {
+					if e.Error != "" {
+						fmt.Fprintf(w, "%s\t%s\tcorrupt\t-\t%s\n", dash(esc(e.Consumer)), dash(esc(e.MessageID)), esc(e.Error))
+						continue
+					}
 					exp := ts(e.ExpiresAt)
 					if e.Expired {
 						exp += " (expired)"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", esc(e.Consumer), esc(e.MessageID), ts(e.ProcessedAt), exp)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t-\n", esc(e.Consumer), esc(e.MessageID), ts(e.ProcessedAt), exp)
 				}
 				fmt.Fprintf(w, "(%d message IDs)\n", len(list))
 			})

@@ -42,13 +42,17 @@ endpoint (--addr with --token).`,
 				return err
 			}
 			return o.emit(list, func(w io.Writer) {
-				fmt.Fprintln(w, "ID\tKIND\tSUBJECT\tSTATE\tATTEMPTS\tNEXT ATTEMPT\tLAST ERROR")
+				fmt.Fprintln(w, "ID\tKIND\tSUBJECT\tSTATE\tATTEMPTS\tNEXT ATTEMPT\tLAST ERROR\tPROBLEM")
 				for _, in := range list {
+					if in.Error != "" {
+						fmt.Fprintf(w, "%s\t-\t-\tcorrupt\t-\t-\t-\t%s\n", dash(esc(in.ID)), esc(in.Error))
+						continue
+					}
 					st := in.State
 					if in.Resolution != "" {
 						st += " (resolving: " + in.Resolution + ")"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, esc(in.Kind), esc(in.Subject), st, in.Attempts, tsp(in.NextAttemptAt), dash(esc(in.LastError)))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t-\n", esc(in.ID), esc(in.Kind), esc(in.Subject), st, in.Attempts, tsp(in.NextAttemptAt), dash(esc(in.LastError)))
 				}
 				fmt.Fprintf(w, "(%d intents)\n", len(list))
 			})

@@ -28,6 +28,13 @@ func newOutbox(o *options) *cobra.Command {
 				fmt.Fprintf(w, "oldest pending age\t%s\n", (time.Duration(ob.OldestAgeSeconds * float64(time.Second))).Round(time.Millisecond))
 				fmt.Fprintf(w, "published (kept)\t%d\n", ob.Published)
 				fmt.Fprintf(w, "quarantined\t%d\n", ob.Quarantined)
+				if ob.Corrupt > 0 {
+					fmt.Fprintf(w, "corrupt (unreadable)\t%d\n", ob.Corrupt)
+					fmt.Fprintln(w, "\nCORRUPT SEQ\tSTATE\tID\tPROBLEM")
+					for _, e := range ob.CorruptEvents {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", e.Seq, e.State, dash(esc(e.ID)), esc(e.Error))
+					}
+				}
 				if len(ob.QuarantinedEvents) > 0 {
 					fmt.Fprintln(w, "\nQUARANTINED SEQ\tID\tTOPIC\tATTEMPTS\tLAST ERROR")
 					for _, e := range ob.QuarantinedEvents {

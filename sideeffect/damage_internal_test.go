@@ -1,0 +1,65 @@
+package sideeffect
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+)
+
+// One damaged intent once made Intents (and so every listing: the CLI,
+// the console) fail as a whole, hiding the intents an operator needs to
+// requeue or resolve. It is yielded as an *IntentError naming it, and the
+// iteration goes on.
+func TestIntentsGoesOnPastADamagedIntent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	x, err := New(db, &Config{Handlers: map[string]Handler{"charge": {Provider: ProviderFunc{}}}})
+	require.NoError(t, err)
+	var ids []string
+	for _, key := range []string{"1", "2", "3"} {
+		in, _, err := x.Create(ctx, Spec{Kind: "charge", Subject: "order/" + key, Key: key, Purpose: "charge"})
+		require.NoError(t, err)
+		ids = append(ids, in.ID)
+	}
+	victim := ids[1]
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := intentsNS.Bucket(tx)
+		v := kvtest.Damage(b.Get([]byte(victim)), 1, 20, []byte{0x40})
+		return b.Put([]byte(victim), v)
+	}))
+
+	for _, state := range []State{0, StatePending, StateSucceeded} {
+		var intents []*Intent
+		var errs []error
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			intents, errs = kvtest.Split(Intents(tx, state))
+			return nil
+		}))
+		var listed []string
+		for _, in := range intents {
+			listed = append(listed, in.ID)
+		}
+		require.Len(t, errs, 1, "state %v", state)
+		var ie *IntentError
+		require.ErrorAs(t, errs[0], &ie)
+		require.ErrorIs(t, ie, kv.ErrCorrupt)
+		require.Equal(t, victim, ie.ID)
+		if state == StateSucceeded {
+			require.Empty(t, listed)
+		} else {
+			require.ElementsMatch(t, []string{ids[0], ids[2]}, listed, "state %v", state)
+		}
+	}
+	_, err = x.Get(ctx, victim)
+	var ie *IntentError
+	require.True(t, errors.As(err, &ie) && ie.ID == victim, "Get: %v", err)
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.NotEmpty(t, problems)
+}
