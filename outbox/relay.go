@@ -27,7 +27,10 @@ import (
 type Publisher interface {
 	// Publish sends events in order and returns how many of them, from the
 	// start, the destination acknowledged. An error describes the failure of
-	// events[acked]; the events after it are not attempted.
+	// events[acked]; the events after it are not attempted. The relay
+	// takes a count out of range as the nearest bound; with every event
+	// acknowledged, an error is logged and the events are published; fewer
+	// than all without an error fails events[acked].
 	Publish(ctx context.Context, events []Event) (acked int, err error)
 }
 
@@ -144,8 +147,8 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 // PassStats reports one relay pass.
 type PassStats struct {
 	Published   int
-	Failed      int           // 1 if the head event failed this pass
-	Quarantined int           // 1 if the head event was quarantined this pass
+	Failed      int           // failed attempts this pass: each event quarantined, and the one that stopped it
+	Quarantined int           // events quarantined this pass
 	Wait        time.Duration // until the head event may be retried; 0 if none waits
 }
 
@@ -212,7 +215,13 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 			failpoint.Inject(failpoint.RelayAfterMark)
 		}
 		st.Published += acked
-		if perr == nil && acked == len(batch) {
+		if acked == len(batch) {
+			if perr != nil {
+				// Every event was acknowledged: the error is about none of
+				// them (a connection closed after the last answer). Indexing
+				// the event it "describes" once panicked the relay.
+				r.cfg.Logger.Warn("outbox publisher returned an error after acknowledging every event", "events", acked, "error", perr)
+			}
 			continue
 		}
 		if perr == nil {
@@ -406,8 +415,10 @@ func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 	}, onPass)
 }
 
-// Requeue moves a quarantined event back to the pending queue, at its
-// original place in sequence order, with a fresh attempt budget.
+// Requeue moves a quarantined event back to the pending queue, with a
+// fresh attempt budget: on bbolt at its original place in sequence order;
+// on a store with several writers (etcd), where the relay orders events
+// by the commit that queued them, at the back of the queue.
 func (o *Outbox) Requeue(ctx context.Context, eventID string) error {
 	return o.db.Update(ctx, func(tx kv.Tx) error { return o.RequeueTx(tx, eventID) })
 }
