@@ -180,6 +180,12 @@ func (t *tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
 	if len(name) == 0 {
 		return nil, errors.New("etcdkv: empty bucket name")
 	}
+	if !t.writable {
+		// Refused even for a bucket that exists, as bbolt refuses it:
+		// code written against one backend behaves the same on the other
+		// (found by FuzzEtcdAgreesWithBbolt).
+		return nil, errReadOnly
+	}
 	if !t.exists(name) {
 		if err := t.put(t.b.keys.bucketMarker(name), nil); err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${1:-10s}
 flakes=0
-for pkg in $(go list ./... ./cmd/oncekv/... ./examples/...); do
+for pkg in $(go list ./... ./cmd/oncekv/... ./examples/... ./etcdkv/...); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
   for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
     echo "fuzz $pkg $target ($t)"
