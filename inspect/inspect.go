@@ -1,11 +1,13 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -304,13 +306,9 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 				corrupt(outbox.EventPending, err)
 				continue
 			}
-			if o.Pending == 0 {
-				o.OldestAgeSeconds = max(now.Sub(e.CreatedAt), 0).Seconds()
-			}
 			o.Pending++
-			if len(o.OldestPending) < 20 {
-				o.OldestPending = append(o.OldestPending, i.eventView(e))
-			}
+			o.OldestAgeSeconds = max(o.OldestAgeSeconds, now.Sub(e.CreatedAt).Seconds())
+			o.OldestPending = oldest(o.OldestPending, i.eventView(e), 20)
 		}
 		for _, err := range outbox.Events(tx, outbox.EventPublished) {
 			if err != nil {
@@ -330,6 +328,24 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 		return nil
 	})
 	return o, err
+}
+
+// oldest adds e to list, which holds the n oldest pending events in
+// order (by creation, then sequence): by key the first pending events are
+// the oldest on bbolt only; with several writers (etcd) sequences are
+// random.
+func oldest(list []Event, e Event, n int) []Event {
+	i, _ := slices.BinarySearchFunc(list, e, func(a, b Event) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Seq, b.Seq)
+	})
+	if i >= n {
+		return list
+	}
+	list = slices.Insert(list, i, e)
+	return list[:min(len(list), n)]
 }
 
 // Inbox lists processed message IDs, for one consumer or all. An entry

@@ -90,7 +90,7 @@ type Outbox struct {
 	Published        int     `json:"published"`
 	Quarantined      int     `json:"quarantined"`
 	// QuarantinedEvents lists every quarantined event; OldestPending the
-	// first pending ones (at most 20).
+	// oldest pending ones (at most 20), oldest first.
 	QuarantinedEvents []Event `json:"quarantined_events"`
 	OldestPending     []Event `json:"oldest_pending"`
 	// Corrupt counts the events, in any state, that cannot be read;

@@ -478,13 +478,14 @@ type Lag struct {
 // LagTx reports the outbox's lag inside tx.
 func (o *Outbox) LagTx(tx kv.Tx) (Lag, error) {
 	var l Lag
+	now := o.db.Clock().Now()
 	for ev, err := range Events(tx, EventPending) {
 		if err != nil {
 			return l, err
 		}
-		if l.Pending == 0 {
-			l.OldestAge = max(o.db.Clock().Now().Sub(ev.CreatedAt), 0)
-		}
+		// The oldest by its time, not the first in key order: with several
+		// writers (etcd) sequences are random, and the first was any event.
+		l.OldestAge = max(l.OldestAge, now.Sub(ev.CreatedAt))
 		l.Pending++
 	}
 	if b := quarantineNS.Bucket(tx); b != nil {
