@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 )
@@ -62,4 +63,17 @@ func TestIntentsGoesOnPastADamagedIntent(t *testing.T) {
 	problems, err := db.Check(ctx, RecordKind)
 	require.NoError(t, err)
 	require.NotEmpty(t, problems)
+}
+
+// An intent stored in a layout this version does not know (a newer
+// oncekv's, or damage that kept the checksum) is refused by name, never
+// decoded as if it were another layout.
+func TestUnknownIntentLayoutIsRefused(t *testing.T) {
+	t.Parallel()
+	var e record.Encoder
+	e.Reset(record.KindIntent, 99)
+	e.String("charge")
+	_, err := decodeIntent([]byte("id"), e.Finish())
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+	require.ErrorContains(t, err, "unknown intent layout 99")
 }

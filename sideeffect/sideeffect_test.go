@@ -504,3 +504,53 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Requeue wakes a running reconciler: a parked intent, made due by an
+// operator, is not left until the next poll (an hour here).
+func TestRequeueWakesTheReconciler(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	fake.Script = func(string, sideeffect.Call) providertest.Fault { return providertest.FailBeforeCharge }
+	clock := kvtest.NewManualClock(t0)
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
+	cfg := config(fake, &completions{})
+	cfg.PollInterval = time.Hour
+	x, err := sideeffect.New(db, &cfg)
+	require.NoError(t, err)
+	in, _, err := x.Create(ctx, spec("1"))
+	require.NoError(t, err)
+	_, _ = x.Execute(ctx, in.ID)
+	for in.State != sideeffect.StateNeedsAttention {
+		clock.Advance(time.Minute)
+		_, err := x.RunOnce(ctx)
+		require.NoError(t, err)
+		in, err = x.Get(ctx, in.ID)
+		require.NoError(t, err)
+	}
+	fake.Script = nil // the provider is back
+
+	passes := make(chan sideeffect.RunStats, 16)
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- x.Run(runCtx, func(s sideeffect.RunStats, _ error) { passes <- s }) }()
+	<-passes // the first pass: nothing due
+	_, err = x.Requeue(ctx, in.ID)
+	require.NoError(t, err)
+	deadline := time.After(30 * time.Second) // a bound on a hang, not a timing
+wait:
+	for {
+		select {
+		case s := <-passes:
+			if s.Succeeded == 1 {
+				break wait
+			}
+		case <-deadline:
+			t.Fatal("the requeued intent waited for the next poll: Requeue did not wake the reconciler")
+		}
+	}
+	got, err := x.Get(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateSucceeded, got.State)
+	cancel()
+	require.ErrorIs(t, <-stopped, context.Canceled)
+}
