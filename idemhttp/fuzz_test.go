@@ -286,6 +286,12 @@ func FuzzMiddlewareNeverReplaysAnotherRequest(f *testing.F) {
 			t.Fatalf("B (%s %q) got A's answer (%s %q): %s", b.target(), b.body, a.target(), a.body, rb.body)
 		}
 		switch {
+		case problemOf(ra.body) == idemhttp.ProblemKeyInvalid:
+			// The key is refused before anything else is read, B's body
+			// (however large) included: the same answer.
+			if rb.status != http.StatusBadRequest || problemOf(rb.body) != idemhttp.ProblemKeyInvalid {
+				t.Fatalf("B, with A's invalid key, answered %d %s", rb.status, rb.body)
+			}
 		case len(b.body) > fuzzMaxBody:
 			// Refused for its own size before any record is read.
 			if rb.status != http.StatusRequestEntityTooLarge || problemOf(rb.body) != idemhttp.ProblemBodyTooLarge {
