@@ -13,6 +13,7 @@ import (
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 var errRollback = errors.New("differential: roll back")
@@ -56,11 +57,10 @@ func FuzzEtcdAgreesWithBbolt(f *testing.F) {
 		}
 		defer etcd.Close()
 		ctx := context.Background()
-		for txn := 0; len(data) > 0; txn++ {
-			r := &reader{data: data}
-			kind := r.next() % 4
+		r := &reader{kvtest.Input{Data: data}}
+		for txn := 0; r.More(); txn++ {
+			kind := r.Next() % 4
 			prog := r.program()
-			data = r.data
 			var logs [2]*strings.Builder
 			var errs [2]error
 			var ran [2]commits
@@ -87,30 +87,21 @@ func FuzzEtcdAgreesWithBbolt(f *testing.F) {
 }
 
 // reader decodes the input.
-type reader struct{ data []byte }
-
-func (r *reader) next() byte {
-	if len(r.data) == 0 {
-		return 0
-	}
-	b := r.data[0]
-	r.data = r.data[1:]
-	return b
-}
+type reader struct{ kvtest.Input }
 
 var (
 	bucketNames = []string{"a", "b", "ab"}
 	keyBytes    = []byte{'a', 'b', 0x00, 0xff}
 )
 
-func (r *reader) bucket() []byte { return []byte(bucketNames[int(r.next())%len(bucketNames)]) }
+func (r *reader) bucket() []byte { return []byte(bucketNames[int(r.Next())%len(bucketNames)]) }
 
 // key is 0 to 3 bytes from a small alphabet, so keys collide, share
 // prefixes and sort around 0x00 and 0xff.
 func (r *reader) key() []byte {
 	k := []byte{}
-	for range int(r.next()) % 4 {
-		k = append(k, keyBytes[int(r.next())%len(keyBytes)])
+	for range int(r.Next()) % 4 {
+		k = append(k, keyBytes[int(r.Next())%len(keyBytes)])
 	}
 	return k
 }
@@ -131,8 +122,8 @@ type commits struct{ n int }
 // program reads ops up to an end op (code 0).
 func (r *reader) program() program {
 	var p program
-	for len(r.data) > 0 {
-		o := op{code: r.next() % 11}
+	for r.More() {
+		o := op{code: r.Next() % 11}
 		switch o.code {
 		case 0:
 			return p
@@ -140,14 +131,14 @@ func (r *reader) program() program {
 			o.bucket = r.bucket()
 		case 2:
 			o.bucket, o.key = r.bucket(), r.key()
-			o.moves = bytes.Repeat([]byte{'v'}, int(r.next())%4) // the value: possibly empty
+			o.moves = bytes.Repeat([]byte{'v'}, int(r.Next())%4) // the value: possibly empty
 		case 3, 4, 6:
 			o.bucket, o.key = r.bucket(), r.key()
 		case 5:
 			o.bucket = r.bucket()
-			o.moves = make([]byte, int(r.next())%6+1)
+			o.moves = make([]byte, int(r.Next())%6+1)
 			for i := range o.moves {
-				o.moves[i] = r.next()
+				o.moves[i] = r.Next()
 			}
 			o.key = r.key() // for a Seek
 		}

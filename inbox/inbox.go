@@ -326,7 +326,7 @@ func Entries(tx kv.Tx, consumer string) iter.Seq2[Entry, error] {
 	return func(yield func(Entry, error) bool) {
 		recstore.List(tx, markSpec, consumer, func(_ recstore.Ref, c, id string, v []byte, ok bool) bool {
 			if !ok {
-				return yield(Entry{}, &EntryError{Consumer: c, MessageID: id, Err: &kv.CorruptError{Kind: record.KindInbox, Reason: "damaged entry (" + recstore.Why(v) + "): its consumer and ID cannot be trusted"}})
+				return yield(Entry{}, &EntryError{Consumer: c, MessageID: id, Err: recstore.DamagedEntry(record.KindInbox, v)})
 			}
 			if consumer != "" && c != consumer {
 				return true

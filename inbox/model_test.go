@@ -65,15 +65,9 @@ func FuzzInboxAgainstAModel(f *testing.F) {
 		in := open()
 		marks := map[string]time.Time{} // consumer/id -> expiry of its mark
 		applied := map[string]int{}
-		next := func() byte {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return b
-		}
-		for step := 0; len(data) > 0; step++ {
+		input := &kvtest.Input{Data: data}
+		next := input.Next
+		for step := 0; input.More(); step++ {
 			op, arg := next()%6, next()
 			c, id := modelConsumers[int(arg)%2], modelMessages[int(arg/2)%3]
 			k := c + "/" + id

@@ -301,6 +301,7 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 	}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
 		now := i.db.Clock().Now()
+		var firstPending []*outbox.Event // views are made for these alone
 		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			if err != nil {
 				corrupt(outbox.EventPending, err)
@@ -308,7 +309,10 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 			}
 			o.Pending++
 			o.OldestAgeSeconds = max(o.OldestAgeSeconds, now.Sub(e.CreatedAt).Seconds())
-			o.OldestPending = oldest(o.OldestPending, i.eventView(e), 20)
+			firstPending = oldest(firstPending, e, 20)
+		}
+		for _, e := range firstPending {
+			o.OldestPending = append(o.OldestPending, i.eventView(e))
 		}
 		for _, err := range outbox.Events(tx, outbox.EventPublished) {
 			if err != nil {
@@ -334,8 +338,8 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 // order (by creation, then sequence): by key the first pending events are
 // the oldest on bbolt only; with several writers (etcd) sequences are
 // random.
-func oldest(list []Event, e Event, n int) []Event {
-	i, _ := slices.BinarySearchFunc(list, e, func(a, b Event) int {
+func oldest(list []*outbox.Event, e *outbox.Event, n int) []*outbox.Event {
+	i, _ := slices.BinarySearchFunc(list, e, func(a, b *outbox.Event) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}

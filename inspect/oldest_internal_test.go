@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/oncekv/oncekv/outbox"
 )
 
 // The outbox summary's oldest pending events are the oldest by creation
@@ -12,12 +14,12 @@ import (
 func TestOldestKeepsTheOldestInOrder(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	var events []Event
+	var events []*outbox.Event
 	for i := range 50 {
-		events = append(events, Event{Seq: rand.Uint64(), CreatedAt: t0.Add(time.Duration(i) * time.Second)}) //nolint:gosec // test order
+		events = append(events, &outbox.Event{Seq: rand.Uint64(), CreatedAt: t0.Add(time.Duration(i) * time.Second)}) //nolint:gosec // test order
 	}
 	rand.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] }) //nolint:gosec // test order
-	var list []Event
+	var list []*outbox.Event
 	for _, e := range events {
 		list = oldest(list, e, 20)
 	}

@@ -87,7 +87,7 @@ func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 		n := 0
 		l.records.List(tx, opts.ScopePrefix, func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
 			if !ok {
-				return yield(nil, recordError(scope, key, &kv.CorruptError{Kind: record.KindIdempotency, Reason: "damaged entry (" + recstore.Why(v) + "): its scope and key cannot be trusted"}))
+				return yield(nil, recordError(scope, key, recstore.DamagedEntry(record.KindIdempotency, v)))
 			}
 			mode := statusOnly
 			if opts.WithBody {

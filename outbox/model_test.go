@@ -79,7 +79,7 @@ type call struct {
 // after acknowledging every event, a count out of range, a partial count
 // without an error.
 type scriptedPublisher struct {
-	script []byte
+	script *kvtest.Input
 	calls  []call
 }
 
@@ -88,10 +88,7 @@ func (p *scriptedPublisher) Publish(_ context.Context, events []outbox.Event) (i
 	for _, e := range events {
 		c.ids = append(c.ids, e.ID)
 	}
-	b := byte(0)
-	if len(p.script) > 0 {
-		b, p.script = p.script[0], p.script[1:]
-	}
+	b := p.script.Next()
 	n, k := len(events), int(b/6)
 	switch b % 6 {
 	case 0, 1:
@@ -140,7 +137,8 @@ func FuzzRelayAgainstAModel(f *testing.F) {
 		opts := &kv.Options{NoSync: true, Clock: clock}
 		db := kvtest.OpenPath(t, path, opts, outbox.RecordKind)
 		m := &outboxModel{events: map[string]*mEvent{}, requeueToBack: !db.Traits().SingleWriter}
-		pub := &scriptedPublisher{}
+		in := &kvtest.Input{Data: data}
+		pub := &scriptedPublisher{script: in} // answers from the input, where the relay pass is
 		var o *outbox.Outbox
 		var relay *outbox.Relay
 		start := func() {
@@ -152,18 +150,10 @@ func FuzzRelayAgainstAModel(f *testing.F) {
 			}
 		}
 		start()
-		next := func() byte {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return b
-		}
-		for step := 0; len(data) > 0; step++ {
-			op, arg := next(), byte(0)
+		for step := 0; in.More(); step++ {
+			op, arg := in.Next(), byte(0)
 			if op%6 != 2 { // a pass takes no argument: the publisher reads on
-				arg = next()
+				arg = in.Next()
 			}
 			now := clock.Now()
 			id := modelIDs[int(arg)%len(modelIDs)]
@@ -190,10 +180,8 @@ func FuzzRelayAgainstAModel(f *testing.F) {
 				}
 			case 2:
 				what = "relay pass"
-				pub.script, data = data, nil // the publisher answers from the rest of the input
 				pub.calls = nil
 				st, err := relay.RunOnce(ctx)
-				data, pub.script = pub.script, nil
 				if err != nil {
 					t.Fatalf("step %d, %s: %v", step, what, err)
 				}
@@ -374,7 +362,7 @@ func TestPublisherErrorAfterEveryAcknowledgement(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pub := &scriptedPublisher{script: []byte{4, 4}} // every call: all acknowledged, and an error
+	pub := &scriptedPublisher{script: &kvtest.Input{Data: []byte{4, 4}}} // every call: all acknowledged, and an error
 	var logged strings.Builder
 	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: modelBatch, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {

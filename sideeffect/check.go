@@ -92,7 +92,7 @@ func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, re
 	return sealing.Rewrite(intentsNS.Bucket(tx), after, limit, func(k, v []byte) ([]byte, error) {
 		in, err := decodeIntentWith(ring, k, v, true)
 		if err != nil {
-			return nil, &IntentError{ID: string(k), Err: err}
+			return nil, err
 		}
 		if in.Sealed && in.KeyID == ring.Current() {
 			return nil, nil

@@ -61,14 +61,8 @@ func FuzzIntentsKeepTheProvidersWord(f *testing.F) {
 		opts := &kv.Options{NoSync: true, Clock: clock}
 		db := kvtest.OpenPath(t, path, opts, sideeffect.RecordKind)
 		fake := providertest.New(providertest.Rates{}, 1)
-		next := func() byte {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return b
-		}
+		input := &kvtest.Input{Data: data}
+		next := input.Next
 		fake.Script = func(op string, _ sideeffect.Call) providertest.Fault {
 			b := next()
 			if op == "status" {
@@ -92,7 +86,7 @@ func FuzzIntentsKeepTheProvidersWord(f *testing.F) {
 		}
 		ids := map[int]string{}                  // order -> intent ID
 		verdict := map[string]sideeffect.State{} // an operator's word, when given
-		for step := 0; len(data) > 0; step++ {
+		for step := 0; input.More(); step++ {
 			op, order := next()%7, int(next())%4
 			id := ids[order]
 			what := fmt.Sprintf("step %d: op %d on order %d", step, op, order)

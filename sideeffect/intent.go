@@ -234,12 +234,23 @@ func encodeIntentFields(e *record.Encoder, layout byte, in *Intent) {
 
 // decodeIntent decodes an intent without opening sealed fields (they are
 // kept for a check to verify).
-func decodeIntent(id, v []byte) (*Intent, error) { return decodeIntentWith(nil, id, v, false) }
+func decodeIntent(id, v []byte) (*Intent, error) { return decodeIntentFields(nil, id, v, false) }
 
 // decodeIntentWith decodes an intent and opens its sealed fields with
 // ring; with required, a sealed intent that does not open (no ring, a
-// missing key, altered bytes) fails with a *seal.OpenError.
+// missing key, altered bytes) fails with a *seal.OpenError. Every failure
+// is an *IntentError naming the intent.
 func decodeIntentWith(ring *seal.Ring, id, v []byte, required bool) (*Intent, error) {
+	in, err := decodeIntentFields(ring, id, v, required)
+	if err != nil {
+		return nil, &IntentError{ID: string(id), Err: err}
+	}
+	return in, nil
+}
+
+// decodeIntentFields is decodeIntentWith with its errors bare (the
+// consistency check names the intent itself).
+func decodeIntentFields(ring *seal.Ring, id, v []byte, required bool) (*Intent, error) {
 	var d record.Decoder
 	layout, err := d.Reset(record.KindIntent, v)
 	if err != nil {
@@ -342,11 +353,7 @@ func loadIntent(tx kv.Tx, id string) (*Intent, error) {
 	if v == nil {
 		return nil, nil
 	}
-	in, err := decodeIntentWith(kv.CipherOf(tx), []byte(id), v, true)
-	if err != nil {
-		return nil, &IntentError{ID: id, Err: err}
-	}
-	return in, nil
+	return decodeIntentWith(kv.CipherOf(tx), []byte(id), v, true)
 }
 
 // storeIntent writes in, keeping the due index in step: a live intent has
@@ -506,9 +513,6 @@ func Intents(tx kv.Tx, state State) iter.Seq2[*Intent, error] {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			in, err := decodeIntentWith(ring, k, v, false)
-			if err != nil {
-				in, err = nil, &IntentError{ID: string(k), Err: err}
-			}
 			if err == nil && state != 0 && in.State != state {
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/kv"
 )
 
 // A log entry wraps a record's value with the scope and key it belongs to,
@@ -72,10 +73,15 @@ func readIdentity(body []byte) (scope, key, rest []byte, ok bool) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Why says what is wrong with an entry List reported as damaged (ok
-// false): "checksum mismatch" when it reads but its checksum fails,
-// "unreadable framing" otherwise, in the words of the look-up's error.
-func Why(v []byte) string {
+// DamagedEntry is the error a listing reports for v, an entry List called
+// damaged (ok false), of a record of kind: its checksum fails although it
+// reads ("checksum mismatch"), or it does not read ("unreadable
+// framing"), in the words of the look-up's error.
+func DamagedEntry(kind record.Kind, v []byte) error {
+	return &kv.CorruptError{Kind: kind, Reason: "damaged entry (" + why(v) + "): the scope and key it names cannot be trusted"}
+}
+
+func why(v []byte) string {
 	if _, _, _, ok := unwrap(v); ok {
 		return "checksum mismatch"
 	}

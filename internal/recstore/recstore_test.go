@@ -248,7 +248,7 @@ func TestDamagedEntryIsAnError(t *testing.T) {
 			var listed, scanned []bool
 			s.List(tx, "", func(_ Ref, _, _ string, v []byte, ok bool) bool {
 				listed = append(listed, ok)
-				require.Equal(t, c.why, Why(v), c.name)
+				require.Equal(t, c.why, why(v), c.name)
 				return true
 			})
 			s.Scan(tx, "", func(_ Ref, _, _ string, _ []byte, ok bool) bool { scanned = append(scanned, ok); return true })

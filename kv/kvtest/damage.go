@@ -40,3 +40,20 @@ func Split[V any](seq iter.Seq2[V, error]) (vals []V, errs []error) {
 	}
 	return vals, errs
 }
+
+// Input reads a fuzz input a byte at a time, for targets that decode
+// operations (and a fake's answers) from it. Past its end every byte is 0.
+type Input struct{ Data []byte }
+
+// Next returns the next byte, or 0 when none is left.
+func (in *Input) Next() byte {
+	if len(in.Data) == 0 {
+		return 0
+	}
+	b := in.Data[0]
+	in.Data = in.Data[1:]
+	return b
+}
+
+// More reports whether bytes are left.
+func (in *Input) More() bool { return len(in.Data) > 0 }
