@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -323,7 +324,15 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	var elapsed time.Duration
 	for range cfg.Rounds {
 		for i, w := range workloads {
-			d, err := drive(ctx, cfg.Clients, per, func() error { return w.Op(ctx, newKey(), payload, response) }, &recs[i])
+			var d time.Duration
+			var err error
+			// The label lets a CPU profile be split by workload
+			// (go tool pprof -tagfocus workload=oncekv): the group
+			// commit's leader is one of the clients, so the batch's
+			// transaction carries its workload's label too.
+			pprof.Do(ctx, pprof.Labels("workload", w.Name), func(ctx context.Context) {
+				d, err = drive(ctx, cfg.Clients, per, func() error { return w.Op(ctx, newKey(), payload, response) }, &recs[i])
+			})
 			if err != nil {
 				return Report{}, fmt.Errorf("bench: %s: %w", w.Name, err)
 			}

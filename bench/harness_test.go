@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime/pprof"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +94,21 @@ func forEachEntry(tx *bolt.Tx, name string, fn func(v []byte)) error {
 		}
 	}
 	return nil
+}
+
+// Every operation runs under its workload's profiler label, so that
+// `oncekv bench --cpuprofile` can be split by workload (pprof -tagfocus).
+func TestOperationsCarryTheirWorkloadsLabel(t *testing.T) {
+	var seen sync.Map
+	probe := Workload{Name: "probe", Op: func(ctx context.Context, _, _, _ []byte) error {
+		v, _ := pprof.Label(ctx, "workload")
+		seen.Store(v, true)
+		return nil
+	}}
+	_, err := RunHarness(context.Background(), HarnessConfig{Duration: 40 * time.Millisecond, Rounds: 1, Clients: 2,
+		PayloadBytes: 10, ResponseSize: 10, Commit: "batch", Extra: []Workload{probe}})
+	require.NoError(t, err)
+	var labels []any
+	seen.Range(func(k, _ any) bool { labels = append(labels, k); return true })
+	require.Equal(t, []any{"probe"}, labels)
 }
