@@ -46,6 +46,9 @@
 //
 //   - Indexes are unique. A non-unique lookup needs a key that includes the
 //     primary key.
+//   - An index key is 1 to MaxIndexKeyLen bytes. A value whose Key function
+//     gives it an empty or longer key is refused (ErrInvalidIndexKey) before
+//     anything is written; return ok=false to leave a row out of an index.
 //   - Changing an index's Key function does not re-index existing rows; the
 //     typed Check reports rows whose stored key no longer matches.
 //   - Functions passed to managed calls (UpdateFunc, AssignField's set) may

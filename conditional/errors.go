@@ -19,6 +19,11 @@ var (
 	// ErrInvalidID is returned for an empty ID or one longer than MaxIDLen.
 	ErrInvalidID = errors.New("conditional: invalid row ID")
 
+	// ErrInvalidIndexKey is returned when an index's Key function gives a
+	// value a key that cannot be stored: empty, or longer than
+	// MaxIndexKeyLen. Nothing is written.
+	ErrInvalidIndexKey = errors.New("conditional: invalid index key")
+
 	// ErrUnknownIndex is returned when an operation names an index the table
 	// does not declare.
 	ErrUnknownIndex = errors.New("conditional: unknown index")

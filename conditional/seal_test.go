@@ -155,6 +155,18 @@ func TestResealTables(t *testing.T) {
 	total, batches := sealtest.Reseal(t, db, conditional.Reseal, 2)
 	require.Equal(t, 10, total, "5 sealed rows in each of two tables")
 	require.GreaterOrEqual(t, batches, 5+1)
+	// An empty cursor is the start, as nil is: nothing is left to move.
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		for after := []byte{}; after != nil; {
+			next, n, err := conditional.Reseal(tx, kv.CipherOf(tx), after, 100)
+			if err != nil {
+				return err
+			}
+			require.Zero(t, n)
+			after = next
+		}
+		return nil
+	}))
 	require.NoError(t, db.Close())
 
 	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 2)})
@@ -212,4 +224,49 @@ func kvtestOpen(t *testing.T) *kv.DB {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	return db
+}
+
+// An index key that cannot be stored (empty, or longer than bbolt takes)
+// is refused by name before anything is written, in the managed forms and
+// in a caller's transaction that goes on to commit: the row is not left
+// stored without its index entry.
+func TestIndexKeysThatCannotBeStoredAreRefused(t *testing.T) {
+	require.Equal(t, bolt.MaxKeySize, conditional.MaxIndexKeyLen)
+	db := kvtestOpen(t)
+	tbl, err := conditional.NewTable(db, "raw", &conditional.Options[Order]{
+		Indexes: []conditional.Index[Order]{{Name: "by_raw", Key: func(o Order) ([]byte, bool) { return []byte(o.ExternalRef), true }}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { checkTable(t, db, tbl) })
+
+	longest := strings.Repeat("r", conditional.MaxIndexKeyLen)
+	_, err = tbl.Insert(ctx, "longest", Order{ExternalRef: longest})
+	require.NoError(t, err)
+	got, err := tbl.GetByIndex(ctx, "by_raw", []byte(longest))
+	require.NoError(t, err)
+	require.Equal(t, "longest", got.ID)
+
+	for _, ref := range []string{"", longest + "r"} {
+		_, err = tbl.Insert(ctx, "a", Order{ExternalRef: ref})
+		require.ErrorIs(t, err, conditional.ErrInvalidIndexKey, "%d bytes", len(ref))
+		require.ErrorContains(t, err, `raw: index "by_raw" gives row "a" a key of`)
+		_, err = tbl.Upsert(ctx, "by_raw", "a", Order{ExternalRef: ref}, nil)
+		require.ErrorIs(t, err, conditional.ErrInvalidIndexKey)
+		_, err = tbl.CompareAndSet(ctx, "longest", 1, Order{ExternalRef: ref})
+		require.ErrorIs(t, err, conditional.ErrInvalidIndexKey)
+
+		// A caller that goes on past the error commits nothing of the row.
+		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+			_, err := tbl.InsertTx(tx, "b", Order{ExternalRef: ref})
+			require.ErrorIs(t, err, conditional.ErrInvalidIndexKey)
+			return nil
+		}))
+		for _, id := range []string{"a", "b"} {
+			_, err = tbl.Get(ctx, id)
+			require.ErrorIs(t, err, conditional.ErrNotFound, id)
+		}
+	}
+	got, err = tbl.Get(ctx, "longest")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), got.Version, "the refused compare-and-set wrote nothing")
 }

@@ -16,6 +16,12 @@ import (
 // MaxIDLen is the longest row ID accepted, in bytes.
 const MaxIDLen = 1024
 
+// MaxIndexKeyLen is the longest key an index may give a value, in bytes:
+// bbolt's own limit on a key (bbolt.MaxKeySize). An index key is never
+// empty; an optional field that is empty leaves the row out of the index
+// (Index.Key returns ok=false).
+const MaxIndexKeyLen = 32768
+
 // Index declares a unique index over a table's values.
 type Index[T any] struct {
 	// Name identifies the index; it is part of the bucket name, so keep it
@@ -183,6 +189,12 @@ func (t *Table[T]) prepare(tx kv.Tx, id string, v T) (prepared, error) {
 	}
 	p := prepared{value: val, keys: t.keysOf(v)}
 	for _, k := range p.keys {
+		if len(k.key) == 0 || len(k.key) > MaxIndexKeyLen {
+			return prepared{}, fmt.Errorf("%w: %s: index %q gives row %q a key of %d bytes (want 1 to %d)",
+				ErrInvalidIndexKey, t.name, k.index, id, len(k.key), MaxIndexKeyLen)
+		}
+	}
+	for _, k := range p.keys {
 		i, _ := t.indexPos(k.index)
 		ib := t.idxNS[i].Bucket(tx)
 		if ib == nil {
@@ -271,12 +283,14 @@ func (t *Table[T]) remove(tx kv.Tx, id string, old storedRow) error {
 }
 
 // batch runs fn under group commit; outcomes that write nothing (a unique
-// violation, an existing ID) are passed through kv.Reject so they do not
-// fail the other calls of the batch.
+// violation, an existing ID, a missing row, an index key that cannot be
+// stored) are passed through kv.Reject so they do not fail the other calls
+// of the batch.
 func (t *Table[T]) batch(ctx context.Context, fn func(tx kv.Tx) error) error {
 	return t.db.Batch(ctx, func(tx kv.Tx) error {
 		err := fn(tx)
-		if errors.Is(err, ErrUniqueViolation) || errors.Is(err, ErrExists) || errors.Is(err, ErrNotFound) {
+		if errors.Is(err, ErrUniqueViolation) || errors.Is(err, ErrExists) || errors.Is(err, ErrNotFound) ||
+			errors.Is(err, ErrInvalidIndexKey) {
 			return kv.Reject(err)
 		}
 		return err
