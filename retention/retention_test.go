@@ -284,6 +284,7 @@ func TestBatchesDryRunAndCancel(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, dry.DryRun)
 	require.Equal(t, old, dry.Kinds[retention.Idempotency].Deleted)
+	require.Equal(t, old, dry.Deleted(), "the sum over kinds")
 	n := 0
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 		for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
@@ -303,6 +304,7 @@ func TestBatchesDryRunAndCancel(t *testing.T) {
 	require.NoError(t, err)
 	ks := st.Kinds[retention.Idempotency]
 	require.Equal(t, old, ks.Deleted)
+	require.Equal(t, old, st.Deleted())
 	require.Equal(t, old, ks.Examined, "only expired entries are read")
 	require.GreaterOrEqual(t, ks.Batches, old/batch)
 	require.Positive(t, ks.LongestTx)
