@@ -36,6 +36,9 @@ func FuzzEtcdAgreesWithBbolt(f *testing.F) {
 	// Committed keys and this transaction's writes and deletes, walked
 	// forward and back by one cursor.
 	f.Add([]byte{0, 1, 0, 2, 0, 1, 0, 1, 2, 0, 1, 1, 1, 0, 0, 2, 0, 2, 0, 2, 1, 3, 0, 1, 1, 5, 0, 4, 0, 0, 0, 1, 1, 0, 0})
+	// Keys the port refuses (too long, empty) and the longest it takes, in
+	// a write transaction and in a read-only one: the same errors.
+	f.Add([]byte{0, 1, 0, 2, 0, 0xff, 1, 2, 0, 0xfe, 1, 2, 0, 0, 1, 4, 0, 0xfe, 0, 3, 2, 0, 0xff, 1, 2, 0, 0, 1, 0})
 	c := etcdtest.Start(f, etcdtest.Options{Members: 1})
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -97,10 +100,15 @@ var (
 func (r *reader) bucket() []byte { return []byte(bucketNames[int(r.Next())%len(bucketNames)]) }
 
 // key is 0 to 3 bytes from a small alphabet, so keys collide, share
-// prefixes and sort around 0x00 and 0xff.
+// prefixes and sort around 0x00 and 0xff; now and then the longest key the
+// port takes (kv.MaxKeySize bytes), or one byte longer.
 func (r *reader) key() []byte {
+	n := int(r.Next())
+	if n >= 0xfe { // the longest key the port takes, or one byte more
+		return bytes.Repeat([]byte{'z'}, kv.MaxKeySize+n-0xfe)
+	}
 	k := []byte{}
-	for range int(r.Next()) % 4 {
+	for range n % 4 {
 		k = append(k, keyBytes[int(r.Next())%len(keyBytes)])
 	}
 	return k
@@ -147,6 +155,20 @@ func (r *reader) program() program {
 	return p
 }
 
+// failure names how a call failed: not at all, with one of the port's
+// errors (the same on both backends), or otherwise.
+func failure(err error) string {
+	for _, pe := range []error{kv.ErrKeyRequired, kv.ErrKeyTooLarge, kv.ErrBucketNameRequired, kv.ErrTxNotWritable, kv.ErrReservedName} {
+		if errors.Is(err, pe) {
+			return "failed: " + pe.Error()
+		}
+	}
+	if err != nil {
+		return "failed"
+	}
+	return "ok"
+}
+
 // run plays p in tx and writes every answer to log.
 func (p program) run(tx kv.Tx, log *strings.Builder, ran *commits) error {
 	say := func(format string, args ...any) { fmt.Fprintf(log, format+"\n", args...) }
@@ -161,15 +183,15 @@ func (p program) run(tx kv.Tx, log *strings.Builder, ran *commits) error {
 		switch o.code {
 		case 1:
 			_, err := tx.CreateBucketIfNotExists(o.bucket)
-			say("create %q: failed %t", o.bucket, err != nil)
+			say("create %q: %s", o.bucket, failure(err))
 		case 2:
 			err := b.Put(o.key, o.moves)
-			say("put %q %q=%q: failed %t", o.bucket, o.key, o.moves, err != nil)
+			say("put %q %s=%q: %s", o.bucket, short(o.key), o.moves, failure(err))
 		case 3:
 			err := b.Delete(o.key)
-			say("delete %q %q: failed %t", o.bucket, o.key, err != nil)
+			say("delete %q %s: %s", o.bucket, short(o.key), failure(err))
 		case 4:
-			say("get %q %q: %s", o.bucket, o.key, value(b.Get(o.key)))
+			say("get %q %s: %s", o.bucket, short(o.key), value(b.Get(o.key)))
 		case 5:
 			c := b.Cursor()
 			var k, v []byte
@@ -197,13 +219,13 @@ func (p program) run(tx kv.Tx, log *strings.Builder, ran *commits) error {
 			c := b.Cursor()
 			k, _ := c.Seek(o.key)
 			if k == nil {
-				say("seek %q %q: end", o.bucket, o.key)
+				say("seek %q %s: end", o.bucket, short(o.key))
 				continue
 			}
 			k = bytes.Clone(k)
 			err := b.Delete(k)
 			k2, v2 := c.Seek(k)
-			say("delete under cursor %q %q: failed %t, then %s=%s", o.bucket, k, err != nil, value(k2), value(v2))
+			say("delete under cursor %q %s: %s, then %s=%s", o.bucket, short(k), failure(err), value(k2), value(v2))
 		case 7:
 			s, err := b.NextSequence()
 			say("sequence %q: %t", o.bucket, err == nil && s > 0) // values differ by design; both must give one
@@ -227,7 +249,15 @@ func value(v []byte) string {
 	if v == nil {
 		return "nil"
 	}
-	return fmt.Sprintf("%q", v)
+	return short(v)
+}
+
+// short quotes b, its length in place of most of it when it is long.
+func short(b []byte) string {
+	if len(b) > 40 {
+		return fmt.Sprintf("%q… (%d bytes)", b[:8], len(b))
+	}
+	return fmt.Sprintf("%q", b)
 }
 
 // dump is the whole content: every bucket and its pairs.
@@ -244,7 +274,7 @@ func dump(t *testing.T, db *kv.DB) string {
 			}
 			bc := b.Cursor()
 			for k, v := bc.First(); k != nil; k, v = bc.Next() {
-				fmt.Fprintf(&s, "  %q=%s\n", k, value(v))
+				fmt.Fprintf(&s, "  %s=%s\n", short(k), value(v))
 			}
 		}
 		return nil

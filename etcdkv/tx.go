@@ -59,7 +59,7 @@ func (b *Backend) begin(ctx context.Context, writable bool) *tx {
 		scanned: map[string][]byte{}, deleted: map[string][]byte{}}
 }
 
-var errReadOnly = errors.New("etcdkv: write in a read-only transaction")
+var errReadOnly = fmt.Errorf("etcdkv: write in a read-only transaction: %w", kv.ErrTxNotWritable)
 
 // call runs one request with the backend's timeout.
 func (t *tx) call(fn func(ctx context.Context) error) error {
@@ -178,7 +178,7 @@ func (t *tx) exists(name []byte) bool {
 
 func (t *tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
 	if len(name) == 0 {
-		return nil, errors.New("etcdkv: empty bucket name")
+		return nil, kv.ErrBucketNameRequired
 	}
 	if !t.writable {
 		// Refused even for a bucket that exists, as bbolt refuses it:
@@ -214,8 +214,13 @@ var _ kv.Bucket = (*bucket)(nil)
 func (b *bucket) Get(key []byte) []byte { return b.t.get(b.prefix + string(key)) }
 
 func (b *bucket) Put(key, value []byte) error {
-	if len(key) == 0 {
-		return errors.New("etcdkv: empty key")
+	switch {
+	case !b.t.writable:
+		return errReadOnly // first, as bbolt does
+	case len(key) == 0:
+		return kv.ErrKeyRequired
+	case len(key) > kv.MaxKeySize:
+		return kv.ErrKeyTooLarge
 	}
 	return b.t.put(b.prefix+string(key), value)
 }

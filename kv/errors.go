@@ -4,7 +4,34 @@ import (
 	"errors"
 	"fmt"
 
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
 	"github.com/oncekv/oncekv/internal/record"
+)
+
+// MaxKeySize is the longest key Bucket.Put takes, in bytes, on every
+// backend: bbolt's own limit, kept by the others too so that code written
+// against one fails the same way on another.
+const MaxKeySize = bolt.MaxKeySize
+
+// Errors returned by writes, the same on every backend (they are bbolt's
+// own errors, so errors.Is works with either name).
+var (
+	// ErrKeyRequired is returned by Bucket.Put for an empty key.
+	ErrKeyRequired = berrors.ErrKeyRequired
+
+	// ErrKeyTooLarge is returned by Bucket.Put for a key longer than
+	// MaxKeySize.
+	ErrKeyTooLarge = berrors.ErrKeyTooLarge
+
+	// ErrBucketNameRequired is returned by Tx.CreateBucketIfNotExists for
+	// an empty name.
+	ErrBucketNameRequired = berrors.ErrBucketNameRequired
+
+	// ErrTxNotWritable is returned by a write (Put, Delete, NextSequence,
+	// CreateBucketIfNotExists) in a read-only transaction.
+	ErrTxNotWritable = berrors.ErrTxNotWritable
 )
 
 // Errors returned by Open.

@@ -55,7 +55,9 @@ type Tx interface {
 	Bucket(name []byte) Bucket
 	// CreateBucketIfNotExists returns the named top-level bucket, creating it
 	// if needed. Names in oncekv's reserved namespace are refused with
-	// ErrReservedName when the Tx came from a DB.
+	// ErrReservedName when the Tx came from a DB, an empty name with
+	// ErrBucketNameRequired, and any call in a read-only transaction with
+	// ErrTxNotWritable, even for a bucket that exists.
 	CreateBucketIfNotExists(name []byte) (Bucket, error)
 	// Cursor iterates the names of the top-level buckets in byte order
 	// (values are nil).
@@ -72,7 +74,10 @@ type Tx interface {
 type Bucket interface {
 	// Get returns the value for key, or nil if the key is absent.
 	Get(key []byte) []byte
-	// Put sets key to value.
+	// Put sets key to value. An empty key fails with ErrKeyRequired, one
+	// longer than MaxKeySize with ErrKeyTooLarge, any write in a read-only
+	// transaction with ErrTxNotWritable; a failed Put writes nothing and
+	// leaves the transaction usable.
 	Put(key, value []byte) error
 	// Delete removes key. Deleting an absent key is not an error.
 	Delete(key []byte) error

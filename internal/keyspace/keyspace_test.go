@@ -119,6 +119,8 @@ func TestNamespacesAndFormat(t *testing.T) {
 		require.Equal(t, []string{"table/a", "table/b"}, names)
 		require.Nil(t, tx.Bucket(keyspace.New("table/a").Bytes()), "hidden from the caller's transaction")
 		require.Nil(t, keyspace.New("missing").Bucket(tx))
+		_, err := keyspace.New("missing").Create(tx)
+		require.ErrorIs(t, err, kv.ErrTxNotWritable, "the port's error for a write in a read-only transaction")
 		v, err := keyspace.StoredFormat(tx)
 		require.NoError(t, err)
 		require.Equal(t, uint32(kv.FormatVersion), v)

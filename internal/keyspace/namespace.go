@@ -6,7 +6,7 @@ package keyspace
 
 import (
 	"bytes"
-	"errors"
+	"fmt"
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
@@ -15,8 +15,9 @@ import (
 var reservedPrefix = []byte(record.ReservedPrefix)
 
 // ErrReadOnlyTx is returned when a namespace is created in a read-only
-// transaction.
-var ErrReadOnlyTx = errors.New("kv: write in a read-only transaction")
+// transaction. It is kv.ErrTxNotWritable, as a write through the port's
+// own calls would return.
+var ErrReadOnlyTx = fmt.Errorf("kv: write in a read-only transaction: %w", kv.ErrTxNotWritable)
 
 // Raw returns the backend transaction behind tx, past the reserved-name
 // guard of kv.DB and any wrapper (anything with an Unwrap() kv.Tx method).

@@ -49,6 +49,7 @@ func RunConformance(t *testing.T, open func(t testing.TB) kv.Backend) {
 	run("ReadOnly", testReadOnly)
 	run("Snapshot", testSnapshot)
 	run("LargeValue", testLargeValue)
+	run("KeyLimits", testKeyLimits)
 	run("NoLostUpdates", testNoLostUpdates)
 	run("NoPhantoms", testNoPhantoms)
 	run("NoDeletedRangeRace", testNoDeletedRangeRace)
@@ -474,10 +475,20 @@ func testReadOnly(t *testing.T, b kv.Backend) {
 		if tx.Writable() {
 			t.Fatal("a View transaction says it is writable")
 		}
-		return tx.Bucket([]byte("ro")).Put([]byte("k"), []byte("changed"))
+		bk := tx.Bucket([]byte("ro"))
+		for what, err := range map[string]error{
+			"Delete":                  bk.Delete([]byte("k")),
+			"Put with an empty key":   bk.Put(nil, []byte("v")),
+			"CreateBucketIfNotExists": func() error { _, err := tx.CreateBucketIfNotExists([]byte("ro")); return err }(),
+		} {
+			if !errors.Is(err, kv.ErrTxNotWritable) {
+				t.Errorf("%s in a View transaction: %v, want kv.ErrTxNotWritable", what, err)
+			}
+		}
+		return bk.Put([]byte("k"), []byte("changed"))
 	})
-	if err == nil {
-		t.Fatal("a write in a View transaction succeeded")
+	if !errors.Is(err, kv.ErrTxNotWritable) {
+		t.Fatalf("a write in a View transaction: %v, want kv.ErrTxNotWritable", err)
 	}
 	wantValue(t, b, "ro", "k", "vk")
 	update(t, b, func(tx kv.Tx) error {
@@ -533,6 +544,41 @@ func testLargeValue(t *testing.T, b kv.Backend) {
 	view(t, b, func(tx kv.Tx) error {
 		if !bytes.Equal(tx.Bucket([]byte("big")).Get([]byte("v")), big) {
 			t.Fatal("a 64 KiB value did not round-trip")
+		}
+		return nil
+	})
+}
+
+// testKeyLimits: an empty key or bucket name, and a key longer than
+// kv.MaxKeySize, are refused with the same errors on every backend, write
+// nothing, and leave the transaction usable; a key of exactly MaxKeySize
+// bytes is stored.
+func testKeyLimits(t *testing.T, b kv.Backend) {
+	longest := bytes.Repeat([]byte{'k'}, kv.MaxKeySize)
+	update(t, b, func(tx kv.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(nil); !errors.Is(err, kv.ErrBucketNameRequired) {
+			t.Errorf("an empty bucket name: %v, want kv.ErrBucketNameRequired", err)
+		}
+		bk, err := bucket(tx, "limits")
+		if err != nil {
+			return err
+		}
+		if err := bk.Put(nil, []byte("v")); !errors.Is(err, kv.ErrKeyRequired) {
+			t.Errorf("an empty key: %v, want kv.ErrKeyRequired", err)
+		}
+		if err := bk.Put(append(longest, 'k'), []byte("v")); !errors.Is(err, kv.ErrKeyTooLarge) {
+			t.Errorf("a key of %d bytes: %v, want kv.ErrKeyTooLarge", len(longest)+1, err)
+		}
+		return bk.Put(longest, []byte("v"))
+	})
+	view(t, b, func(tx kv.Tx) error {
+		var keys [][]byte
+		c := tx.Bucket([]byte("limits")).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			keys = append(keys, k)
+		}
+		if len(keys) != 1 || !bytes.Equal(keys[0], longest) {
+			t.Errorf("the bucket holds %d keys, want only the one of %d bytes", len(keys), len(longest))
 		}
 		return nil
 	})

@@ -106,6 +106,9 @@ type (
 		Cursor     int64
 		Revision   int64 // the cursor's Revision(), when the backend's cursors have one
 		Err        string
+		// Is names the port's error Err is (an index into portErrors,
+		// plus one), so that errors.Is holds on the client too.
+		Is int
 		// Restart asks the client to run its function again: the backend
 		// is running it again (an optimistic conflict).
 		Restart bool
@@ -193,11 +196,7 @@ func (s *remoteServer) Begin(args BeginArgs, reply *int64) error {
 		defer s.running.Done()
 		err := run(context.Background(), func(tx kv.Tx) error { return t.serve(tx) })
 		if t.pendingEnd != nil { // the outcome of the client's commit
-			r := OpReply{}
-			if err != nil {
-				r.Err = err.Error()
-			}
-			t.pendingEnd <- r
+			t.pendingEnd <- withErr(OpReply{}, err)
 		}
 		t.done <- err
 		s.mu.Lock()
@@ -245,12 +244,45 @@ const remoteIdle = 5 * time.Second
 
 var errRemoteAbandoned = errors.New("kvtest: transaction abandoned by its client")
 
-func errString(err error) string {
+// portErrors are the errors the kv port's contract names: they cross the
+// wire by index, so that errors.Is holds on the client as on the server.
+var portErrors = []error{kv.ErrKeyRequired, kv.ErrKeyTooLarge, kv.ErrBucketNameRequired, kv.ErrTxNotWritable, kv.ErrReservedName}
+
+// withErr sets r's error from err.
+func withErr(r OpReply, err error) OpReply {
 	if err == nil {
-		return ""
+		return r
 	}
-	return err.Error()
+	r.Err = err.Error()
+	for i, pe := range portErrors {
+		if errors.Is(err, pe) {
+			r.Is = i + 1
+			break
+		}
+	}
+	return r
 }
+
+// replyErr is the error r carries, or nil.
+func replyErr(r OpReply) error {
+	switch {
+	case r.Err == "":
+		return nil
+	case r.Is > 0 && r.Is <= len(portErrors):
+		return &portError{msg: r.Err, is: portErrors[r.Is-1]}
+	}
+	return errors.New(r.Err)
+}
+
+// portError is a port error received from the server: its message, and
+// the error it is.
+type portError struct {
+	msg string
+	is  error
+}
+
+func (e *portError) Error() string { return e.msg }
+func (e *portError) Unwrap() error { return e.is }
 
 func (t *serverTx) exec(tx kv.Tx, a OpArgs) OpReply {
 	bucket := func() kv.Bucket {
@@ -274,7 +306,7 @@ func (t *serverTx) exec(tx kv.Tx, a OpArgs) OpReply {
 		return OpReply{Found: tx.Bucket(a.Bucket) != nil}
 	case "create":
 		_, err := tx.CreateBucketIfNotExists(a.Bucket)
-		return OpReply{Found: err == nil, Err: errString(err)}
+		return withErr(OpReply{Found: err == nil}, err)
 	case "cursor":
 		var c kv.Cursor
 		if a.Bucket == nil {
@@ -314,12 +346,12 @@ func (t *serverTx) exec(tx kv.Tx, a OpArgs) OpReply {
 		v := b.Get(a.Key)
 		return OpReply{Value: v, Found: v != nil}
 	case "put":
-		return OpReply{Err: errString(b.Put(a.Key, a.Value))}
+		return withErr(OpReply{}, b.Put(a.Key, a.Value))
 	case "delete":
-		return OpReply{Err: errString(b.Delete(a.Key))}
+		return withErr(OpReply{}, b.Delete(a.Key))
 	case "seq":
 		n, err := b.NextSequence()
-		return OpReply{Seq: n, Err: errString(err)}
+		return withErr(OpReply{Seq: n}, err)
 	}
 	return OpReply{Err: "kvtest: unknown operation " + a.Op}
 }
@@ -446,7 +478,7 @@ func (b *remoteBackend) run(writable bool, fn func(kv.Tx) error) (err error) {
 		case r.Restart:
 			continue
 		case r.Err != "":
-			return errors.New(r.Err)
+			return replyErr(r)
 		}
 		for _, h := range tx.onCommit {
 			h()
@@ -496,10 +528,7 @@ func remoteErr(r OpReply, err error) error {
 	if err != nil {
 		return err
 	}
-	if r.Err != "" {
-		return errors.New(r.Err)
-	}
-	return nil
+	return replyErr(r)
 }
 
 func (t *remoteTx) Bucket(name []byte) kv.Bucket {
