@@ -22,7 +22,9 @@ import (
 // It checks what oncekv's packages rely on: buckets, values and
 // read-your-writes, cursor order in both directions with Seek, deletion
 // while iterating, sequences, rollback on error and panic, OnCommit only after a
-// commit, snapshot reads, and serializable write transactions under
+// commit, snapshot reads, the port's write errors (empty keys and names,
+// keys over kv.MaxKeySize, writes in a read-only transaction), and
+// serializable write transactions under
 // concurrency — lost updates, phantoms in scanned ranges and deletions
 // inside scanned ranges must all be impossible.
 func RunConformance(t *testing.T, open func(t testing.TB) kv.Backend) {
