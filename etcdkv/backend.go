@@ -38,7 +38,11 @@ const (
 // Options configure a Backend. A nil *Options means all defaults.
 type Options struct {
 	// Prefix namespaces the backend's keys, so several databases (or
-	// tests) share one cluster. "" means DefaultPrefix.
+	// tests) share one cluster. "" means DefaultPrefix. No database's
+	// prefix may begin with another's: with "/app/" and "/app/b/", the
+	// second's keys fall inside the first's ranges and show there as
+	// buckets it never made. Give each database a sibling prefix
+	// ("/app/orders/", "/app/billing/").
 	Prefix string
 	// RequestTimeout bounds one etcd request. 0 means DefaultRequestTimeout.
 	RequestTimeout time.Duration
