@@ -17,6 +17,11 @@ func TestScope(t *testing.T) {
 		_, err := ledger.Scope(tenant, "POST", "/v1/orders")
 		require.ErrorIs(t, err, ledger.ErrInvalidScope, "%q", tenant)
 	}
+	// The tenant is what precedes the first '|', empty included; a scope
+	// without one is its own tenant.
+	for scope, tenant := range map[string]string{"acme|POST /x": "acme", "a|b|c": "a", "|POST /x": "", "plain": "plain"} {
+		require.Equal(t, tenant, ledger.TenantOf(scope), "%q", scope)
+	}
 }
 
 // FuzzCanonicalise: never panics; accepts only what encoding/json accepts;

@@ -49,6 +49,7 @@ func TestFormatOneFileIsMigrated(t *testing.T) {
 	st := l.Stats()
 	require.Equal(t, "log", st.Layout)
 	require.Equal(t, n+1, st.Records)
+	require.Equal(t, int64(n+1)*ledger.DirectoryBytesPerRecord, st.DirectoryBytes)
 
 	requireReplays(t, l, n)
 	_, err = l.Do(ctx, req("claimed", "x"), mustNotRun(t))

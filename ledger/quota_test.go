@@ -106,6 +106,24 @@ func TestByteQuota(t *testing.T) {
 	require.NoError(t, err, "the first record may go over: completion is never refused")
 	_, err = l.Do(ctx, tenantReq("tiny", "b"), big)
 	require.ErrorIs(t, err, ledger.ErrQuotaExceeded)
+
+	// Exactly at the limit is full: a tenant whose limit is its usage to
+	// the byte gets no new record.
+	u, err := l.Usage(ctx, "tiny")
+	require.NoError(t, err)
+	exact, _ := setup(t, &ledger.Config{Quota: &ledger.Quota{For: func(tenant string) (int64, int64) {
+		if tenant == "tiny" {
+			return 0, u.Bytes
+		}
+		return 0, 0
+	}}})
+	_, err = exact.Do(ctx, tenantReq("tiny", "a"), big)
+	require.NoError(t, err)
+	got, err := exact.Usage(ctx, "tiny")
+	require.NoError(t, err)
+	require.Equal(t, u, got, "the same record costs the same bytes")
+	_, err = exact.Do(ctx, tenantReq("tiny", "b"), big)
+	require.ErrorIs(t, err, ledger.ErrQuotaExceeded)
 	for i := range 5 {
 		_, err = l.Do(ctx, tenantReq("roomy", fmt.Sprint(i)), big)
 		require.NoError(t, err)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,30 @@ func TestUsageOneCounterWithOneWriter(t *testing.T) {
 	ps, err := db.Check(ctx, RecordKind)
 	require.NoError(t, err)
 	require.Empty(t, ps)
+}
+
+// A usage counter whose value does not decode is reported by the check,
+// by tenant; the complete-marker beside the counters is not a counter.
+func TestCheckReportsADamagedUsageCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := kvtest.Open(t, nil)
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	_, err = l.Do(ctx, Request{Scope: "acme|POST /x", Key: "k", Fingerprint: Fingerprint{1}},
+		func(kv.Tx) (Response, error) { return Response{Status: 201}, nil })
+	require.NoError(t, err)
+	ps, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, ps, "the marker and a good counter are no problem")
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		return keyspace.Raw(tx).Bucket(usageNS.Bytes()).Put([]byte("globex"), []byte{0xff})
+	}))
+	ps, err = db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	var msgs []string
+	for _, p := range ps {
+		msgs = append(msgs, p.Message)
+	}
+	require.Contains(t, strings.Join(msgs, "\n"), `usage of tenant "globex": `)
 }

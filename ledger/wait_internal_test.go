@@ -72,3 +72,60 @@ func TestWaitIsWokenByTheCompletion(t *testing.T) {
 		require.Equal(t, int64(1), l.waited.Load()-waitsBefore, "one wait, not a spin")
 	}
 }
+
+// Two duplicates wait on one key; the first gives up at its bound. The
+// other must still be woken by the completion (its waiter entry outlives
+// the first's), and when both are done no entry is left behind. A Claim
+// with Wait waits as Do does.
+func TestWaitersShareAnEntryAndLeaveNone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "w.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	req := Request{Scope: "acme|POST /x", Key: "k", Fingerprint: Fingerprint{1}}
+	out, err := l.Claim(ctx, req)
+	require.NoError(t, err)
+	rk := string(recordKey(nil, req.Scope, req.Key))
+
+	patient := req
+	patient.Wait = 30 * time.Second
+	got := make(chan Outcome, 1)
+	errs := make(chan error, 1)
+	go func() {
+		out, err := l.Claim(ctx, patient)
+		got <- out
+		errs <- err
+	}()
+	l.registered(t, rk)
+
+	hasty := req
+	hasty.Wait = 20 * time.Millisecond
+	_, err = l.Do(ctx, hasty, func(kv.Tx) (Response, error) { return Response{}, nil })
+	require.ErrorIs(t, err, ErrInProgress, "the hasty duplicate gives up at its bound")
+
+	_, err = l.Complete(ctx, out.Claim, Response{Status: 200, Body: []byte("first")}, nil)
+	require.NoError(t, err)
+	// Had the hasty duplicate's departure removed the shared entry, the
+	// completion would have woken nobody and the patient Claim would have
+	// ended at its 30 s bound, in progress.
+	require.NoError(t, <-errs)
+	o := <-got
+	require.NotNil(t, o.Replay, "the patient Claim waited and got the replay")
+	require.Equal(t, "first", string(o.Replay.Response.Body))
+
+	// A wait that ends at its bound, with nobody completing the key, leaves
+	// no entry either.
+	other := Request{Scope: "acme|POST /x", Key: "never-finished", Fingerprint: Fingerprint{1}}
+	_, err = l.Claim(ctx, other)
+	require.NoError(t, err)
+	other.Wait = 20 * time.Millisecond
+	_, err = l.Do(ctx, other, func(kv.Tx) (Response, error) { return Response{}, nil })
+	require.ErrorIs(t, err, ErrInProgress)
+
+	l.waiters.mu.Lock()
+	defer l.waiters.mu.Unlock()
+	require.Empty(t, l.waiters.m, "no waiter entry is left behind")
+}
