@@ -25,6 +25,18 @@ func (l *Ledger) registered(t *testing.T, rk string) {
 	t.Fatal("nobody waited on the key")
 }
 
+// waitLedger is a ledger on a bbolt file of its own: waiting is woken
+// in process, by this process's completions.
+func waitLedger(t *testing.T) *Ledger {
+	t.Helper()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "w.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	return l
+}
+
 // The wait tests once passed with the wait broken, because the duplicate
 // usually ran after the completion (issue 13, item 16). Here the duplicate
 // is known to be waiting before the first attempt completes, it is woken by
@@ -32,11 +44,7 @@ func (l *Ledger) registered(t *testing.T, rk string) {
 func TestWaitIsWokenByTheCompletion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := kv.Open(filepath.Join(t.TempDir(), "w.db"), &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	defer db.Close()
-	l, err := New(db, nil)
-	require.NoError(t, err)
+	l := waitLedger(t)
 	for _, finish := range []string{"complete", "release"} {
 		req := Request{Scope: "acme|POST /x", Key: "k-" + finish, Fingerprint: Fingerprint{1}}
 		out, err := l.Claim(ctx, req)
@@ -80,11 +88,7 @@ func TestWaitIsWokenByTheCompletion(t *testing.T) {
 func TestWaitersShareAnEntryAndLeaveNone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := kv.Open(filepath.Join(t.TempDir(), "w.db"), &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	defer db.Close()
-	l, err := New(db, nil)
-	require.NoError(t, err)
+	l := waitLedger(t)
 	req := Request{Scope: "acme|POST /x", Key: "k", Fingerprint: Fingerprint{1}}
 	out, err := l.Claim(ctx, req)
 	require.NoError(t, err)
