@@ -103,7 +103,9 @@ var canonPool = sync.Pool{New: func() any { return &canonicaliser{} }}
 //
 // A body whose Content-Type is JSON but which does not parse returns an error
 // wrapping ErrInvalidJSON (or ErrJSONTooDeep); it is never silently hashed as
-// bytes.
+// bytes. A blank body (empty, or only JSON whitespace) holds no value: it is
+// hashed as bytes whatever the Content-Type, so a request with no body is
+// the same request with or without a JSON Content-Type.
 func (f *Fingerprinter) Sum(method, target, contentType string, body []byte) (ledger.Fingerprint, error) {
 	// What is hashed, in order: "oncekv/fp/1", the method and the target
 	// (each length-prefixed), a kind byte, and the body as bytes or in

@@ -73,6 +73,12 @@ func TestFingerprintNonJSONIsBytes(t *testing.T) {
 	// Invalid JSON under a non-JSON type is fine; an empty JSON body is bytes.
 	mustFP(t, f, "POST", "/x", "application/octet-stream", "{{{")
 	mustFP(t, f, "POST", "/x", "application/json", "")
+	// A blank body holds no value: its Content-Type does not count, its
+	// bytes do.
+	for _, body := range []string{"", "\r", " \n\t"} {
+		require.Equal(t, mustFP(t, f, "POST", "/x", "", body), mustFP(t, f, "POST", "/x", "application/merge-patch+json", body), "%q", body)
+	}
+	require.NotEqual(t, mustFP(t, f, "POST", "/x", "application/json", " "), mustFP(t, f, "POST", "/x", "application/json", "\n"))
 	require.True(t, a.Equal(a))
 	require.False(t, a.Equal(b))
 	require.Len(t, a.Short(), 12)
