@@ -38,10 +38,12 @@ type ResealFunc func(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next [
 
 // Reseal runs reseal over db with db's ring, in transactions of batch
 // records, as inspect.Rekey does for every kind, and returns the records
-// rewritten and the transactions committed.
+// rewritten and the transactions committed. It starts from an empty
+// cursor, not nil: a cursor kept between runs (in JSON, say) comes back
+// empty, and every Reseal must take it for the start as it takes nil.
 func Reseal(t testing.TB, db *kv.DB, reseal ResealFunc, batch int) (resealed, batches int) {
 	t.Helper()
-	var after []byte
+	after := []byte{}
 	for first := true; first || after != nil; first = false {
 		err := db.Update(context.Background(), func(tx kv.Tx) error {
 			next, n, err := reseal(tx, db.Cipher(), after, batch)
