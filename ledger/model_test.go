@@ -54,7 +54,12 @@ const (
 	replays
 	mismatches
 	inProgress
+	overQuota
 )
+
+// modelQuota is the one tenant with a quota when the input asks for one:
+// one record, live or expired and not yet swept.
+const modelQuota = "acme"
 
 type ledgerModel struct {
 	recs    map[string]*modelRecord // scope + "/" + key; expired ones until swept
@@ -63,6 +68,19 @@ type ledgerModel struct {
 	// takeOrphans: a live claim of an earlier incarnation is taken over at
 	// once (Config.RecoverOrphans on a single-writer backend).
 	takeOrphans bool
+	quota       bool // modelQuota may keep one record
+}
+
+// stored is how many records tenant keeps, expired ones not yet swept
+// included: what its quota counts.
+func (m *ledgerModel) stored(tenant string) int64 {
+	var n int64
+	for id := range m.recs {
+		if ledger.TenantOf(id) == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // judge applies the ledger's rules: a live completed record with the same
@@ -72,6 +90,8 @@ type ledgerModel struct {
 func (m *ledgerModel) judge(id string, fp byte, now time.Time) (v verdict, prev *modelRecord, takeover bool) {
 	r := m.recs[id]
 	switch {
+	case r == nil && m.quota && ledger.TenantOf(id) == modelQuota && m.stored(modelQuota) >= 1:
+		return overQuota, nil, false // a new record, refused before any work
 	case r == nil:
 		return runs, nil, false
 	case !now.Before(r.expires):
@@ -129,13 +149,15 @@ func modelWork(id string, resp ledger.Response, fails bool) func(tx kv.Tx) error
 // commits or rolls back, Claim, Complete, Release and Extend (with claims
 // kept and used late, after takeovers and reopens), Peek, clock moves,
 // sweeps and reopens against a model of the ledger's rules, with work that
-// succeeds or fails and responses small or compressed. After every step it
-// compares every answer (replays byte for byte, the errors' fields) and
-// the whole stored state: each record's status, fingerprint, version,
-// owner, times and response, the business writes (once per key while its
-// record counts), and each tenant's usage against the records it holds.
+// succeeds or fails, responses small or compressed, and a tenant held to
+// one record or not. After every step it compares every answer (replays
+// byte for byte, the errors' fields) and the whole stored state: each
+// record's status, fingerprint, version, owner, times and response, the
+// business writes (once per key while its record counts), and each
+// tenant's usage against the records it holds.
 func FuzzLedgerAgainstAModel(f *testing.F) {
-	// The first byte sets RecoverOrphans (bit 0); then pairs of (op, arg).
+	// The first byte sets RecoverOrphans (bit 0) and a quota (bit 1); then
+	// pairs of (op, arg).
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 4, 6, 0, 7, 2, 7, 2, 0, 0})                               // Do, replay, mismatch, Peek, past the retention, runs again as version 2
 	f.Add([]byte{0, 2, 0, 2, 0, 0, 0, 3, 0, 0, 0, 6, 0})                                     // claim, in progress twice, complete, replay
 	f.Add([]byte{0, 2, 0, 7, 2, 2, 0, 3, 0, 3, 1, 0, 0})                                     // claim, lease ends, takeover, the first claim's completion refused
@@ -146,6 +168,10 @@ func FuzzLedgerAgainstAModel(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 0, 2, 1, 3, 2, 1, 9, 0, 0, 3, 6, 1})                               // both tenants, both keys, a reopen
 	f.Add([]byte{1, 2, 0, 2, 0, 0, 0, 9, 0, 3, 0})                                           // RecoverOrphans: this process's own live claim stays in progress; completed after a reopen, it keeps its owner
 	f.Add([]byte{0, 2, 0, 7, 2, 7, 1, 3, 0, 5, 0, 4, 0})                                     // a claim past its record's retention is lost: completion, extension and release refused
+	// A quota of one record for acme (bit 1): new keys refused until a sweep
+	// removes the expired record; an expired record is replaced without
+	// asking; Peek asks nothing; another tenant is not bound.
+	f.Add([]byte{2, 0, 0, 0, 2, 2, 2, 6, 2, 0, 1, 7, 2, 7, 2, 0, 2, 0, 0, 0, 2, 7, 2, 7, 2, 8, 0, 0, 2})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 400 || len(data) == 0 {
 			return
@@ -154,6 +180,14 @@ func FuzzLedgerAgainstAModel(f *testing.F) {
 		path := filepath.Join(t.TempDir(), "ledger.db")
 		opts := &kv.Options{NoSync: true, Clock: clock}
 		cfg := &ledger.Config{Lease: modelLease, Retention: modelRetention, RecoverOrphans: data[0]&1 != 0}
+		if data[0]&2 != 0 {
+			cfg.Quota = &ledger.Quota{For: func(tenant string) (int64, int64) {
+				if tenant == modelQuota {
+					return 1, 0
+				}
+				return 0, 0
+			}}
+		}
 		db := kvtest.OpenPath(t, path, opts, ledger.RecordKind)
 		open := func() *ledger.Ledger {
 			l, err := ledger.New(db, cfg)
@@ -164,7 +198,7 @@ func FuzzLedgerAgainstAModel(f *testing.F) {
 		}
 		l := open()
 		m := &ledgerModel{recs: map[string]*modelRecord{}, applied: map[string]int{},
-			takeOrphans: cfg.RecoverOrphans && db.Traits().SingleWriter}
+			takeOrphans: cfg.RecoverOrphans && db.Traits().SingleWriter, quota: cfg.Quota != nil}
 		incarnations := []uuid.UUID{db.Incarnation()}
 		var claims []*ledger.Claim
 		input := &kvtest.Input{Data: data[1:]}
@@ -304,6 +338,9 @@ func FuzzLedgerAgainstAModel(f *testing.F) {
 			case 6: // Peek
 				got, err := l.Peek(ctx, req)
 				v, prev, _ := m.judge(id, fpb, now)
+				if v == overQuota {
+					v = runs // Peek writes nothing: no quota is asked
+				}
 				expectRejection(t, what, m, v, prev, fpb, now, err)
 				switch {
 				case v == replays && got == nil:
@@ -345,7 +382,12 @@ func expectRejection(t *testing.T, what string, m *ledgerModel, v verdict, prev 
 	t.Helper()
 	var me *ledger.MismatchError
 	var ip *ledger.InProgressError
+	var qe *ledger.QuotaError
 	switch v {
+	case overQuota:
+		if !errors.As(err, &qe) || qe.Tenant != modelQuota || qe.Usage.Records != m.stored(modelQuota) || qe.MaxRecords != 1 {
+			t.Fatalf("%s: %s over its quota of one record expected, got %v", what, modelQuota, err)
+		}
 	case mismatches:
 		if !errors.As(err, &me) || me.Stored != (ledger.Fingerprint{prev.fp}) || me.Got != (ledger.Fingerprint{fp}) {
 			t.Fatalf("%s: a mismatch with %d expected, got %v", what, prev.fp, err)
@@ -356,7 +398,7 @@ func expectRejection(t *testing.T, what string, m *ledgerModel, v verdict, prev 
 			t.Fatalf("%s: in progress at version %d (lease %v) expected, got %+v", what, prev.version, prev.lease, err)
 		}
 	default:
-		if errors.As(err, &me) || errors.As(err, &ip) || errors.Is(err, ledger.ErrLeaseLost) {
+		if errors.As(err, &me) || errors.As(err, &ip) || errors.Is(err, ledger.ErrLeaseLost) || errors.As(err, &qe) {
 			t.Fatalf("%s: no rejection expected (model: %+v), got %v", what, m.recs, err)
 		}
 	}
