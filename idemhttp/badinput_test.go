@@ -91,6 +91,7 @@ func TestBadInputs(t *testing.T) {
 		{"unterminated quote", rawPost(`"abc`, "sk_acme", order), 400, idemhttp.ProblemKeyInvalid},
 		{"text after quote", rawPost(`"abc"x`, "sk_acme", order), 400, idemhttp.ProblemKeyInvalid},
 		{"bad escape", rawPost(`"a\nb"`, "sk_acme", order), 400, idemhttp.ProblemKeyInvalid},
+		{"escape at the end", rawPost(`"a\`, "sk_acme", order), 400, idemhttp.ProblemKeyInvalid},
 		{"two keys", rawPost("a", "sk_acme", order, "Idempotency-Key: b"), 400, idemhttp.ProblemKeyInvalid},
 		{"no auth", rawPost("k-auth", "", order), 401, idemhttp.ProblemUnauthenticated},
 		{"unknown API key", rawPost("k-auth", "sk_forged", order), 401, idemhttp.ProblemUnauthenticated},

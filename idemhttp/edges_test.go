@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,7 @@ func TestStatusEdges(t *testing.T) {
 		require.Equal(t, 400, r.status)
 	}
 	require.EqualValues(t, 4, b.runs.Load(), "the handler refused before writing")
+	require.Equal(t, "bad json\n", r.body, "the handler's own 400, not the middleware's")
 	require.Empty(t, r.header.Get("Idempotent-Replayed"), "a 400 that wrote nothing is not stored")
 }
 
@@ -96,6 +98,7 @@ func TestResponseLimitAndObserver(t *testing.T) {
 			mu.Unlock()
 		}
 	}}
+	var accepted atomic.Int64
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Observer: obs}, ledger.RecordKind)
 	l, err := ledger.New(db, &ledger.Config{MaxResponseBytes: 64})
 	require.NoError(t, err)
@@ -108,6 +111,16 @@ func TestResponseLimitAndObserver(t *testing.T) {
 		bk, _ := tx.CreateBucketIfNotExists([]byte("x"))
 		_ = bk.Put([]byte(fmt.Sprint(in.N)), []byte("1"))
 		w.WriteHeader(201)
+		if in.N < 0 { // streams until the writer refuses (or 1 MiB)
+			for accepted.Load() < 1<<20 {
+				n, err := w.Write([]byte("0123456789abcdef"))
+				accepted.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+			return
+		}
 		_, _ = w.Write([]byte(strings.Repeat("b", in.N)))
 	})))
 	defer srv.Close()
@@ -123,9 +136,13 @@ func TestResponseLimitAndObserver(t *testing.T) {
 	require.Equal(t, 201, send("fits", 64))
 	require.Equal(t, 500, send("over", 65))
 	require.Equal(t, 201, send("fits", 64))
+	// A handler that streams is refused once past the limit: the
+	// middleware buffers no more than the limit, whatever it is sent.
+	require.Equal(t, 500, send("stream", -1))
+	require.LessOrEqual(t, accepted.Load(), int64(64))
 	mu.Lock()
 	defer mu.Unlock()
-	require.Len(t, outcomes, 3)
+	require.Len(t, outcomes, 4)
 }
 
 // Problem details are clipped at MaxProblemDetail bytes, never inside a
@@ -144,4 +161,8 @@ func TestProblemDetailClipping(t *testing.T) {
 	// "é" is two bytes; the limit falls between them: cut before the rune.
 	rune2 := strings.Repeat("a", idemhttp.MaxProblemDetail-1) + "é"
 	require.Equal(t, strings.Repeat("a", idemhttp.MaxProblemDetail-1)+"...", detail(rune2))
+	// A detail with no rune start before the limit (invalid UTF-8 from a
+	// tenant function's error, say) is cut to nothing, not past its start.
+	garbage := strings.Repeat("\x80", idemhttp.MaxProblemDetail+1)
+	require.Equal(t, "...", detail(garbage))
 }

@@ -128,7 +128,11 @@ func (b *bundle) post(t *testing.T, apiKey, key, body string, extra ...string) r
 		req.Header.Set("Idempotency-Key", key)
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
-		req.Header.Add(extra[i], extra[i+1])
+		if extra[i] == "Content-Type" {
+			req.Header.Set(extra[i], extra[i+1]) // instead of the default, not beside it
+			continue
+		}
+		req.Header.Add(extra[i], extra[i+1]) // beside any other (two keys)
 	}
 	resp, err := b.srv.Client().Do(req)
 	require.NoError(t, err)
