@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ type external struct {
 	x     *sideeffect.Executor
 	fake  *providertest.Fake
 	srv   *httptest.Server
+	wrote atomic.Bool // what the last Perform returned: a stored or replayed answer written
 }
 
 // setupExternal serves POST /v1/orders/{id}/pay through WrapExternal: the
@@ -50,10 +52,10 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders/{id}/pay", mw.WrapExternal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
+		e.wrote.Store(idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
 			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
 				return ledger.Response{Status: 200, Body: fmt.Appendf(nil, "%s %s", in.State, in.Result)}, nil
-			})
+			}))
 	})))
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
@@ -71,6 +73,7 @@ func TestExternalRetriesDuringBackoffAndParkedIntent(t *testing.T) {
 
 	first := postPay(t, e.srv, "/v1/orders/A/pay", "K")
 	require.Equal(t, 502, first.status, first.body)
+	require.False(t, e.wrote.Load(), "Perform stored nothing")
 	require.Equal(t, idemhttp.ProblemOutcomePending, problemType(t, first))
 	require.Equal(t, "1", first.header.Get("Retry-After"), "the first backoff is 1s (half of the 2s ceiling)")
 
@@ -105,7 +108,9 @@ func TestExternalRetriesDuringBackoffAndParkedIntent(t *testing.T) {
 	r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
 	require.Equal(t, 200, r.status, r.body)
 	require.Equal(t, "succeeded ch_0001", r.body)
+	require.True(t, e.wrote.Load(), "Perform wrote the stored answer")
 	require.Len(t, e.fake.Charges(), 1)
+
 }
 
 // Config.Wait was ignored on WrapExternal routes and by Perform: the
