@@ -78,11 +78,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	ctx := browser(t)
 	dir := t.TempDir()
 	const tok = "console-test-token"
-	paddr, addr, admin := freeAddr(t), freeAddr(t), freeAddr(t)
-	prov := start(t, "provider", "-addr", paddr, "-db", dir+"/provider.db", "-fail-rate", "1")
-	start(t, "payments", "-addr", addr, "-admin", admin, "-admin-token", tok, "-db", dir+"/payments.db", "-provider", prov.url,
+	// Every process listens on a port of its own choosing and says which:
+	// a port picked here and bound later by the child can be taken in
+	// between (it was, once, by an outgoing connection).
+	prov := start(t, "provider", "-addr", "127.0.0.1:0", "-db", dir+"/provider.db", "-fail-rate", "1")
+	paddr := strings.TrimPrefix(prov.url, "http://") // the provider comes back on it below
+	svc := start(t, "payments", "-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-admin-token", tok, "-db", dir+"/payments.db", "-provider", prov.url,
 		"-max-attempts", "1", "-call-timeout", "2s")
-	api, console := "http://"+addr, "http://"+admin+inspect.ConsolePath
+	admin := strings.TrimPrefix(svc.url, "http://") // the admin endpoint announces itself first
+	_, rest, _ := strings.Cut(svc.waitLine(t, "payments listening on "), "listening on ")
+	api, console := strings.Fields(rest)[0], "http://"+admin+inspect.ConsolePath
 	for i := 0; ; i++ { // the admin endpoint announced itself first: wait for the API
 		if _, err := try("GET", api+"/v1/orders/none", acme, "", ""); err == nil {
 			break

@@ -219,8 +219,8 @@ func TestLostResponseThroughProxy(t *testing.T) {
 func TestProviderFailureThenRetry(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	paddr := freeAddr(t)
-	prov := start(t, "provider", "-addr", paddr, "-db", dir+"/provider.db", "-fail-rate", "1")
+	prov := start(t, "provider", "-addr", "127.0.0.1:0", "-db", dir+"/provider.db", "-fail-rate", "1")
+	paddr := strings.TrimPrefix(prov.url, "http://") // the provider comes back on it below
 	svc := start(t, "payments", "-addr", "127.0.0.1:0", "-db", dir+"/payments.db", "-provider", prov.url)
 	o := do(t, "POST", svc.url+"/v1/orders", acme, "c", orderBody("ext-f", 100, "t")).json(t)
 	id := o["id"].(string)
@@ -260,11 +260,11 @@ func TestCrashDuringPayments(t *testing.T) {
 	const clients, orders, kills = 6, 8, 3
 	dir := t.TempDir()
 	prov := start(t, "provider", "-addr", "127.0.0.1:0", "-db", dir+"/provider.db", "-lose-rate", "0.3", "-fail-rate", "0.1", "-seed", "11")
-	addr := freeAddr(t)
-	args := []string{"-addr", addr, "-db", dir + "/payments.db", "-provider", prov.url}
+	args := []string{"-addr", "127.0.0.1:0", "-db", dir + "/payments.db", "-provider", prov.url}
 	var mu sync.Mutex
 	svc := start(t, "payments", args...)
-	base := "http://" + addr
+	base := svc.url
+	args[1] = strings.TrimPrefix(base, "http://") // restarted on the same address
 
 	// retry sends a request until it gets a final answer, riding out the
 	// service's deaths (connection refused/reset) and 409/502/503.

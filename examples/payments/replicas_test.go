@@ -65,12 +65,13 @@ func startReplicas(t *testing.T, n int, providerArgs ...string) *replicaSet {
 	rs.prov = start(t, "provider", append([]string{"-addr", "127.0.0.1:0", "-db", dir + "/provider.db", "-seed", "5"}, providerArgs...)...)
 	var urls []string
 	for range n {
-		addr := freeAddr(t)
-		args := []string{"-addr", addr, "-etcd", c.Endpoints(), "-etcd-prefix", "/payments/", "-provider", rs.prov.url,
+		args := []string{"-addr", "127.0.0.1:0", "-etcd", c.Endpoints(), "-etcd-prefix", "/payments/", "-provider", rs.prov.url,
 			"-lease", "2s", "-call-timeout", "2s"}
+		p := start(t, "payments", args...)
+		args[1] = strings.TrimPrefix(p.url, "http://") // restarted on the same address
 		rs.args = append(rs.args, args)
-		rs.replicas = append(rs.replicas, start(t, "payments", args...))
-		urls = append(urls, "http://"+addr)
+		rs.replicas = append(rs.replicas, p)
+		urls = append(urls, p.url)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
