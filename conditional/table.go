@@ -17,10 +17,10 @@ import (
 const MaxIDLen = 1024
 
 // MaxIndexKeyLen is the longest key an index may give a value, in bytes:
-// bbolt's own limit on a key (bbolt.MaxKeySize). An index key is never
-// empty; an optional field that is empty leaves the row out of the index
-// (Index.Key returns ok=false).
-const MaxIndexKeyLen = 32768
+// the kv port's limit on a key (kv.MaxKeySize, bbolt's own). An index key
+// is never empty; an optional field that is empty leaves the row out of
+// the index (Index.Key returns ok=false).
+const MaxIndexKeyLen = kv.MaxKeySize
 
 // Index declares a unique index over a table's values.
 type Index[T any] struct {

@@ -25,7 +25,7 @@ type external struct {
 	x     *sideeffect.Executor
 	fake  *providertest.Fake
 	srv   *httptest.Server
-	wrote atomic.Bool // what the last Perform returned: a stored or replayed answer written
+	wrote atomic.Bool // what the last Perform returned: true when it wrote a stored answer
 }
 
 // setupExternal serves POST /v1/orders/{id}/pay through WrapExternal: the
@@ -110,7 +110,6 @@ func TestExternalRetriesDuringBackoffAndParkedIntent(t *testing.T) {
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.True(t, e.wrote.Load(), "Perform wrote the stored answer")
 	require.Len(t, e.fake.Charges(), 1)
-
 }
 
 // Config.Wait was ignored on WrapExternal routes and by Perform: the

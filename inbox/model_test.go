@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -25,15 +24,7 @@ var (
 // applyCount adds one to the message's count: the state change whose
 // number of runs the model checks.
 func applyCount(consumer, id string) func(tx kv.Tx) error {
-	return func(tx kv.Tx) error {
-		b, err := tx.CreateBucketIfNotExists([]byte("applied"))
-		if err != nil {
-			return err
-		}
-		k := []byte(consumer + "/" + id)
-		n, _ := strconv.Atoi(string(b.Get(k)))
-		return b.Put(k, []byte(strconv.Itoa(n+1)))
-	}
+	return func(tx kv.Tx) error { return kvtest.Increment(tx, "applied", consumer+"/"+id) }
 }
 
 // FuzzInboxAgainstAModel plays deliveries (handlers that succeed or fail),
@@ -156,7 +147,7 @@ func FuzzInboxAgainstAModel(f *testing.F) {
 func compareInbox(t *testing.T, at string, db *kv.DB, marks map[string]time.Time, applied map[string]int) {
 	t.Helper()
 	stored := map[string]time.Time{}
-	counts := map[string]int{}
+	var counts map[string]int
 	err := db.View(ctx, func(tx kv.Tx) error {
 		entries, errs := kvtest.Split(inbox.Entries(tx, ""))
 		if len(errs) > 0 {
@@ -165,12 +156,7 @@ func compareInbox(t *testing.T, at string, db *kv.DB, marks map[string]time.Time
 		for _, e := range entries {
 			stored[e.Consumer+"/"+e.MessageID] = e.ExpiresAt
 		}
-		if b := tx.Bucket([]byte("applied")); b != nil {
-			c := b.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				counts[string(k)], _ = strconv.Atoi(string(v))
-			}
-		}
+		counts = kvtest.Counters(tx, "applied")
 		return nil
 	})
 	if err != nil {

@@ -130,18 +130,13 @@ func modelResponse(step int, id string, big bool) ledger.Response {
 	return ledger.Response{Status: 200 + step%7, Header: http.Header{"X-Step": {strconv.Itoa(step)}}, Body: body}
 }
 
-// modelWork counts a business write for id and returns resp, or fails.
-func modelWork(id string, resp ledger.Response, fails bool) func(tx kv.Tx) error {
+// modelWork counts a business write for id, or fails.
+func modelWork(id string, fails bool) func(tx kv.Tx) error {
 	return func(tx kv.Tx) error {
 		if fails {
 			return errWork
 		}
-		b, err := tx.CreateBucketIfNotExists([]byte("applied"))
-		if err != nil {
-			return err
-		}
-		n, _ := strconv.Atoi(string(b.Get([]byte(id))))
-		return b.Put([]byte(id), []byte(strconv.Itoa(n+1)))
+		return kvtest.Increment(tx, "applied", id)
 	}
 }
 
@@ -221,7 +216,7 @@ func FuzzLedgerAgainstAModel(f *testing.F) {
 			}
 			switch op {
 			case 0, 1: // Do, or DoTx in a transaction that commits or rolls back
-				work := modelWork(id, resp, fails)
+				work := modelWork(id, fails)
 				w := func(tx kv.Tx) (ledger.Response, error) { return resp, work(tx) }
 				var res ledger.Result
 				var err error
@@ -291,7 +286,7 @@ func FuzzLedgerAgainstAModel(f *testing.F) {
 			case 3: // Complete a claim, with work that may fail
 				c := claim()
 				cid := c.Scope + "/" + c.Key
-				res, err := l.Complete(ctx, c, resp, modelWork(cid, resp, fails))
+				res, err := l.Complete(ctx, c, resp, modelWork(cid, fails))
 				switch {
 				case !m.owned(cid, c.Version, now):
 					expectLeaseLost(t, what, m, cid, c, now, err)
@@ -447,7 +442,7 @@ func sameResponse(a, b ledger.Response) bool {
 func compareLedger(t *testing.T, at string, db *kv.DB, l *ledger.Ledger, m *ledgerModel, incarnations []uuid.UUID) {
 	t.Helper()
 	stored := map[string]*ledger.Record{}
-	counts := map[string]int{}
+	var counts map[string]int
 	bytesOf := map[string]int64{}
 	err := db.View(ctx, func(tx kv.Tx) error {
 		for r, err := range l.Records(tx, ledger.ListOptions{IncludeExpired: true, WithBody: true}) {
@@ -457,12 +452,7 @@ func compareLedger(t *testing.T, at string, db *kv.DB, l *ledger.Ledger, m *ledg
 			stored[r.Scope+"/"+r.Key] = r
 			bytesOf[ledger.TenantOf(r.Scope)] += int64(r.StoredBytes)
 		}
-		if b := tx.Bucket([]byte("applied")); b != nil {
-			c := b.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
-				counts[string(k)], _ = strconv.Atoi(string(v))
-			}
-		}
+		counts = kvtest.Counters(tx, "applied")
 		return nil
 	})
 	if err != nil {

@@ -22,13 +22,7 @@ import (
 func countingHandler(p sideeffect.Provider) sideeffect.Handler {
 	count := func(what string) func(tx kv.Tx, in *sideeffect.Intent) error {
 		return func(tx kv.Tx, in *sideeffect.Intent) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("completions"))
-			if err != nil {
-				return err
-			}
-			k := []byte(what + " " + in.ID)
-			n, _ := strconv.Atoi(string(b.Get(k)))
-			return b.Put(k, []byte(strconv.Itoa(n+1)))
+			return kvtest.Increment(tx, "completions", what+" "+in.ID)
 		}
 	}
 	return sideeffect.Handler{Provider: p, OnSucceeded: count("succeeded"), OnFailed: count("failed")}
@@ -187,10 +181,7 @@ func checkIntent(t *testing.T, at string, db *kv.DB, x *sideeffect.Executor, fak
 	}
 	var succeeded, failed int
 	err = db.View(context.Background(), func(tx kv.Tx) error {
-		if b := tx.Bucket([]byte("completions")); b != nil {
-			succeeded, _ = strconv.Atoi(string(b.Get([]byte("succeeded " + id))))
-			failed, _ = strconv.Atoi(string(b.Get([]byte("failed " + id))))
-		}
+		succeeded, failed = kvtest.Counter(tx, "completions", "succeeded "+id), kvtest.Counter(tx, "completions", "failed "+id)
 		return nil
 	})
 	if err != nil {
