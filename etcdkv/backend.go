@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,7 +43,9 @@ type Options struct {
 	// prefix may begin with another's: with "/app/" and "/app/b/", the
 	// second's keys fall inside the first's ranges and show there as
 	// buckets it never made. Give each database a sibling prefix
-	// ("/app/orders/", "/app/billing/").
+	// ("/app/orders/", "/app/billing/"). The backend records its prefix in
+	// the cluster before its first write and refuses one that nests with a
+	// recorded prefix (ErrNestedPrefix). A prefix may not begin with NUL.
 	Prefix string
 	// RequestTimeout bounds one etcd request. 0 means DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -89,6 +92,8 @@ func (o *Options) validate() error {
 	switch {
 	case o.RequestTimeout < 0, o.MaxAttempts < 0, o.SoloAfter < 0, o.MaxRequestBytes < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidOptions)
+	case o.Prefix[0] == 0:
+		return fmt.Errorf("%w: prefix %q begins with NUL (kept for the registry of prefixes)", ErrInvalidOptions, o.Prefix)
 	case o.MaxTxOps < 8:
 		return fmt.Errorf("%w: MaxTxOps %d leaves no room for a transaction", ErrInvalidOptions, o.MaxTxOps)
 	}
@@ -115,6 +120,11 @@ type Backend struct {
 	// bucket, so once seen a marker is read (and compared) no more: a
 	// round trip less per bucket a transaction opens.
 	buckets sync.Map
+
+	// prefixState says how far the prefix was checked against the
+	// registry of prefixes (registry.go); prefixMu serialises the check.
+	prefixState atomic.Int32
+	prefixMu    sync.Mutex
 }
 
 var _ kv.Backend = (*Backend)(nil)
@@ -182,6 +192,9 @@ func (b *Backend) Close() error {
 
 // View runs fn in a read-only transaction: every read at one revision.
 func (b *Backend) View(ctx context.Context, fn func(kv.Tx) error) error {
+	if err := b.checkPrefix(ctx, false); err != nil {
+		return err
+	}
 	for attempt := 1; ; attempt++ {
 		t := b.begin(ctx, false)
 		err := fn(t)
@@ -205,6 +218,9 @@ func (b *Backend) View(ctx context.Context, fn func(kv.Tx) error) error {
 // after it was sent) is resolved by fencing it, never reported as a plain
 // failure: ErrCommitUnknown only when etcd cannot be reached to resolve it.
 func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	if err := b.checkPrefix(ctx, true); err != nil {
+		return err
+	}
 	solo := false
 	defer func() {
 		if solo {

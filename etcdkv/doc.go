@@ -23,6 +23,19 @@
 // therefore have no effect outside the transaction, which is what
 // kv.Backend asks of every backend.
 //
+// # Prefixes
+//
+// Every key a backend writes begins with its Options.Prefix, so several
+// databases share a cluster. A prefix that begins with another's would put
+// its keys inside the other's ranges, where they show as buckets; nothing
+// in the keys themselves can tell the two apart. So a backend records its
+// prefix in a registry outside every database (keys beginning with
+// "\x00oncekv/prefixes/") before its first write, and before its first read
+// or write refuses, with ErrNestedPrefix, a prefix that nests with a
+// recorded one. A backend that only reads records nothing. The check costs
+// one round trip per backend, once; the recording a second, once per
+// prefix. Drop deletes a retired database and its record.
+//
 // # Limits
 //
 // etcd bounds a Txn to 128 operations (--max-txn-ops) and a request to

@@ -77,11 +77,12 @@ func (eb *etcdBench) workloads(ctx context.Context, cfg bench.HarnessConfig) ([]
 	return []bench.Workload{bare, once}, nil
 }
 
-// close deletes this invocation's keys and stops an embedded cluster.
+// close deletes this invocation's keys (and its prefixes' registry
+// entries) and stops an embedded cluster.
 func (eb *etcdBench) close() {
 	if eb.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, _ = eb.client.Delete(ctx, eb.prefix, clientv3.WithPrefix())
+		_ = etcdkv.Drop(ctx, eb.client, eb.prefix)
 		cancel()
 		_ = eb.client.Close()
 	}

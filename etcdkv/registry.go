@@ -1,0 +1,192 @@
+package etcdkv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The registry of prefixes. A prefix that begins with another database's
+// puts its keys inside that database's ranges, where they show as buckets
+// nobody made (and the other way round). Nothing in the key layout can tell
+// the two apart, so every backend records its prefix, outside every
+// database, before its first write, and checks that no recorded prefix
+// nests with its own before its first read:
+//
+//	registryRoot P      P is a database's prefix (its value: when it was recorded)
+//	registryRoot        bumped by every recording, compared by the next
+//
+// The version key makes two recordings that race (say "/app/" and
+// "/app/b/" opened at once) conflict, so the second sees the first.
+// A backend that only reads checks and records nothing: a mistyped prefix
+// given to a read-only tool leaves no trace.
+const registryRoot = "\x00oncekv/prefixes/"
+
+// ErrNestedPrefix is returned by a backend's first transaction when its
+// prefix begins with another database's prefix, or another's begins with
+// it. Nothing was read or written. The message names the other prefix; if
+// that database is gone for good, Drop it (or delete its registry entry,
+// the key the message gives, with etcdctl del) and open again.
+var ErrNestedPrefix = errors.New("etcdkv: prefix nests with another database's")
+
+// Prefix-check states of a Backend.
+const (
+	prefixUnchecked = iota
+	prefixChecked   // no nesting seen; not recorded (only read so far)
+	prefixRecorded  // recorded in the registry: checked for good
+)
+
+// checkPrefix runs once per backend before its first transaction (and
+// again before its first write, to record the prefix): it refuses a prefix
+// that nests with a recorded one.
+func (b *Backend) checkPrefix(ctx context.Context, record bool) error {
+	want := int32(prefixChecked)
+	if record {
+		want = prefixRecorded
+	}
+	if b.prefixState.Load() >= want {
+		return nil
+	}
+	b.prefixMu.Lock()
+	defer b.prefixMu.Unlock()
+	if b.prefixState.Load() >= want {
+		return nil
+	}
+	for attempt := 1; ; attempt++ {
+		seen, err := b.readRegistry(ctx)
+		if err != nil {
+			return err
+		}
+		if seen.nested != "" {
+			return fmt.Errorf("%w: %q is in use and %q nests with it (its registry entry: %q)",
+				ErrNestedPrefix, seen.nested, b.keys.prefix, registryRoot+seen.nested)
+		}
+		if seen.mine {
+			b.prefixState.Store(prefixRecorded)
+			return nil
+		}
+		if !record {
+			b.prefixState.Store(prefixChecked)
+			return nil
+		}
+		ok, err := b.record(ctx, seen.version)
+		if err != nil {
+			return err
+		}
+		if ok {
+			b.prefixState.Store(prefixRecorded)
+			return nil
+		}
+		if attempt >= b.opts.MaxAttempts {
+			return fmt.Errorf("%w: recording the prefix, after %d attempts", ErrConflict, attempt)
+		}
+		b.backoff(ctx, attempt)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// registryView is what the registry says about the backend's prefix.
+type registryView struct {
+	version int64  // mod revision of the version key (0: absent)
+	mine    bool   // the prefix is recorded
+	nested  string // a recorded prefix that nests with it ("" if none)
+}
+
+// readRegistry reads, at one revision, the version key, every proper
+// prefix of the backend's prefix, and the recorded prefixes that begin
+// with it: a handful of keys, however many databases the cluster holds.
+func (b *Backend) readRegistry(ctx context.Context) (registryView, error) {
+	p := b.keys.prefix
+	type get struct {
+		key    string
+		prefix bool
+	}
+	gets := []get{{registryRoot, false}, {registryRoot + p, true}}
+	for i := len(p) - 1; i >= 1; i-- {
+		gets = append(gets, get{registryRoot + p[:i], false})
+	}
+	var v registryView
+	rev := int64(0)
+	for len(gets) > 0 {
+		n := min(len(gets), b.opts.MaxTxOps)
+		chunk := make([]clientv3.Op, n)
+		for i, g := range gets[:n] {
+			opts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+			if g.prefix {
+				opts = append(opts, clientv3.WithPrefix(), clientv3.WithLimit(2))
+			}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			chunk[i] = clientv3.OpGet(g.key, opts...)
+		}
+		gets = gets[n:]
+		cctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+		resp, err := b.c.Txn(cctx).Then(chunk...).Commit()
+		cancel()
+		if err != nil {
+			return v, fmt.Errorf("etcdkv: read the registry of prefixes: %w", err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().GetKvs() {
+				k := string(kv.Key)
+				switch q := strings.TrimPrefix(k, registryRoot); {
+				case k == registryRoot:
+					v.version = kv.ModRevision
+				case q == p:
+					v.mine = true
+				case v.nested == "":
+					v.nested = q
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+// record writes the backend's prefix into the registry unless another
+// recording happened since version was read (false: read again).
+func (b *Backend) record(ctx context.Context, version int64) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	defer cancel()
+	stamp := time.Now().UTC().Format(time.RFC3339)
+	resp, err := b.c.Txn(cctx).
+		If(clientv3.Compare(clientv3.ModRevision(registryRoot), "=", version)).
+		Then(clientv3.OpPut(registryRoot+b.keys.prefix, stamp), clientv3.OpPut(registryRoot, stamp)).
+		Commit()
+	if err != nil {
+		// An unknown outcome is harmless: the next transaction reads the
+		// registry again and finds the prefix recorded, or records it.
+		return false, fmt.Errorf("etcdkv: record the prefix: %w", err)
+	}
+	return resp.Succeeded, nil
+}
+
+// Drop deletes, in one etcd transaction, every key under prefix: the data
+// of the database with that prefix, and of any database whose prefix
+// begins with it, and their entries in the registry of prefixes, so the
+// prefixes may be used again, nested or not. Close the backends that use
+// them first. Drop is for databases that are gone for good: tests, bench
+// runs, a service retired.
+func Drop(ctx context.Context, client *clientv3.Client, prefix string) error {
+	if prefix == "" || prefix[0] == 0 {
+		return fmt.Errorf("%w: drop prefix %q", ErrInvalidOptions, prefix)
+	}
+	_, err := client.Txn(ctx).Then(
+		clientv3.OpDelete(prefix, clientv3.WithPrefix()),
+		clientv3.OpDelete(registryRoot+prefix, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("etcdkv: drop %q: %w", prefix, err)
+	}
+	return nil
+}
