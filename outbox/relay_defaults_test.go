@@ -1,0 +1,174 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/outbox"
+)
+
+// nextAttempt is the pending event's next attempt, from now.
+func nextAttempt(t *testing.T, db *kv.DB, id string) time.Duration {
+	t.Helper()
+	var d time.Duration
+	found := false
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for e, err := range outbox.Events(tx, outbox.EventPending) {
+			require.NoError(t, err)
+			if e.ID == id {
+				d, found = e.NextAttempt.Sub(db.Clock().Now()), true
+			}
+		}
+		return nil
+	}))
+	require.True(t, found, "%s is not pending", id)
+	return d
+}
+
+// A failing event is retried after the documented default backoff: a
+// first delay of up to 500ms, growing to at most a minute. Only the
+// fields left zero take their defaults.
+func TestRelayBackoffDefaults(t *testing.T) {
+	t.Parallel()
+	top := func() float64 { return 0.999999 } // the jitter's top: the delay is the ceiling
+	for _, c := range []struct {
+		name        string
+		backoff     outbox.Backoff
+		first, last time.Duration // the delay after the first and the tenth failure
+	}{
+		{"defaults", outbox.Backoff{Rand: top}, 500 * time.Millisecond, time.Minute},
+		{"base given", outbox.Backoff{Base: 2 * time.Second, Rand: top}, 2 * time.Second, time.Minute},
+		{"cap given", outbox.Backoff{Cap: 5 * time.Second, Rand: top}, 500 * time.Millisecond, 5 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			o, db, clock := setupOutbox(t)
+			_, _, err := o.Add(ctx, ev("flaky"))
+			require.NoError(t, err)
+			pub := &recorder{fail: func(int, outbox.Event) (bool, bool) { return false, true }}
+			r, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, MaxAttempts: 100, Backoff: c.backoff})
+			require.NoError(t, err)
+			for attempt := 1; attempt <= 10; attempt++ {
+				_, err := r.RunOnce(ctx)
+				require.NoError(t, err)
+				d := nextAttempt(t, db, "flaky")
+				switch attempt {
+				case 1:
+					require.InDelta(t, c.first, d, float64(time.Millisecond), "after the first failure")
+				case 10:
+					require.InDelta(t, c.last, d, float64(time.Millisecond), "after the tenth failure")
+				}
+				clock.Advance(d + time.Millisecond)
+			}
+			require.Equal(t, 10, pub.calls, "one attempt per pass, each after its delay")
+		})
+	}
+}
+
+// Requeueing a quarantined event wakes a running relay: the event goes out
+// without waiting for the next poll.
+func TestRelayWokenByRequeue(t *testing.T) {
+	t.Parallel()
+	o, _, _ := setupOutbox(t)
+	_, _, err := o.Add(ctx, ev("poison"))
+	require.NoError(t, err)
+	var poisoned atomic.Bool
+	poisoned.Store(true)
+	got := make(chan string, 10)
+	pub := outbox.PublishFunc(func(_ context.Context, e outbox.Event) error {
+		if poisoned.Load() {
+			return errors.New("poison")
+		}
+		got <- e.ID
+		return nil
+	})
+	r, err := outbox.NewRelay(o, &outbox.RelayConfig{PollInterval: time.Hour, MaxAttempts: 1, Publisher: pub})
+	require.NoError(t, err)
+	passes := make(chan outbox.PassStats, 10)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		done <- r.Run(runCtx, func(st outbox.PassStats, _ error) {
+			select {
+			case passes <- st:
+			default:
+			}
+		})
+	}()
+	for st := range passes {
+		if st.Quarantined > 0 {
+			break
+		}
+	}
+	poisoned.Store(false)
+	require.NoError(t, o.Requeue(ctx, "poison"))
+	select {
+	case id := <-got:
+		require.Equal(t, "poison", id)
+	case <-time.After(time.Minute): // a bound on a hang, not a measure: the poll is an hour away
+		t.Fatal("the requeued event waits for the next poll")
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// Operators hear about failures and quarantines through the relay's
+// logger: a failed attempt is a warning, a quarantine an error, each
+// naming the event.
+func TestRelayLogsFailuresAndQuarantines(t *testing.T) {
+	t.Parallel()
+	o, _, clock := setupOutbox(t)
+	_, _, err := o.Add(ctx, ev("poison"))
+	require.NoError(t, err)
+	h := &captured{}
+	pub := &recorder{fail: func(int, outbox.Event) (bool, bool) { return false, true }}
+	r, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, MaxAttempts: 2, Logger: slog.New(h)})
+	require.NoError(t, err)
+	for range 2 {
+		st, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		clock.Advance(st.Wait + time.Minute)
+	}
+	require.Equal(t, []string{
+		"WARN outbox publish failed id=poison attempt=1",
+		"ERROR outbox event quarantined id=poison attempts=2",
+	}, h.lines())
+}
+
+// captured keeps each record's level, message, id and attempt count.
+type captured struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (*captured) Enabled(context.Context, slog.Level) bool { return true }
+func (h *captured) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h *captured) WithGroup(string) slog.Handler          { return h }
+func (h *captured) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "id", "attempt", "attempts":
+			line += " " + a.String()
+		}
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.got = append(h.got, line)
+	return nil
+}
+
+func (h *captured) lines() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.got...)
+}
