@@ -2,9 +2,13 @@ package etcdkv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/etcdkv/embedded"
@@ -55,4 +59,51 @@ func Example() {
 	// Output:
 	// false {"id":"ord_1"}
 	// true {"id":"ord_1"}
+}
+
+// A database whose prefix nests in another's is refused before it reads or
+// writes; once the other is dropped, the prefix opens.
+func ExampleDrop() {
+	dir, _ := os.MkdirTemp("", "etcdkv-example-")
+	defer os.RemoveAll(dir)
+	cluster, err := embedded.Start(embedded.Options{Members: 1, Dir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx := context.Background()
+	open := func(prefix string) (*kv.DB, error) {
+		b, err := etcdkv.Open(cluster.Endpoints(), &etcdkv.Options{Prefix: prefix})
+		if err != nil {
+			return nil, err
+		}
+		db, err := kv.New(b, nil) // reads (and records) the prefix
+		if err != nil {
+			_ = b.Close()
+		}
+		return db, err
+	}
+	app, err := open("/app/")
+	fmt.Println(err)
+	_, err = open("/app/billing/")
+	fmt.Println(errors.Is(err, etcdkv.ErrNestedPrefix))
+
+	// "/app/" is retired: close it, drop it (with any client of the
+	// cluster), and "/app/billing/" opens.
+	_ = app.Close()
+	client, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(cluster.Endpoints(), ",")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	if err := etcdkv.Drop(ctx, client, "/app/"); err != nil {
+		log.Fatal(err)
+	}
+	billing, err := open("/app/billing/")
+	fmt.Println(err)
+	_ = billing.Close()
+	// Output:
+	// <nil>
+	// true
+	// <nil>
 }

@@ -62,8 +62,8 @@ func (b *Backend) checkPrefix(ctx context.Context, record bool) error {
 			return err
 		}
 		if seen.nested != "" {
-			return fmt.Errorf("%w: %q is in use and %q nests with it (its registry entry: %q)",
-				ErrNestedPrefix, seen.nested, b.keys.prefix, registryRoot+seen.nested)
+			return fmt.Errorf("%w: %q and %q (recorded under %q)",
+				ErrNestedPrefix, b.keys.prefix, seen.nested, registryRoot+seen.nested)
 		}
 		if seen.mine {
 			b.prefixState.Store(prefixRecorded)

@@ -406,3 +406,34 @@ func TestAttachmentsCloseWithTheDatabase(t *testing.T) {
 	require.Equal(t, 1, c.n, "an attached io.Closer is not closed exactly once with the database")
 	require.NotNil(t, plain)
 }
+
+// unreachable is a backend that cannot be reached: every transaction
+// fails before it reads anything, as etcd does when it is down.
+type unreachable struct{ kv.Backend }
+
+var errUnreachable = errors.New("dial tcp 127.0.0.1:2379: connect: connection refused")
+
+func (unreachable) View(context.Context, func(kv.Tx) error) error   { return errUnreachable }
+func (unreachable) Update(context.Context, func(kv.Tx) error) error { return errUnreachable }
+
+// Opening tells a damaged format record from a backend that could not
+// read it: the first is ErrDamaged, the second the backend's own error
+// (a store that could not be reached is not damaged).
+func TestOpenTellsDamageFromAFailedRead(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "f.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(reserved+"meta")).Put([]byte("format"), []byte{0xff})
+	}))
+	require.NoError(t, db.Close())
+	_, err = kv.Open(path, nil)
+	require.ErrorIs(t, err, kv.ErrDamaged)
+	require.ErrorContains(t, err, "unreadable oncekv format record")
+
+	_, err = kv.New(unreachable{kvtest.Open(t, nil)}, nil)
+	require.ErrorIs(t, err, errUnreachable)
+	require.NotErrorIs(t, err, kv.ErrDamaged)
+	require.ErrorContains(t, err, "read the format record")
+}

@@ -56,13 +56,18 @@ func storedFormat(tx Tx) (uint32, error) {
 func (db *DB) checkFormat() error {
 	ctx := context.Background()
 	var found uint32
+	var damage error
 	err := db.backend.View(ctx, func(tx Tx) error {
-		var err error
-		found, err = storedFormat(tx)
-		return err
+		found, damage = storedFormat(tx)
+		return nil
 	})
 	if err != nil {
-		return &FileError{Path: db.path, Err: ErrDamaged, Reason: fmt.Sprintf("has an unreadable oncekv format record: %v", err), Cause: err}
+		// The backend could not read (etcd unreachable, a prefix
+		// refused): nothing says the store is damaged.
+		return fmt.Errorf("kv: %s: read the format record: %w", db.path, err)
+	}
+	if damage != nil {
+		return &FileError{Path: db.path, Err: ErrDamaged, Reason: fmt.Sprintf("has an unreadable oncekv format record: %v", damage), Cause: damage}
 	}
 	if found > FormatVersion {
 		return &FileError{Path: db.path, Err: ErrNewerFormat, Reason: fmt.Sprintf(

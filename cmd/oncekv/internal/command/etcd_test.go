@@ -83,4 +83,14 @@ func TestCommandsOnEtcd(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "etcd "+eps+" prefix /nothing/")
 	require.Equal(t, rev, etcdRevision(t, eps))
+	// A prefix that nests with the service's (a missing slash, a
+	// subfolder) is refused by name, for reads and writes alike.
+	for _, p := range []string{"/svc", "/svc/billing/"} {
+		for _, cmd := range []string{"keys", "sweep"} {
+			_, stderr, code = run(cmd, "--etcd", eps, "--etcd-prefix", p)
+			require.Equal(t, 1, code, "%s --etcd-prefix %s", cmd, p)
+			require.Contains(t, stderr, `prefix nests with another database's: "`+p+`" and "/svc/"`)
+		}
+	}
+	require.Equal(t, rev, etcdRevision(t, eps))
 }
