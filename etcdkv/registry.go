@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -58,6 +59,10 @@ func (b *Backend) checkPrefix(ctx context.Context, record bool) error {
 	}
 	for attempt := 1; ; attempt++ {
 		seen, err := b.readRegistry(ctx)
+		if denied(err) {
+			b.prefixState.Store(prefixRecorded) // see denied
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -74,6 +79,10 @@ func (b *Backend) checkPrefix(ctx context.Context, record bool) error {
 			return nil
 		}
 		ok, err := b.record(ctx, seen.version)
+		if denied(err) {
+			b.prefixState.Store(prefixRecorded)
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -190,3 +199,9 @@ func Drop(ctx context.Context, client *clientv3.Client, prefix string) error {
 	}
 	return nil
 }
+
+// denied reports etcd refusing the registry to this client's user: under
+// etcd's RBAC a service is often granted its own prefix and nothing else.
+// The check is skipped then (the roles keep the databases apart); grant
+// the role read and write on the registry's keys to have it.
+func denied(err error) bool { return errors.Is(err, rpctypes.ErrPermissionDenied) }

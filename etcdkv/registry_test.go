@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
@@ -213,5 +214,78 @@ func TestPrefixBeginningWithNULIsRefused(t *testing.T) {
 		if _, err := etcdkv.Open("http://127.0.0.1:1", &etcdkv.Options{Prefix: p}); !errors.Is(err, etcdkv.ErrInvalidOptions) {
 			t.Fatalf("prefix %q: %v, want ErrInvalidOptions", p, err)
 		}
+	}
+}
+
+// A service whose etcd user may touch only its own prefix (etcd's RBAC)
+// cannot read the registry: it skips the check and works as before. A
+// role granted the registry's keys as well gets the check.
+func TestPrefixCheckUnderRBAC(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
+	ctx := context.Background()
+	eps := strings.Split(c.Endpoints(), ",")
+	connect := func(user string) *clientv3.Client {
+		t.Helper()
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Username: user, Password: user + "pw", Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.Close() })
+		return cli
+	}
+	root := connect("")
+	grant := func(role string, prefixes ...string) []func() error {
+		steps := []func() error{
+			func() error { _, err := root.RoleAdd(ctx, role); return err },
+			func() error { _, err := root.UserAdd(ctx, role, role+"pw"); return err },
+			func() error { _, err := root.UserGrantRole(ctx, role, role); return err },
+		}
+		for _, p := range prefixes {
+			steps = append(steps, func() error {
+				_, err := root.RoleGrantPermission(ctx, role, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite))
+				return err
+			})
+		}
+		return steps
+	}
+	steps := []func() error{
+		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+	}
+	steps = append(steps, grant("orders", "/svc/orders/")...)              // its prefix only
+	steps = append(steps, grant("billing", "/svc/orders/b/", registry)...) // and the registry
+	steps = append(steps, func() error { _, err := root.AuthEnable(ctx); return err })
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(user, prefix string) error {
+		b, err := etcdkv.New(connect(user), &etcdkv.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := kv.New(b, nil)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.Update(ctx, func(tx kv.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return err
+			}
+			return bk.Put([]byte("o1"), []byte("paid"))
+		})
+	}
+	if err := open("orders", "/svc/orders/"); err != nil {
+		t.Fatalf("a service that may not read the registry: %v", err)
+	}
+	if err := open("root", "/svc/orders/"); err != nil { // records it
+		t.Fatal(err)
+	}
+	if err := open("billing", "/svc/orders/b/"); !errors.Is(err, etcdkv.ErrNestedPrefix) {
+		t.Fatalf("a service granted the registry, nested: %v, want ErrNestedPrefix", err)
 	}
 }
