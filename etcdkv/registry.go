@@ -58,46 +58,47 @@ func (b *Backend) checkPrefix(ctx context.Context, record bool) error {
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		seen, err := b.readRegistry(ctx)
-		if denied(err) {
+		done, err := b.checkPrefixOnce(ctx, record)
+		switch {
+		case denied(err):
 			b.prefixState.Store(prefixRecorded) // see denied
 			return nil
-		}
-		if err != nil {
+		case err != nil && (!retryable(err) || attempt >= b.opts.MaxAttempts):
 			return err
-		}
-		if seen.nested != "" {
-			return fmt.Errorf("%w: %q and %q (recorded under %q)",
-				ErrNestedPrefix, b.keys.prefix, seen.nested, registryRoot+seen.nested)
-		}
-		if seen.mine {
-			b.prefixState.Store(prefixRecorded)
+		case done:
 			return nil
-		}
-		if !record {
-			b.prefixState.Store(prefixChecked)
-			return nil
-		}
-		ok, err := b.record(ctx, seen.version)
-		if denied(err) {
-			b.prefixState.Store(prefixRecorded)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if ok {
-			b.prefixState.Store(prefixRecorded)
-			return nil
-		}
-		if attempt >= b.opts.MaxAttempts {
+		case err == nil && attempt >= b.opts.MaxAttempts:
 			return fmt.Errorf("%w: recording the prefix, after %d attempts", ErrConflict, attempt)
 		}
-		b.backoff(ctx, attempt)
+		b.backoff(ctx, attempt) // a conflict, or etcd briefly unreachable
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
+}
+
+// checkPrefixOnce is one attempt of checkPrefix: done is false when the
+// recording conflicted with another.
+func (b *Backend) checkPrefixOnce(ctx context.Context, record bool) (done bool, err error) {
+	seen, err := b.readRegistry(ctx)
+	switch {
+	case err != nil:
+		return false, err
+	case seen.nested != "":
+		return false, fmt.Errorf("%w: %q and %q (recorded under %q)",
+			ErrNestedPrefix, b.keys.prefix, seen.nested, registryRoot+seen.nested)
+	case seen.mine:
+		b.prefixState.Store(prefixRecorded)
+		return true, nil
+	case !record:
+		b.prefixState.Store(prefixChecked)
+		return true, nil
+	}
+	ok, err := b.record(ctx, seen.version)
+	if ok {
+		b.prefixState.Store(prefixRecorded)
+	}
+	return ok, err
 }
 
 // registryView is what the registry says about the backend's prefix.
