@@ -246,3 +246,91 @@ func TestKeyStoreSurvivesReopen(t *testing.T) {
 	_, err = ks.Key(ctx, "")
 	require.Error(t, err)
 }
+
+// closeTracking wraps a transport and records, for each response it
+// returns, whether its body was closed.
+type closeTracking struct {
+	http.RoundTripper
+	mu     sync.Mutex
+	bodies []*trackedBody
+}
+
+type trackedBody struct {
+	io.ReadCloser
+	mu     sync.Mutex
+	closed bool
+}
+
+func (b *trackedBody) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return b.ReadCloser.Close()
+}
+
+func (c *closeTracking) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.RoundTripper.RoundTrip(r)
+	if resp != nil {
+		tb := &trackedBody{ReadCloser: resp.Body}
+		resp.Body = tb
+		c.mu.Lock()
+		c.bodies = append(c.bodies, tb)
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (c *closeTracking) closed() []bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []bool
+	for _, b := range c.bodies {
+		b.mu.Lock()
+		out = append(out, b.closed)
+		b.mu.Unlock()
+	}
+	return out
+}
+
+// A request whose body cannot be re-read (no GetBody: a stream) sends the
+// same bytes on every attempt; a connection dropped mid-request is
+// retried; every response but the returned one is closed.
+func TestRetryPolicyResendsAStreamedBody(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		n := len(bodies)
+		mu.Unlock()
+		switch n {
+		case 1: // the connection drops before an answer
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		case 2:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "busy")
+		default:
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, "created")
+		}
+	}))
+	defer srv.Close()
+	tr := &closeTracking{RoundTripper: srv.Client().Transport}
+	req, err := http.NewRequest(http.MethodPost, srv.URL, io.NopCloser(strings.NewReader(`{"amount_cents":2500}`)))
+	require.NoError(t, err)
+	require.Nil(t, req.GetBody, "a body the client cannot rewind")
+	req.Header.Set("Idempotency-Key", "k1")
+	p := sideeffect.RetryPolicy{MaxAttempts: 5, Sleep: func(context.Context, time.Duration) error { return nil }}
+	resp, err := p.Do(ctx, &http.Client{Transport: tr}, req)
+	require.NoError(t, err)
+	got, _ := io.ReadAll(resp.Body)
+	require.Equal(t, "created", string(got))
+	require.Equal(t, []string{`{"amount_cents":2500}`, `{"amount_cents":2500}`, `{"amount_cents":2500}`}, bodies)
+	require.Equal(t, []bool{true, false}, tr.closed(), "the 503 closed, the answer left to the caller")
+	require.NoError(t, resp.Body.Close())
+}
