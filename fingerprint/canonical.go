@@ -421,7 +421,11 @@ func appendCanonicalString(dst, s []byte) []byte {
 // simple folding, as bytes.EqualFold): {"amount_cents":100,"AMOUNT_CENTS":200}
 // and the same members swapped decode to different amounts, so keeping both
 // would let two different requests share a fingerprint (issue 13, item 6).
-// Exact duplicates are rejected for the same reason. members is sorted.
+// Exact duplicates are rejected for the same reason. Names are compared as
+// the decoder reads them: a lone surrogate escape is U+FFFD to it, so
+// {"\ud800":1,"\ud801":2} and the same members swapped are one field set
+// twice, in two orders, though their canonical forms agree. members is
+// sorted.
 func collisions(members []member) error {
 	if len(members) < 2 {
 		return nil
@@ -429,8 +433,9 @@ func collisions(members []member) error {
 	if len(members) <= 16 {
 		for i := range members {
 			for j := i + 1; j < len(members); j++ {
-				if bytes.EqualFold(members[i].key, members[j].key) {
-					return collision(members[i].key, members[j].key)
+				a, b := decodedName(members[i].key), decodedName(members[j].key)
+				if bytes.EqualFold(a, b) {
+					return collision(a, b)
 				}
 			}
 		}
@@ -439,13 +444,34 @@ func collisions(members []member) error {
 	seen := make(map[string][]byte, len(members))
 	var fold []byte
 	for _, m := range members {
-		fold = foldKey(fold[:0], m.key)
+		name := decodedName(m.key)
+		fold = foldKey(fold[:0], name)
 		if other, dup := seen[string(fold)]; dup {
-			return collision(other, m.key)
+			return collision(other, name)
 		}
-		seen[string(fold)] = m.key
+		seen[string(fold)] = name
 	}
 	return nil
+}
+
+// decodedName is a member name as encoding/json decodes it: every lone
+// surrogate (a mark and two bytes in k) replaced by U+FFFD. k itself when
+// it has none, the common case.
+func decodedName(k []byte) []byte {
+	i := bytes.IndexByte(k, loneSurrogateMark) // never in valid UTF-8
+	if i < 0 {
+		return k
+	}
+	out := append([]byte(nil), k[:i]...)
+	for ; i < len(k); i++ {
+		if k[i] == loneSurrogateMark && i+2 < len(k) {
+			out = utf8.AppendRune(out, utf8.RuneError)
+			i += 2
+			continue
+		}
+		out = append(out, k[i])
+	}
+	return out
 }
 
 func collision(a, b []byte) error {
@@ -467,8 +493,10 @@ func foldKey(dst, k []byte) []byte {
 	for i := 0; i < len(k); {
 		c := k[i]
 		if c < utf8.RuneSelf {
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
+			// The least of an ASCII letter's orbit is its upper case: K
+			// for k and KELVIN SIGN, S for s and LONG S.
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
 			}
 			dst = append(dst, c)
 			i++

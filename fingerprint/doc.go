@@ -27,7 +27,10 @@
 //   - An object that repeats a member name, case-insensitively as Go's
 //     encoding/json matches names, is refused (ErrDuplicateMember): the two
 //     spellings decode to one field, so keeping both would let two requests
-//     that decode differently share a fingerprint.
+//     that decode differently share a fingerprint. Names are compared as
+//     that decoder reads them: it turns every lone surrogate escape
+//     ("\ud800") into U+FFFD, so two such names, or one and "\ufffd", are
+//     one field too.
 //   - Numbers are compared as written: 2500 and 2500.0 are different
 //     requests. Query strings are compared as sent: ?a=1&b=2 and ?b=2&a=1
 //     differ.

@@ -177,6 +177,13 @@ func TestFingerprintRejectsCaseFoldedDuplicates(t *testing.T) {
 		`{"client_ts":"a","Client_TS":"b"}`,         // an excluded member still collides
 		`[{"x":1},{"y":1,"Y":2}]`,
 		`{"a0":0,"a1":1,"a2":2,"a3":3,"a4":4,"a5":5,"a6":6,"a7":7,"a8":8,"a9":9,"b0":0,"b1":1,"b2":2,"b3":3,"b4":4,"b5":5,"b6":6,"B6":7}`,
+		// Over 16 members names are folded, not compared in pairs; KELVIN
+		// SIGN and LONG S slipped through there.
+		`{"a0":0,"a1":1,"a2":2,"a3":3,"a4":4,"a5":5,"a6":6,"a7":7,"a8":8,"a9":9,"b0":0,"b1":1,"b2":2,"b3":3,"b4":4,"kind":"a","\u212aind":"b"}`,
+		`{"a0":0,"a1":1,"a2":2,"a3":3,"a4":4,"a5":5,"a6":6,"a7":7,"a8":8,"a9":9,"b0":0,"b1":1,"b2":2,"b3":3,"b4":4,"\u017ftatus":"a","STATUS":"b"}`,
+		// encoding/json reads every lone surrogate as U+FFFD.
+		`{"\ud800":1,"\ud801":2}`,
+		`{"x\udc00":1,"x\ufffd":2}`,
 	} {
 		_, err := f.Sum("POST", "/v1/orders", "application/json", []byte(body))
 		require.ErrorIs(t, err, fingerprint.ErrInvalidJSON, body)

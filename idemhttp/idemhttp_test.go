@@ -224,6 +224,9 @@ func TestBadRequests(t *testing.T) {
 		{"two keys", "sk_acme", "a", order, []string{"Idempotency-Key", "b"}, 400, idemhttp.ProblemKeyInvalid},
 		{"invalid json", "sk_acme", "k2", `{"amount_cents":`, nil, 400, idemhttp.ProblemInvalidBody},
 		{"case-folded duplicate member", "sk_acme", "k5", `{"amount_cents":100,"AMOUNT_CENTS":200}`, nil, 400, idemhttp.ProblemInvalidBody},
+		// Go reads both names as "\ufffd": with the members swapped the
+		// canonical form was the same and the decoded amount was not.
+		{"lone surrogate member names", "sk_acme", "k6", `{"amount_cents":100,"\ud800":1,"\ud801":2}`, nil, 400, idemhttp.ProblemInvalidBody},
 		{"too deep", "sk_acme", "k3", strings.Repeat("[", 100) + strings.Repeat("]", 100), nil, 400, idemhttp.ProblemInvalidBody},
 		{"too large", "sk_acme", "k4", `{"pad":"` + strings.Repeat("x", 2000) + `"}`, nil, 413, idemhttp.ProblemBodyTooLarge},
 	}
