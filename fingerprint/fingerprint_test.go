@@ -1,8 +1,10 @@
 package fingerprint_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -132,11 +134,20 @@ func FuzzCanonicalise(f *testing.F) {
 	for _, s := range []string{
 		`{"b":1,"a":[true,false,null,"x\u0041"]}`, `[]`, `{}`, `"\ud83d\ude00"`, `-0.5e+10`,
 		`{"a":{"b":{"c":[1,2,{"d":"e"}]}}}`, `{"client_ts":1,"meta":{"request_id":2}}`, `"\ud800"`,
+		`{"\ud801":2,"\ud800":1}`, // one name to Go; the canonical form swapped them
 	} {
 		f.Add([]byte(s))
 	}
 	fp, _ := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id"}, MaxDepth: 32})
+	plain, _ := fingerprint.New(&fingerprint.Options{MaxDepth: 32})
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The canonical form means to Go what the body means: the same
+		// values, the same member winning where names repeat.
+		if out, err := plain.Canonical(in); err == nil {
+			if a, b := decodeAny(t, in), decodeAny(t, out); !reflect.DeepEqual(a, b) {
+				t.Fatalf("%q decodes to %v, its canonical form %q to %v", in, a, out, b)
+			}
+		}
 		out, err := fp.Canonical(in)
 		if err != nil {
 			if json.Valid(in) && utf8.Valid(in) && !errors.Is(err, fingerprint.ErrJSONTooDeep) && !errors.Is(err, fingerprint.ErrDuplicateMember) {
@@ -155,6 +166,18 @@ func FuzzCanonicalise(f *testing.F) {
 			t.Fatalf("not idempotent: %q -> %q -> %q (%v)", in, out, again, err)
 		}
 	})
+}
+
+// decodeAny is what encoding/json makes of a valid body, numbers as written.
+func decodeAny(t *testing.T, b []byte) any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("decode %q: %v", b, err)
+	}
+	return v
 }
 
 // encoding/json matches member names case-insensitively; the canonicaliser
