@@ -106,6 +106,11 @@ func TestFingerprintRejectsBadJSON(t *testing.T) {
 	ok := strings.Repeat("[", 8) + strings.Repeat("]", 8)
 	_, err = f.Sum("POST", "/x", "application/json", []byte(ok))
 	require.NoError(t, err)
+	// Objects count as arrays do: 8 levels pass, 9 do not.
+	_, err = f.Sum("POST", "/x", "application/json", []byte(strings.Repeat(`{"a":`, 8)+"1"+strings.Repeat("}", 8)))
+	require.NoError(t, err)
+	_, err = f.Sum("POST", "/x", "application/json", []byte(strings.Repeat(`{"a":`, 9)+"1"+strings.Repeat("}", 9)))
+	require.ErrorIs(t, err, fingerprint.ErrJSONTooDeep)
 
 	_, err = fingerprint.New(&fingerprint.Options{Exclude: []string{"a..b"}})
 	require.ErrorIs(t, err, fingerprint.ErrInvalidOptions)
