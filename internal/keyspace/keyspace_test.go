@@ -97,6 +97,11 @@ func TestTimeIndex(t *testing.T) {
 	}))
 	_, _, err := keyspace.SplitTimeKey([]byte{1, 2, 3})
 	require.Error(t, err)
+	// Eight bytes are a time and an empty key: short only below that.
+	at, k, err := keyspace.SplitTimeKey([]byte{0x80, 0, 0, 0, 0, 0, 0, 0})
+	require.NoError(t, err)
+	require.Equal(t, time.Unix(0, 0).UTC(), at)
+	require.Empty(t, k)
 }
 
 // Namespaces live under the reserved prefix, are listed by prefix, and
