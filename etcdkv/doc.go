@@ -34,7 +34,8 @@
 // or write refuses, with ErrNestedPrefix, a prefix that nests with a
 // recorded one. A backend that only reads records nothing. The check costs
 // one round trip per backend, once; the recording a second, once per
-// prefix. Drop deletes a retired database and its record. Under etcd's
+// prefix. Prefixes lists the registry (oncekv prefixes --etcd shows it);
+// Drop deletes a retired database and its record. Under etcd's
 // RBAC, a user granted only its own prefix may not read the registry: its
 // backend skips the check (the roles keep databases apart); grant its role
 // read and write on the registry's keys to have the check too.

@@ -206,3 +206,33 @@ func Drop(ctx context.Context, client *clientv3.Client, prefix string) error {
 // The check is skipped then (the roles keep the databases apart); grant
 // the role read and write on the registry's keys to have it.
 func denied(err error) bool { return errors.Is(err, rpctypes.ErrPermissionDenied) }
+
+// Recorded is a database prefix in the registry of prefixes.
+type Recorded struct {
+	Prefix string `json:"prefix"`
+	// At is when a backend recorded it (zero if the entry was not written
+	// by one).
+	At time.Time `json:"recorded_at"`
+}
+
+// Prefixes lists the registry of prefixes: every database prefix a backend
+// recorded on the cluster, in key order, for an operator to see what
+// shares it (oncekv prefixes --etcd). At most limit entries (0: all).
+func Prefixes(ctx context.Context, client *clientv3.Client, limit int) ([]Recorded, error) {
+	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(registryRoot)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(limit)))
+	}
+	// From the first key after the version key: the registry's entries.
+	resp, err := client.Get(ctx, registryRoot+"\x00", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("etcdkv: read the registry of prefixes: %w", err)
+	}
+	out := make([]Recorded, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r := Recorded{Prefix: strings.TrimPrefix(string(kv.Key), registryRoot)}
+		r.At, _ = time.Parse(time.RFC3339, string(kv.Value))
+		out = append(out, r)
+	}
+	return out, nil
+}

@@ -155,6 +155,25 @@ func TestNestedPrefixesAreRefused(t *testing.T) {
 	if got, err := read(open("/ro/x/", etcdkv.Options{})); err != nil || got != "orders " {
 		t.Fatalf("/ro/x/ reads %q, %v, want only its own bucket", got, err)
 	}
+	// The registry as an operator lists it: every recorded prefix, in key
+	// order, with when it was recorded.
+	list, err := etcdkv.Prefixes(ctx, raw, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range list {
+		names = append(names, r.Prefix)
+		if r.At.IsZero() {
+			t.Fatalf("%q has no recording time", r.Prefix)
+		}
+	}
+	if want := []string{"/app/", "/app2/", "/apps/", "/b/", "/ro/x/"}; fmt.Sprint(names) != fmt.Sprint(want) {
+		t.Fatalf("Prefixes: %q, want %q", names, want)
+	}
+	if first, err := etcdkv.Prefixes(ctx, raw, 2); err != nil || len(first) != 2 || first[1].Prefix != "/app2/" {
+		t.Fatalf("Prefixes with a limit of 2: %v, %v", first, err)
+	}
 	for _, p := range []string{"", "\x00oncekv/"} {
 		if err := etcdkv.Drop(ctx, raw, p); !errors.Is(err, etcdkv.ErrInvalidOptions) {
 			t.Fatalf("Drop(%q): %v, want ErrInvalidOptions", p, err)

@@ -259,7 +259,8 @@ func Wrap(b *bolt.DB, opts *Options) (*DB, error) {
 // New returns a DB over any Backend (package etcdkv provides one). It checks
 // the stored format record and, unless Options.ReadOnly or RequireFormat is
 // set, stamps a store that has none. Options that only apply to a bbolt
-// file are ignored. Close on the DB closes the backend.
+// file are ignored. Close on the DB closes the backend; when New fails,
+// the backend is left open for the caller to close.
 func New(b Backend, opts *Options) (*DB, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil Backend", ErrInvalidOptions)

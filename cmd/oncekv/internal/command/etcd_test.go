@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -83,6 +84,26 @@ func TestCommandsOnEtcd(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "etcd "+eps+" prefix /nothing/")
 	require.Equal(t, rev, etcdRevision(t, eps))
+	// prefixes lists what the cluster holds: the service's database.
+	out, stderr, code = run("prefixes", "--etcd", eps)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `PREFIX\s+RECORDED\n/svc/\s+\d{4}-\d\d-\d\dT`, out)
+	require.Contains(t, out, "(1 prefixes)")
+	out, _, code = run("prefixes", "--etcd", eps, "--json")
+	require.Equal(t, 0, code)
+	var listed []struct {
+		Prefix     string    `json:"prefix"`
+		RecordedAt time.Time `json:"recorded_at"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed, 1)
+	require.Equal(t, "/svc/", listed[0].Prefix)
+	require.False(t, listed[0].RecordedAt.IsZero())
+	_, stderr, code = run("prefixes", "--db", "x.db")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--etcd")
+	require.Equal(t, rev, etcdRevision(t, eps), "prefixes wrote to etcd")
+
 	// A prefix that nests with the service's (a missing slash, a
 	// subfolder) is refused by name, for reads and writes alike.
 	for _, p := range []string{"/svc", "/svc/billing/"} {

@@ -105,7 +105,7 @@ Commands other than demo open only an existing oncekv file: an empty or
 foreign file is refused untouched, a damaged one is reported (exit 1).
 --etcd ENDPOINTS works wherever --db does, on the database a service keeps
 on an etcd cluster (package etcdkv; --etcd-prefix names it), except compact:
-etcd compacts its own history.
+etcd compacts its own history. prefixes lists the databases a cluster holds.
 
 A running service holds its file's lock. Commands then take --addr to query
 the service's admin endpoint (inspect.Handler) instead of the file, and
@@ -132,7 +132,7 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.PersistentFlags().StringArrayVar(&o.keyFiles, "key-file", nil, "a key file (ID:HEX, see keygen) that opens sealed values; repeatable, the first is current (default $ONCEKV_KEY)")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newRekey(o), newKeygen(o), newConsole(o), newDemo(o), newBench(o), newVersion(o))
+		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newRekey(o), newKeygen(o), newConsole(o), newDemo(o), newBench(o), newPrefixes(o), newVersion(o))
 	return root
 }
 
