@@ -434,6 +434,13 @@ func retryable(err error) bool {
 	if errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrFutureRev) {
 		return true
 	}
+	// The server's own transient errors ("leader changed", "no leader",
+	// "request timed out"): the client retries a Get on them by itself,
+	// but not a Txn, which is how the registry of prefixes reads.
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) && ee.Code() == codes.Unavailable {
+		return true
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
