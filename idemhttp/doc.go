@@ -41,7 +41,9 @@
 // constants). "The same request" means the same fingerprint: method, concrete
 // path and query (a key reused on /v1/orders/B/pay after /v1/orders/A/pay is a
 // 422, never A's answer) and body, with JSON canonicalised (key order and whitespace do not matter)
-// and the fields in Config.Fingerprint.Exclude ignored.
+// and the fields in Config.Fingerprint.Exclude ignored. A body sent with a
+// Content-Encoding (gzip, say) is not the text its type names: it is
+// compared as the bytes sent, so a retry must compress alike.
 //
 // # In-transaction routes (Wrap)
 //

@@ -1,6 +1,8 @@
 package idemhttp_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,8 +74,17 @@ func setup(t *testing.T, mutate func(*idemhttp.Config)) *bundle {
 	mux.Handle("POST /v1/orders", b.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, ok := idemhttp.Tx(r.Context())
 		require.True(t, ok)
+		var body io.Reader = r.Body
+		if r.Header.Get("Content-Encoding") == "gzip" { // a client that compresses its requests
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, "bad gzip", http.StatusBadRequest)
+				return
+			}
+			body = zr
+		}
 		var in map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		if err := json.NewDecoder(body).Decode(&in); err != nil {
 			http.Error(w, "bad json", http.StatusBadRequest)
 			return
 		}
@@ -420,4 +431,37 @@ func TestRequestsAreLoggedAtInfo(t *testing.T) {
 			require.NotContains(t, lines, "idempotent request")
 		}
 	}
+}
+
+// A client that compresses its JSON (Content-Encoding: gzip) is served: the
+// compressed body is not the JSON text, so it is fingerprinted as the bytes
+// sent, not refused as invalid JSON. Its retry replays; another body under
+// the same key is a mismatch.
+func TestCompressedBodyIsFingerprintedAsBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	gz := func(s string) string {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write([]byte(s))
+		require.NoError(t, zw.Close())
+		return buf.String()
+	}
+	first := b.post(t, "sk_acme", "gz-1", gz(`{"amount_cents":100}`), "Content-Encoding", "gzip")
+	require.Equal(t, 201, first.status, first.body)
+	require.Contains(t, first.body, `"amount_cents":100`)
+	retry := b.post(t, "sk_acme", "gz-1", gz(`{"amount_cents":100}`), "Content-Encoding", "gzip")
+	require.Equal(t, 201, retry.status)
+	require.Equal(t, first.body, retry.body)
+	require.Equal(t, "true", retry.header.Get("Idempotent-Replayed"))
+	other := b.post(t, "sk_acme", "gz-1", gz(`{"amount_cents":200}`), "Content-Encoding", "gzip")
+	require.Equal(t, 422, other.status, other.body)
+	// The same text sent uncompressed is another request, not a replay.
+	plain := b.post(t, "sk_acme", "gz-1", `{"amount_cents":100}`)
+	require.Equal(t, 422, plain.status, plain.body)
+	require.Equal(t, int32(1), b.runs.Load())
+	// "identity" is no encoding: the body is JSON, canonicalised.
+	require.Equal(t, 201, b.post(t, "sk_acme", "gz-2", `{"amount_cents":5}`, "Content-Encoding", "identity").status)
+	again := b.post(t, "sk_acme", "gz-2", ` { "amount_cents" : 5 } `, "Content-Encoding", "Identity")
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"), again.body)
 }
