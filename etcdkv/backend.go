@@ -89,11 +89,12 @@ func (o *Options) withDefaults() Options {
 }
 
 func (o *Options) validate() error {
+	if err := validPrefix(o.Prefix); err != nil {
+		return err
+	}
 	switch {
 	case o.RequestTimeout < 0, o.MaxAttempts < 0, o.SoloAfter < 0, o.MaxRequestBytes < 0:
 		return fmt.Errorf("%w: negative limit", ErrInvalidOptions)
-	case o.Prefix[0] == 0:
-		return fmt.Errorf("%w: prefix %q begins with NUL (kept for the registry of prefixes)", ErrInvalidOptions, o.Prefix)
 	case o.MaxTxOps < 8:
 		return fmt.Errorf("%w: MaxTxOps %d leaves no room for a transaction", ErrInvalidOptions, o.MaxTxOps)
 	}

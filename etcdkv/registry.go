@@ -34,6 +34,15 @@ const registryRoot = "\x00oncekv/prefixes/"
 // the key the message gives, with etcdctl del) and open again.
 var ErrNestedPrefix = errors.New("etcdkv: prefix nests with another database's")
 
+// validPrefix refuses a prefix that is empty or begins with NUL, which
+// would reach into the registry.
+func validPrefix(p string) error {
+	if p == "" || p[0] == 0 {
+		return fmt.Errorf("%w: prefix %q is empty or begins with NUL (kept for the registry of prefixes)", ErrInvalidOptions, p)
+	}
+	return nil
+}
+
 // Prefix-check states of a Backend.
 const (
 	prefixUnchecked = iota
@@ -188,8 +197,8 @@ func (b *Backend) record(ctx context.Context, version int64) (bool, error) {
 // them first. Drop is for databases that are gone for good: tests, bench
 // runs, a service retired.
 func Drop(ctx context.Context, client *clientv3.Client, prefix string) error {
-	if prefix == "" || prefix[0] == 0 {
-		return fmt.Errorf("%w: drop prefix %q", ErrInvalidOptions, prefix)
+	if err := validPrefix(prefix); err != nil {
+		return err
 	}
 	_, err := client.Txn(ctx).Then(
 		clientv3.OpDelete(prefix, clientv3.WithPrefix()),
@@ -219,7 +228,7 @@ type Recorded struct {
 // recorded on the cluster, in key order, for an operator to see what
 // shares it (oncekv prefixes --etcd). At most limit entries (0: all).
 func Prefixes(ctx context.Context, client *clientv3.Client, limit int) ([]Recorded, error) {
-	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(registryRoot)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+	opts := []clientv3.OpOption{clientv3.WithRange(prefixEnd(registryRoot)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
 	if limit > 0 {
 		opts = append(opts, clientv3.WithLimit(int64(limit)))
 	}

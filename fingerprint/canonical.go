@@ -431,9 +431,13 @@ func collisions(members []member) error {
 		return nil
 	}
 	if len(members) <= 16 {
-		for i := range members {
-			for j := i + 1; j < len(members); j++ {
-				a, b := decodedName(members[i].key), decodedName(members[j].key)
+		var decoded [16][]byte // each name decoded once, on the stack
+		names := decoded[:0]
+		for _, m := range members {
+			names = append(names, decodedName(m.key))
+		}
+		for i, a := range names {
+			for _, b := range names[i+1:] {
 				if bytes.EqualFold(a, b) {
 					return collision(a, b)
 				}

@@ -3,7 +3,7 @@
 // concrete target and the canonical body.
 //
 //	f, err := fingerprint.New(&fingerprint.Options{Exclude: []string{"client_ts", "meta.request_id"}})
-//	fp, err := f.Sum(r.Method, r.URL.RequestURI(), r.Header.Get("Content-Type"), body)
+//	fp, err := f.Sum(r.Method, r.URL.RequestURI(), fingerprint.BodyType(r.Header), body)
 //
 // # The model
 //

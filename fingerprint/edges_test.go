@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,5 +94,26 @@ func TestCaseFoldedDuplicatesMatchEqualFold(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BodyType: the Content-Type, unless the body is encoded (then "", bytes);
+// identity is no encoding.
+func TestBodyType(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		encoding, want string
+	}{
+		{"", "application/json"},
+		{"identity", "application/json"},
+		{" Identity ", "application/json"},
+		{"gzip", ""},
+		{"gzip, br", ""},
+	} {
+		h := http.Header{"Content-Type": {"application/json"}}
+		if c.encoding != "" {
+			h.Set("Content-Encoding", c.encoding)
+		}
+		require.Equal(t, c.want, fingerprint.BodyType(h), "Content-Encoding %q", c.encoding)
 	}
 }

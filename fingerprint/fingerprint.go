@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -147,6 +148,18 @@ func (f *Fingerprinter) Canonical(body []byte) ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte(nil), out...), nil
+}
+
+// BodyType is the content type to give Sum for a request with header h:
+// its Content-Type, or "" when a Content-Encoding other than identity
+// (gzip, say) is set. Such a body is not the text its type names, so it is
+// fingerprinted as the bytes sent instead of refused as invalid JSON; a
+// retry must then compress alike.
+func BodyType(h http.Header) string {
+	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+		return ""
+	}
+	return h.Get("Content-Type")
 }
 
 // IsJSON reports whether a Content-Type names JSON: application/json or a

@@ -137,7 +137,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 	// The scope names the endpoint (route pattern); the fingerprint names the
 	// concrete resource (escaped path and raw query), so a key reused on
 	// another order is a mismatch, not a replay of the first order's answer.
-	fp, err := m.fp.Sum(r.Method, r.URL.RequestURI(), fingerprintType(r.Header), body)
+	fp, err := m.fp.Sum(r.Method, r.URL.RequestURI(), fingerprint.BodyType(r.Header), body)
 	if err != nil {
 		m.reject(w, start, http.StatusBadRequest, ProblemInvalidBody, "Invalid JSON body", err.Error())
 		return
@@ -266,15 +266,4 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 	m.log.Error("idempotent request failed", "error", err)
 	WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
 	return EventNotStored, http.StatusInternalServerError
-}
-
-// fingerprintType is the content type the fingerprint judges the body by.
-// A body with a Content-Encoding (gzip, say) is not the text its type
-// names: it is fingerprinted as the bytes sent, not parsed, so a client
-// that compresses its JSON is served instead of refused.
-func fingerprintType(h http.Header) string {
-	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
-		return ""
-	}
-	return h.Get("Content-Type")
 }

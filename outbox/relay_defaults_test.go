@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,47 +128,17 @@ func TestRelayLogsFailuresAndQuarantines(t *testing.T) {
 	o, _, clock := setupOutbox(t)
 	_, _, err := o.Add(ctx, ev("poison"))
 	require.NoError(t, err)
-	h := &captured{}
+	var logged strings.Builder
 	pub := &recorder{fail: func(int, outbox.Event) (bool, bool) { return false, true }}
-	r, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, MaxAttempts: 2, Logger: slog.New(h)})
+	r, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, MaxAttempts: 2, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	require.NoError(t, err)
 	for range 2 {
 		st, err := r.RunOnce(ctx)
 		require.NoError(t, err)
 		clock.Advance(st.Wait + time.Minute)
 	}
-	require.Equal(t, []string{
-		"WARN outbox publish failed id=poison attempt=1",
-		"ERROR outbox event quarantined id=poison attempts=2",
-	}, h.lines())
-}
-
-// captured keeps each record's level, message, id and attempt count.
-type captured struct {
-	mu  sync.Mutex
-	got []string
-}
-
-func (*captured) Enabled(context.Context, slog.Level) bool { return true }
-func (h *captured) WithAttrs([]slog.Attr) slog.Handler     { return h }
-func (h *captured) WithGroup(string) slog.Handler          { return h }
-func (h *captured) Handle(_ context.Context, r slog.Record) error {
-	line := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "id", "attempt", "attempts":
-			line += " " + a.String()
-		}
-		return true
-	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.got = append(h.got, line)
-	return nil
-}
-
-func (h *captured) lines() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.got...)
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	require.Len(t, lines, 2, logged.String())
+	require.Regexp(t, `level=WARN msg="outbox publish failed" id=poison .*attempt=1 `, lines[0])
+	require.Regexp(t, `level=ERROR msg="outbox event quarantined" id=poison .*attempts=2 `, lines[1])
 }

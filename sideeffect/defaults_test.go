@@ -32,16 +32,11 @@ func TestExecutorRetryDefaults(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			fake := providertest.New(providertest.Rates{}, 1)
-			fake.Script = func(op string, _ sideeffect.Call) providertest.Fault {
-				if op == "do" {
-					return providertest.FailBeforeCharge
-				}
-				return providertest.StatusUnknown
-			}
-			x, bb := setup(t, fake)
+			fake.Script = neverKnown
+			_, bb := setup(t, fake)
 			cfg := config(fake, bb.comp)
 			cfg.MaxAttempts, cfg.Backoff = c.maxAttempts, c.backoff
-			x, err := sideeffect.New(x.DB(), &cfg)
+			x, err := sideeffect.New(bb.db, &cfg)
 			require.NoError(t, err)
 			in, _, err := x.Create(ctx, spec("1"))
 			require.NoError(t, err)

@@ -267,17 +267,21 @@ func TestFailedRunsFailureCompletion(t *testing.T) {
 	require.Empty(t, fake.Charges())
 }
 
+// neverKnown is a provider script whose charge fails before it is made and
+// whose status is never known: every attempt is unknown.
+func neverKnown(op string, _ sideeffect.Call) providertest.Fault {
+	if op == "do" {
+		return providertest.FailBeforeCharge
+	}
+	return providertest.StatusUnknown
+}
+
 // Unknown outcomes back off with full jitter and, after the bound, park the
 // intent as needs_attention, where no pass touches it until requeued.
 func TestUnknownBacksOffThenNeedsAttention(t *testing.T) {
 	t.Parallel()
 	fake := providertest.New(providertest.Rates{}, 1)
-	fake.Script = func(op string, c sideeffect.Call) providertest.Fault {
-		if op == "do" {
-			return providertest.FailBeforeCharge
-		}
-		return providertest.StatusUnknown
-	}
+	fake.Script = neverKnown
 	x, bb := setup(t, fake)
 	in, _, _ := x.Create(ctx, spec("1"))
 	out, err := x.Execute(ctx, in.ID)
