@@ -383,7 +383,7 @@ func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]In
 func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{Path: i.db.Path(), Backend: i.db.Traits().Name, Counts: map[string]int{}, Buckets: []Bucket{}, Tenants: []TenantUsage{}}
 	if b := i.db.Bolt(); b != nil {
-		st.PageSize = b.Info().PageSize
+		st.PageSize = i.db.PageSize()
 		if fi, err := os.Stat(i.db.Path()); err == nil {
 			st.FileBytes = fi.Size()
 		}

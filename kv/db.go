@@ -155,6 +155,7 @@ type DB struct {
 	backend     Backend
 	traits      Traits
 	bolt        *bolt.DB // nil unless the backend is bbolt
+	pageSize    int      // bbolt's page size, read at open (0 for other backends)
 	path        string
 	opts        Options
 	incarnation uuid.UUID
@@ -274,6 +275,9 @@ func New(b Backend, opts *Options) (*DB, error) {
 
 func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New()}
+	if bdb != nil {
+		db.pageSize = bdb.Info().PageSize // nothing else uses bdb yet: see PageSize
+	}
 	if err := db.checkFormat(); err != nil {
 		return nil, err
 	}
@@ -346,6 +350,12 @@ func (db *DB) writeFreelist() error {
 
 // Path returns the database file's path (for another backend, its name).
 func (db *DB) Path() string { return db.path }
+
+// PageSize returns the bbolt file's page size, 0 for other backends. Use it
+// instead of Bolt().Info(): bbolt's Info reads the memory map without a
+// lock, and a commit that grows the file remaps it meanwhile (a data race,
+// and a fault when the old map is gone).
+func (db *DB) PageSize() int { return db.pageSize }
 
 // Bolt returns the underlying bbolt handle, for code that wants to use bbolt
 // directly alongside oncekv; nil when the backend is not bbolt.

@@ -437,3 +437,15 @@ func TestOpenTellsDamageFromAFailedRead(t *testing.T) {
 	require.NotErrorIs(t, err, kv.ErrDamaged)
 	require.ErrorContains(t, err, "read the format record")
 }
+
+// PageSize is the bbolt file's page size, read at open; 0 over another
+// backend.
+func TestPageSize(t *testing.T) {
+	t.Parallel()
+	db := kvtest.Open(t, nil)
+	require.Equal(t, os.Getpagesize(), db.PageSize())
+	require.Equal(t, db.Bolt().Info().PageSize, db.PageSize()) // at rest, Info is safe
+	over, err := kv.New(db, nil)
+	require.NoError(t, err)
+	require.Zero(t, over.PageSize())
+}

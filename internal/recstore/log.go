@@ -521,7 +521,7 @@ func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
 // it migrates records of the keyed layout, then rebuilds dir from the log.
 func openLog(ctx context.Context, db *kv.DB, spec Spec, dir *directory) (*logStore, error) {
 	s := &logStore{spec: spec, log: spec.logNS(), tail: spec.tailNS(),
-		budget: tailBudget(db.Bolt().Info().PageSize), dir: dir,
+		budget: tailBudget(db.PageSize()), dir: dir,
 		open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
 	// Until the rebuild has seen every counter in the log, a new position
 	// is looked up before it is used: a migration cut short by a crash left
