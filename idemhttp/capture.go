@@ -39,6 +39,14 @@ func (c *capture) WriteHeader(code int) {
 	if c.wroteHeader {
 		return
 	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		// An informational status (103 Early Hints, 100 Continue) is not
+		// the answer: net/http sends it at once and the final status
+		// follows. Nothing leaves before the commit, so it is dropped;
+		// the headers set so far stay for the final status, as they do
+		// in net/http.
+		return
+	}
 	if code < 100 || code > 999 {
 		c.badStatus = code
 		code = http.StatusInternalServerError

@@ -69,6 +69,9 @@
 //     commit); it must not act outside its transaction (no outbound calls, no
 //     metrics that must count once).
 //   - Responses are buffered in memory, up to the ledger's MaxResponseBytes;
-//     streaming handlers do not fit this middleware.
+//     streaming handlers do not fit this middleware. For the same reason an
+//     informational status a handler writes first (103 Early Hints, 100
+//     Continue) is not sent: the final status it writes next is the answer,
+//     with the headers set before the 1xx.
 //   - Waiting for an in-progress request works within one process only.
 package idemhttp

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,4 +168,64 @@ func TestProblemDetailClipping(t *testing.T) {
 	// tenant function's error, say) is cut to nothing, not past its start.
 	garbage := strings.Repeat("\x80", idemhttp.MaxProblemDetail+1)
 	require.Equal(t, "...", detail(garbage))
+}
+
+// A handler that sends an informational status first (103 Early Hints)
+// and then its answer gets its answer through the middleware, keyed and
+// unkeyed, and its retry the same: the 1xx used to be taken for the
+// status, so the 201 was stored and sent as a 200. Nothing leaves before
+// the commit, so the 1xx itself is not sent; the headers set before it
+// stay.
+func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, KeyOptional: true,
+		Tenant: func(*http.Request) (string, error) { return "acme", nil }, KeepHeaders: []string{"Link"}})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.Tx(r.Context())
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err == nil {
+			err = b.Put(fmt.Appendf(nil, "ord_%d", runs.Add(1)), []byte("1"))
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Link", "</terms.css>; rel=preload")
+		w.WriteHeader(http.StatusContinue)
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusCreated)
+		w.WriteHeader(http.StatusOK) // ignored, as net/http ignores it
+		fmt.Fprint(w, "created")
+	})))
+	t.Cleanup(srv.Close)
+
+	send := func(key string) (int, string, http.Header, int) {
+		t.Helper()
+		informational := 0
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error { informational++; return nil }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body), resp.Header, informational
+	}
+	for i, key := range []string{"k-hints", "k-hints", ""} {
+		status, body, h, informational := send(key)
+		require.Equal(t, http.StatusCreated, status, "request %d", i)
+		require.Equal(t, "created", body)
+		require.Equal(t, "</terms.css>; rel=preload", h.Get("Link"))
+		require.Zero(t, informational, "nothing is sent before the commit")
+		require.Equal(t, i == 1, h.Get(idemhttp.HeaderReplayed) == "true")
+	}
+	require.EqualValues(t, 2, runs.Load(), "the keyed retry was replayed")
 }

@@ -30,8 +30,8 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 	}
 	switch {
 	case replay != nil:
-		m.writeReplay(w, replay.Response)
-		ev.Kind, ev.Status, ev.Duration = EventReplayed, replay.Response.Status, time.Since(start)
+		ev.Kind, ev.Status = EventReplayed, writeStored(w, replay.Response, true)
+		ev.Duration = time.Since(start)
 		m.event(ev)
 		return
 	case err != nil:
@@ -69,16 +69,9 @@ func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respo
 	res, err := m.cfg.Executor.Perform(r.Context(), m.cfg.Ledger, ps.req, spec, respond)
 	switch {
 	case err == nil && res.Replayed:
-		m.writeReplay(w, res.Response)
-		ev.Kind, ev.Status = EventReplayed, res.Response.Status
+		ev.Kind, ev.Status = EventReplayed, writeStored(w, res.Response, true)
 	case err == nil:
-		h := w.Header()
-		for k, v := range res.Response.Header {
-			h[k] = v
-		}
-		w.WriteHeader(res.Response.Status)
-		_, _ = w.Write(res.Response.Body)
-		ev.Kind, ev.Status = EventExecuted, res.Response.Status
+		ev.Kind, ev.Status = EventExecuted, writeStored(w, res.Response, false)
 		if res.Takeover {
 			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
 		}

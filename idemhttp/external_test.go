@@ -26,6 +26,9 @@ type external struct {
 	fake  *providertest.Fake
 	srv   *httptest.Server
 	wrote atomic.Bool // what the last Perform returned: true when it wrote a stored answer
+	// status is the status the pay handler's Respond stores (200 unless
+	// a test sets it).
+	status atomic.Int32
 }
 
 // setupExternal serves POST /v1/orders/{id}/pay through WrapExternal: the
@@ -33,6 +36,7 @@ type external struct {
 func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	t.Helper()
 	e := &external{clock: kvtest.NewManualClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)), fake: providertest.New(providertest.Rates{}, 1)}
+	e.status.Store(200)
 	e.db = kvtest.Open(t, &kv.Options{NoSync: true, Clock: e.clock}, ledger.RecordKind, sideeffect.RecordKind)
 	var err error
 	e.l, err = ledger.New(e.db, &ledger.Config{Lease: time.Minute})
@@ -54,7 +58,7 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 		id := r.PathValue("id")
 		e.wrote.Store(idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
 			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
-				return ledger.Response{Status: 200, Body: fmt.Appendf(nil, "%s %s", in.State, in.Result)}, nil
+				return ledger.Response{Status: int(e.status.Load()), Body: fmt.Appendf(nil, "%s %s", in.State, in.Result)}, nil
 			}))
 	})))
 	e.srv = httptest.NewServer(mux)
@@ -138,6 +142,24 @@ func TestExternalDuplicateWaitsForTheFirstAttempt(t *testing.T) {
 	require.Equal(t, 200, b.status, "the duplicate waited instead of answering 409: %s", b.body)
 	require.Equal(t, a.body, b.body)
 	require.Equal(t, "true", b.header.Get(idemhttp.HeaderReplayed))
+	require.Len(t, e.fake.Charges(), 1)
+}
+
+// A Respond that leaves the status 0 (the ledger allows it, for responses
+// that are not HTTP) made Perform call WriteHeader(0), which net/http
+// refuses with a panic: the client lost the connection while the charge
+// and its answer were stored, and the retry replayed a 200. Both now get
+// the 200.
+func TestExternalResponseWithoutStatusIsA200(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, nil)
+	e.status.Store(0)
+	for i, want := range []string{"", "true"} {
+		r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+		require.Equal(t, 200, r.status, "request %d: %s", i, r.body)
+		require.Equal(t, "succeeded ch_0001", r.body)
+		require.Equal(t, want, r.header.Get(idemhttp.HeaderReplayed))
+	}
 	require.Len(t, e.fake.Charges(), 1)
 }
 

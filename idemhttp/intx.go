@@ -68,8 +68,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 	var ns *notStored
 	switch {
 	case err == nil && res.Replayed:
-		m.writeReplay(w, res.Response)
-		ev.Kind, ev.Status = EventReplayed, res.Response.Status
+		ev.Kind, ev.Status = EventReplayed, writeStored(w, res.Response, true)
 	case err == nil:
 		last.writeTo(w) // the full response, not only the kept headers
 		ev.Kind, ev.Status = EventExecuted, res.Response.Status

@@ -214,18 +214,25 @@ func (m *Middleware) kept(h http.Header) http.Header {
 	return out
 }
 
-func (m *Middleware) writeReplay(w http.ResponseWriter, resp ledger.Response) {
+// writeStored writes a response the ledger holds (replayed: with
+// HeaderReplayed) and returns the status sent. Status 0, which the ledger
+// allows for responses that are not HTTP, is a 200, as a handler that
+// writes no status gets.
+func writeStored(w http.ResponseWriter, resp ledger.Response, replayed bool) int {
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
 	}
-	h.Set(HeaderReplayed, "true")
+	if replayed {
+		h.Set(HeaderReplayed, "true")
+	}
 	status := resp.Status
 	if status == 0 {
 		status = http.StatusOK
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(resp.Body)
+	return status
 }
 
 // writeLedgerError maps the ledger's rejections to problems.
