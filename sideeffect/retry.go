@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -96,11 +97,16 @@ func Classify(resp *http.Response, err error) Decision {
 }
 
 // retryAfter parses delta-seconds or an HTTP date; 0 if absent or invalid.
+// A number of seconds too large for a time.Duration saturates, as a date
+// far ahead does, instead of wrapping round to a short (or negative) wait.
 func retryAfter(v string) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+	if s, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if err != nil || s > uint64(math.MaxInt64/time.Second) {
+			return math.MaxInt64
+		}
 		return time.Duration(s) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {

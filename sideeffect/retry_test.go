@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -56,6 +57,13 @@ func TestClassify(t *testing.T) {
 		{"425", resp(425, ""), nil, true, 0},
 		{"429", resp(429, "7"), nil, true, 7 * time.Second},
 		{"429 bad retry-after", resp(429, "soon"), nil, true, 0},
+		{"429 negative retry-after", resp(429, "-5"), nil, true, 0},
+		{"503 retry-after of a day", resp(503, "86400"), nil, true, 24 * time.Hour},
+		// Seconds past what a Duration holds: these wrapped round to -8.4e9 s
+		// (ignored: retried at once) and to -0.7 s.
+		{"503 retry-after beyond a Duration", resp(503, "10000000000"), nil, true, math.MaxInt64},
+		{"503 retry-after beyond a Duration, by less than a second", resp(503, "18446744073"), nil, true, math.MaxInt64},
+		{"503 retry-after beyond uint64", resp(503, "99999999999999999999999"), nil, true, math.MaxInt64},
 		{"500", resp(500, ""), nil, false, 0},
 		{"501", resp(501, ""), nil, false, 0},
 		{"502", resp(502, ""), nil, true, 0},
