@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
@@ -159,4 +160,70 @@ func TestLogLeavesArePackedFull(t *testing.T) {
 		require.Greater(t, fill, 0.8, "%d leaf pages, %.2f full", st.LeafPageN, fill)
 		return nil
 	}))
+}
+
+// Due, on the log layout: the records of every second up to now's own
+// second, in expiry order, limit at a time, each page resuming after the
+// last one's cursor without repeating it; a record of the next second is
+// not due.
+func TestDuePagesThroughTheLog(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	for i, at := range []time.Duration{0, 0, 0, time.Second + 500*time.Millisecond, 2 * time.Second} {
+		put(t, db, s, "a", fmt.Sprint(i), t0.Add(at), value(fmt.Sprint(i)))
+	}
+	k := testKind()
+	now := t0.Add(time.Second) // the record of t0+1.5s is of this second
+	var pages [][]kv.Due
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		var after []byte
+		for {
+			page := k.Due(tx, now, after, 2)
+			if len(page) == 0 {
+				return nil
+			}
+			pages = append(pages, page)
+			after = page[len(page)-1].Cursor
+		}
+	}))
+	require.Len(t, pages, 2, "four records due, two a page")
+	var keys []string
+	var secs []int64
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for _, page := range pages {
+			require.LessOrEqual(t, len(page), 2)
+			for _, d := range page {
+				b := k.both(tx)
+				scope, key, _, ok := unwrap(b.Get(d.Key))
+				require.True(t, ok)
+				require.Equal(t, "a", string(scope))
+				keys = append(keys, string(key))
+				secs = append(secs, d.At.Unix())
+			}
+		}
+		return nil
+	}))
+	require.ElementsMatch(t, []string{"0", "1", "2", "3"}, keys, "each due record once, the one of the next second not at all")
+	require.Equal(t, []int64{t0.Unix(), t0.Unix(), t0.Unix(), t0.Unix() + 1}, secs, "in expiry order")
+}
+
+// The check compares the log with the directory of the store open in
+// this process: an entry written behind its back (raw bbolt) is one the
+// directory cannot find, and is reported; the entries it wrote are not.
+func TestCheckReportsAnEntryTheDirectoryMisses(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "known", t0, value("v"))
+	problems, err := db.Check(ctx, testKind())
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		log, err := btx.CreateBucketIfNotExists(LogBucket(spec))
+		require.NoError(t, err)
+		return log.Put(posKey(expirySec(t0)<<ctrBits|ctrMask), wrap("a", "unknown", value("w")))
+	}))
+	problems, err = db.Check(ctx, testKind())
+	require.NoError(t, err)
+	require.Len(t, problems, 1, "%q", problems)
+	require.Contains(t, problems[0].Message, `"a"/"unknown": the in-memory directory does not find log entry`)
 }

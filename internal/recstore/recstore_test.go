@@ -426,7 +426,9 @@ func TestLogIsExpiryOrdered(t *testing.T) {
 }
 
 // The keyed layout (format 1, and backends with several writers) is found,
-// moved and deleted through the same interface.
+// moved and deleted through the same interface. Delete removes the record
+// and its expiry index entry (one left behind would make the sweep meet an
+// index entry without a record).
 func TestKeyedLayout(t *testing.T) {
 	t.Parallel()
 	db, err := kv.Open(filepath.Join(t.TempDir(), "k.db"), &kv.Options{NoSync: true})
@@ -437,6 +439,18 @@ func TestKeyedLayout(t *testing.T) {
 	require.Equal(t, value("v"), get(t, db, s, "a", "k"))
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 		require.True(t, keyspace.NewTimeIndex("test.expiry").Has(tx, t0, JoinKey("a", "k")))
+		return nil
+	}))
+
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		ref, v, err := s.Get(tx, "a", "k")
+		require.NoError(t, err)
+		require.NotNil(t, v)
+		return s.Delete(tx, "a", "k", ref, t0)
+	}))
+	require.Nil(t, get(t, db, s, "a", "k"))
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		require.False(t, keyspace.NewTimeIndex("test.expiry").Has(tx, t0, JoinKey("a", "k")))
 		return nil
 	}))
 }
