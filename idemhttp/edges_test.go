@@ -195,6 +195,9 @@ func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 			return
 		}
 		w.Header().Set("Link", "</terms.css>; rel=preload")
+		if r.URL.Query().Has("ok-first") {
+			w.WriteHeader(http.StatusOK) // a final status: the 201 below is ignored
+		}
 		w.WriteHeader(http.StatusContinue)
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusCreated)
@@ -203,11 +206,11 @@ func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 	})))
 	t.Cleanup(srv.Close)
 
-	send := func(key string) (int, string, http.Header, int) {
+	send := func(key string, query ...string) (int, string, http.Header, int) {
 		t.Helper()
 		informational := 0
 		trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error { informational++; return nil }}
-		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL, strings.NewReader("{}"))
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL+strings.Join(query, ""), strings.NewReader("{}"))
 		require.NoError(t, err)
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
@@ -228,4 +231,8 @@ func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 		require.Equal(t, i == 1, h.Get(idemhttp.HeaderReplayed) == "true")
 	}
 	require.EqualValues(t, 2, runs.Load(), "the keyed retry was replayed")
+
+	// The first final status is the answer, as in net/http.
+	status, _, _, _ := send("k-ok-first", "?ok-first")
+	require.Equal(t, http.StatusOK, status)
 }
