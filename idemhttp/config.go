@@ -57,7 +57,9 @@ type Config struct {
 	Fingerprint fingerprint.Options
 
 	// KeepHeaders are response headers stored and replayed besides
-	// Content-Type and Location. Set-Cookie is never stored.
+	// Content-Type, Content-Encoding and Location (without the first two
+	// the stored bytes could not be read as the answer they are). Set-Cookie
+	// is never stored.
 	KeepHeaders []string
 
 	// Store decides which responses are stored for replay. nil stores every
@@ -101,7 +103,7 @@ func New(cfg *Config) (*Middleware, error) {
 	}
 	m := &Middleware{cfg: c, fp: fp, maxBody: c.MaxBodyBytes, maxResp: c.Ledger.Config().MaxResponseBytes,
 		maxError: c.MaxStoredErrorBytes, log: c.Logger, methods: c.Methods}
-	m.keep = []string{"Content-Type", "Location"}
+	m.keep = []string{"Content-Type", "Content-Encoding", "Location"}
 	for _, h := range c.KeepHeaders {
 		h = http.CanonicalHeaderKey(h)
 		if h != "Set-Cookie" && !slices.Contains(m.keep, h) {

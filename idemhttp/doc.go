@@ -50,9 +50,9 @@
 // The handler does its business writes through Tx(r.Context()). Its response
 // is captured and stored with the record in the same transaction, under group
 // commit, and released to the client only after the commit. Stored headers
-// are an allow-list: Content-Type, Location and Config.KeepHeaders;
-// Set-Cookie is never stored. The first response carries every header the
-// handler set.
+// are an allow-list: Content-Type, Content-Encoding, Location and
+// Config.KeepHeaders; Set-Cookie is never stored. The first response
+// carries every header the handler set.
 //
 // # External routes (WrapExternal)
 //

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -235,4 +236,45 @@ func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 	// The first final status is the answer, as in net/http.
 	status, _, _, _ := send("k-ok-first", "?ok-first")
 	require.Equal(t, http.StatusOK, status)
+}
+
+// A handler that compresses its own answer (Content-Encoding: gzip) has it
+// replayed with its Content-Encoding: the stored bytes are the compressed
+// ones, and without the header a retry got them as if they were the JSON
+// itself.
+func TestCompressedAnswerIsReplayedWithItsEncoding(t *testing.T) {
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	const answer = `{"id":"ord_1","status":"pending"}`
+	var runs atomic.Int32
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusCreated)
+		zw := gzip.NewWriter(w)
+		_, _ = io.WriteString(zw, answer)
+		_ = zw.Close()
+	})))
+	t.Cleanup(srv.Close)
+	for i := range 2 {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k-gzip")
+		req.Header.Set("Accept-Encoding", "gzip") // asked for, so the client does not undo it
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.Equal(t, "gzip", resp.Header.Get("Content-Encoding"), "request %d", i)
+		zr, err := gzip.NewReader(resp.Body)
+		require.NoError(t, err, "request %d", i)
+		body, err := io.ReadAll(zr)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, answer, string(body))
+	}
+	require.EqualValues(t, 1, runs.Load(), "the retry was replayed")
 }
