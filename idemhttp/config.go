@@ -42,7 +42,9 @@ type Config struct {
 	Methods []string
 
 	// KeyOptional lets a request without Idempotency-Key through to the
-	// handler, unprotected, instead of answering 400.
+	// handler, unprotected, instead of answering 400. On a Wrap route it
+	// runs in a transaction of its own (a 5xx rolls its writes back), its
+	// body read first and bounded by MaxBodyBytes, as a keyed request's.
 	KeyOptional bool
 
 	// Route names the endpoint in the scope. nil means the ServeMux pattern

@@ -14,7 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/idemhttp"
@@ -277,4 +279,75 @@ func TestCompressedAnswerIsReplayedWithItsEncoding(t *testing.T) {
 		require.Equal(t, answer, string(body))
 	}
 	require.EqualValues(t, 1, runs.Load(), "the retry was replayed")
+}
+
+// A request without a key (KeyOptional) has its body read before its
+// transaction, as a keyed one's is. Group commit runs a handler again when
+// a later call of its batch fails, and the second run read a body the
+// first had drained: two valid requests were answered 400 (a handler that
+// took the empty body for defaults would have written them). The body was
+// also read from the client inside the transaction, holding the writer.
+func TestUnkeyedRequestRunAgainReadsItsWholeBody(t *testing.T) {
+	// Batches of exactly two calls, whatever the order they arrive in.
+	db := kvtest.Open(t, &kv.Options{NoSync: true, MaxBatchSize: 2, MaxBatchDelay: time.Minute}, ledger.RecordKind)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, KeyOptional: true,
+		Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			ID string `json:"id"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.ID == "" {
+			http.Error(w, "bad json", http.StatusBadRequest)
+			return
+		}
+		if runs.Add(1) == 2 { // the batch's second call fails once: the first runs again
+			http.Error(w, "try again", http.StatusServiceUnavailable)
+			return
+		}
+		tx, _ := idemhttp.Tx(r.Context())
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err == nil {
+			err = b.Put([]byte(in.ID), []byte("1"))
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	t.Cleanup(srv.Close)
+
+	statuses := make([]int, 2)
+	var wg sync.WaitGroup
+	for i := range statuses {
+		wg.Go(func() {
+			resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(fmt.Sprintf(`{"id":"ord_%d"}`, i)))
+			if err == nil {
+				statuses[i] = resp.StatusCode
+				err = resp.Body.Close()
+			}
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, []int{http.StatusCreated, http.StatusCreated}, statuses)
+	require.EqualValues(t, 4, runs.Load(), "two runs in the failed batch, one each after it")
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		b := tx.Bucket([]byte("orders"))
+		require.NotNil(t, b)
+		require.NotNil(t, b.Get([]byte("ord_0")))
+		require.NotNil(t, b.Get([]byte("ord_1")))
+		return nil
+	}))
+
+	// Read first, it is bounded as a keyed body is.
+	resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(`{"id":"`+strings.Repeat("x", idemhttp.DefaultMaxBodyBytes)+`"}`))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.EqualValues(t, 4, runs.Load(), "the handler did not run")
 }

@@ -1,10 +1,8 @@
 package idemhttp
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -41,10 +39,7 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 		return
 	}
 	ps := &performState{m: m, req: req, ev: ev, start: start}
-	rr := r.WithContext(context.WithValue(r.Context(), performKey, ps))
-	rr.Body = io.NopCloser(bytes.NewReader(body))
-	rr.ContentLength = int64(len(body))
-	h.ServeHTTP(w, rr)
+	h.ServeHTTP(w, withBody(r, context.WithValue(r.Context(), performKey, ps), body))
 }
 
 // Perform runs the side effect of an external route's request: it claims

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -44,9 +43,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		c := newCapture(m.maxResp)
 		last = c
 		wrote := false
-		rr := r.WithContext(context.WithValue(ctx, txKey, kv.Tx(trackedTx{tx, &wrote})))
-		rr.Body = io.NopCloser(bytes.NewReader(body))
-		rr.ContentLength = int64(len(body))
+		rr := withBody(r, context.WithValue(ctx, txKey, kv.Tx(trackedTx{tx, &wrote})), body)
 		if ns := runHandler(h, c, rr); ns != nil {
 			return ledger.Response{}, ns
 		}

@@ -1,6 +1,7 @@
 package idemhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,7 +103,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 	raw, present := r.Header[HeaderKey]
 	if !present {
 		if m.cfg.KeyOptional && !external {
-			m.serveUnkeyed(w, r, h)
+			if body, ok := m.readBody(w, r, start); ok {
+				m.serveUnkeyed(w, r, h, body)
+			}
 			return
 		}
 		if m.cfg.KeyOptional {
@@ -122,15 +125,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 		m.reject(w, start, http.StatusBadRequest, ProblemKeyInvalid, "Invalid Idempotency-Key", err.Error())
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.maxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			m.reject(w, start, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
-				fmt.Sprintf("the body exceeds %d bytes", m.maxBody))
-			return
-		}
-		m.reject(w, start, http.StatusBadRequest, ProblemInvalidBody, "Unreadable request body", err.Error())
+	body, ok := m.readBody(w, r, start)
+	if !ok {
 		return
 	}
 	route := m.route(r)
@@ -157,14 +153,43 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 	m.serveTx(w, r, h, req, body, ev, start)
 }
 
-// notStored carries a response that must not be stored: its transaction
-// rolls back and the response goes to the client as is.
-func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http.Handler) {
+// readBody reads the request body, up to MaxBodyBytes, before any
+// transaction begins, and answers 413 (or 400) itself when it cannot: a
+// handler run in a transaction reads the body from memory, as often as
+// group commit runs it, and never holds the writer waiting for a slow
+// client.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, start time.Time) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			m.reject(w, start, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge, "Request body too large",
+				fmt.Sprintf("the body exceeds %d bytes", m.maxBody))
+			return nil, false
+		}
+		m.reject(w, start, http.StatusBadRequest, ProblemInvalidBody, "Unreadable request body", err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// withBody returns r with ctx and a fresh reader of body: every run of a
+// handler reads the whole body.
+func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
+	rr := r.WithContext(ctx)
+	rr.Body = io.NopCloser(bytes.NewReader(body))
+	rr.ContentLength = int64(len(body))
+	return rr
+}
+
+// serveUnkeyed runs a request without a key (KeyOptional) in a transaction
+// of its own, under group commit, unprotected: a 5xx rolls its writes back.
+func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http.Handler, body []byte) {
 	var last *capture
 	err := m.cfg.Ledger.DB().Batch(r.Context(), func(tx kv.Tx) error {
 		c := newCapture(0)
 		last = c
-		if ns := runHandler(h, c, r.WithContext(context.WithValue(r.Context(), txKey, tx))); ns != nil {
+		if ns := runHandler(h, c, withBody(r, context.WithValue(r.Context(), txKey, tx), body)); ns != nil {
 			return ns
 		}
 		if c.statusCode() >= 500 {
