@@ -22,12 +22,15 @@ const (
 
 // Config configures a sweep. A nil *Config means defaults.
 type Config struct {
-	// BatchSize bounds the records removed per write transaction.
+	// BatchSize bounds the records removed per write transaction. 0 (or
+	// less) means DefaultBatchSize.
 	BatchSize int
 	// MaxTxTime is a time budget per write transaction: a batch stops early
-	// once it is spent, so request transactions are not stalled.
+	// once it is spent, so request transactions are not stalled. 0 (or
+	// less) means DefaultMaxTxTime.
 	MaxTxTime time.Duration
-	// Pause is how long the sweep yields the writer between batches.
+	// Pause is how long the sweep yields the writer between batches. 0
+	// means DefaultPause; a negative Pause, none.
 	Pause time.Duration
 	// DryRun re-checks and counts what would be removed, removing nothing.
 	DryRun bool
