@@ -12,6 +12,7 @@ import (
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
 )
 
 // Keys pages and filters as the console and `oncekv keys` rely on: a
@@ -94,4 +95,34 @@ func keysQueries(t *testing.T, in inspect.Source) {
 	}
 	_, err = in.Keys(ctx, inspect.KeysQuery{Status: "done"})
 	require.Error(t, err)
+}
+
+// An intent shows when its next attempt is due only while one is to come
+// (pending, or unknown): a parked or finished intent has none to show,
+// and a finished one shows when it finished.
+func TestIntentViewShowsTheNextAttemptOnlyWhenOneIsDue(t *testing.T) {
+	t.Parallel()
+	db, x, parked := fixture(t)
+	pending, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Subject: "order/2", Key: "2", Purpose: "charge"})
+	require.NoError(t, err)
+	done, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Subject: "order/3", Key: "3", Purpose: "charge"})
+	require.NoError(t, err)
+	_, err = x.Execute(ctx, done.ID)
+	require.NoError(t, err)
+
+	views, err := must(inspect.New(db)).Intents(ctx, "")
+	require.NoError(t, err)
+	byID := map[string]inspect.Intent{}
+	for _, v := range views {
+		byID[v.ID] = v
+	}
+	require.Len(t, byID, 3)
+	require.Equal(t, "pending", byID[pending.ID].State)
+	require.NotNil(t, byID[pending.ID].NextAttemptAt)
+	require.Nil(t, byID[pending.ID].FinishedAt)
+	require.Equal(t, "needs_attention", byID[parked].State)
+	require.Nil(t, byID[parked].NextAttemptAt)
+	require.Equal(t, "succeeded", byID[done.ID].State)
+	require.Nil(t, byID[done.ID].NextAttemptAt)
+	require.NotNil(t, byID[done.ID].FinishedAt)
 }

@@ -9,7 +9,7 @@ GREMLINS_VERSION=v0.6.0
 gremlins="$(go env GOPATH)/bin/gremlins"
 [ -x "$gremlins" ] || go install "github.com/go-gremlins/gremlins/cmd/gremlins@${GREMLINS_VERSION}"
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(kv ledger conditional sideeffect retention inbox outbox fingerprint idemhttp seal internal/record internal/keyspace internal/recstore internal/sealing)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(kv ledger conditional sideeffect retention inbox outbox fingerprint idemhttp inspect observe seal internal/record internal/keyspace internal/recstore internal/sealing)
 for p in "${pkgs[@]}"; do
   echo "== $p"
   "$gremlins" unleash "./$p" --timeout-coefficient 5 -S lt 2>&1 | grep -E 'LIVED|TIMED OUT|Killed|Test efficacy|Mutator coverage' || true
