@@ -38,13 +38,18 @@ func TestKeysQuery(t *testing.T) {
 	}
 	_, err = l.Claim(ctx, ledger.Request{Scope: "acme|POST /x", Key: "a-claimed", Fingerprint: ledger.Fingerprint{99}})
 	require.NoError(t, err)
-	file, err := inspect.New(db)
-	require.NoError(t, err)
-	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
-	t.Cleanup(srv.Close)
-	for name, src := range map[string]inspect.Source{"file": file, "admin API": &inspect.Client{BaseURL: srv.URL}} {
+	for name, src := range sources(t, db) {
 		t.Run(name, func(t *testing.T) { keysQueries(t, src) })
 	}
+}
+
+// sources returns db's Inspector and a client of db's admin API, which
+// must answer alike.
+func sources(t *testing.T, db *kv.DB) map[string]inspect.Source {
+	t.Helper()
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	t.Cleanup(srv.Close)
+	return map[string]inspect.Source{"file": must(inspect.New(db)), "admin API": &inspect.Client{BaseURL: srv.URL}}
 }
 
 func keysQueries(t *testing.T, in inspect.Source) {

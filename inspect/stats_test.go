@@ -1,0 +1,119 @@
+package inspect_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/internal/recstore"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
+	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest"
+)
+
+// ackFirst acknowledges the first event of every batch and fails the next.
+type ackFirst struct{}
+
+func (ackFirst) Publish(_ context.Context, events []outbox.Event) (int, error) {
+	if len(events) > 1 {
+		return 1, errors.New("broker down")
+	}
+	return len(events), nil
+}
+
+// Stats counts every kind by state (an expired record apart from live
+// ones), each tenant's usage, the buckets and the file, and Outbox the
+// events by state with the oldest pending first, on the file and through
+// the admin API's client alike: what `oncekv stats` and the console's
+// overview show.
+func TestStatsCountsEveryKindByState(t *testing.T) {
+	t.Parallel()
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC))
+	db, err := kv.Open(filepath.Join(t.TempDir(), "s.db"), &kv.Options{NoSync: true, Clock: clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	do := func(key string) {
+		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: key, Fingerprint: ledger.Fingerprint{1}},
+			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte("{}")}, nil })
+		require.NoError(t, err)
+	}
+	do("old")
+	clock.Advance(25 * time.Hour) // past the default 24h retention, not swept
+	do("k1")
+	do("k2")
+	_, err = l.Claim(ctx, ledger.Request{Scope: "globex|POST /x", Key: "k3", Fingerprint: ledger.Fingerprint{1}})
+	require.NoError(t, err)
+
+	x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
+	require.NoError(t, err)
+	_, _, err = x.Create(ctx, sideeffect.Spec{Kind: "charge", Subject: "order/1", Key: "1", Purpose: "charge"})
+	require.NoError(t, err)
+	done, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Subject: "order/2", Key: "2", Purpose: "charge"})
+	require.NoError(t, err)
+	_, err = x.Execute(ctx, done.ID)
+	require.NoError(t, err)
+
+	ob := outbox.New(db)
+	for i := range 3 {
+		_, _, err := ob.Add(ctx, outbox.Event{ID: fmt.Sprint("ev-", i), Topic: "orders", Payload: []byte("{}")})
+		require.NoError(t, err)
+	}
+	relay, err := outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: ackFirst{}})
+	require.NoError(t, err)
+	_, _ = relay.RunOnce(ctx) // the first published, the second failed once: two pending
+
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	for _, id := range []string{"m1", "m2"} {
+		_, err := in.Handle(ctx, "billing", id, func(kv.Tx) error { return nil })
+		require.NoError(t, err)
+	}
+
+	for name, src := range sources(t, db) {
+		t.Run(name, func(t *testing.T) {
+			st, err := src.Stats(ctx)
+			require.NoError(t, err)
+			require.Equal(t, map[string]int{
+				"idempotency.expired": 1, "idempotency.completed": 2, "idempotency.in_progress": 1,
+				"intent.pending": 1, "intent.succeeded": 1,
+				"outbox.pending": 2, "outbox.published": 1,
+				"inbox.ids": 2,
+			}, st.Counts)
+			usage := map[string]int64{}
+			for _, u := range st.Tenants {
+				usage[u.Tenant] = u.Records
+			}
+			require.Equal(t, map[string]int64{"acme": 3, "globex": 1}, usage, "expired records count until swept")
+			require.Equal(t, "bbolt", st.Backend)
+			require.Equal(t, db.PageSize(), st.PageSize)
+			require.Positive(t, st.FileBytes)
+			require.EqualValues(t, recstore.TailFormat, st.FormatVersion)
+			buckets := map[string]int{}
+			for _, b := range st.Buckets {
+				buckets[b.Name] = b.Keys
+				require.Positive(t, b.Depth, b.Name)
+			}
+			require.Contains(t, buckets, "outbox")
+			require.Equal(t, 3, buckets["outbox"]+buckets["outbox.published"], "%v", buckets)
+
+			o, err := src.Outbox(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 2, o.Pending)
+			require.Equal(t, 1, o.Published)
+			require.Zero(t, o.Quarantined)
+			require.Len(t, o.OldestPending, 2)
+			require.Equal(t, "ev-1", o.OldestPending[0].ID, "oldest first")
+		})
+	}
+}
