@@ -39,7 +39,7 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 		return
 	}
 	ps := &performState{m: m, req: req, ev: ev, start: start}
-	h.ServeHTTP(w, withBody(r, context.WithValue(r.Context(), performKey, ps), body))
+	h.ServeHTTP(w, withBody(context.WithValue(r.Context(), performKey, ps), r, body))
 }
 
 // Perform runs the side effect of an external route's request: it claims

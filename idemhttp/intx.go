@@ -15,6 +15,9 @@ import (
 // The in-transaction route (Wrap): claim, business writes and completion in
 // one transaction, under group commit.
 
+// notStored carries a response that must not be stored: its transaction
+// rolls back and the response goes to the client as is (or, for a panic,
+// a bad status or a response too large, a problem in its place).
 type notStored struct {
 	c       *capture
 	panic   any
@@ -43,7 +46,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		c := newCapture(m.maxResp)
 		last = c
 		wrote := false
-		rr := withBody(r, context.WithValue(ctx, txKey, kv.Tx(trackedTx{tx, &wrote})), body)
+		rr := withBody(context.WithValue(ctx, txKey, kv.Tx(trackedTx{tx, &wrote})), r, body)
 		if ns := runHandler(h, c, rr); ns != nil {
 			return ledger.Response{}, ns
 		}

@@ -175,7 +175,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, start time
 
 // withBody returns r with ctx and a fresh reader of body: every run of a
 // handler reads the whole body.
-func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
+func withBody(ctx context.Context, r *http.Request, body []byte) *http.Request {
 	rr := r.WithContext(ctx)
 	rr.Body = io.NopCloser(bytes.NewReader(body))
 	rr.ContentLength = int64(len(body))
@@ -189,7 +189,7 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 	err := m.cfg.Ledger.DB().Batch(r.Context(), func(tx kv.Tx) error {
 		c := newCapture(0)
 		last = c
-		if ns := runHandler(h, c, withBody(r, context.WithValue(r.Context(), txKey, tx), body)); ns != nil {
+		if ns := runHandler(h, c, withBody(context.WithValue(r.Context(), txKey, tx), r, body)); ns != nil {
 			return ns
 		}
 		if c.statusCode() >= 500 {
