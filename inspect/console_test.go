@@ -1,17 +1,22 @@
 package inspect_test
 
 import (
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -123,4 +128,57 @@ func between(s, from, to string) string {
 	}
 	v, _, _ := strings.Cut(rest, to)
 	return v
+}
+
+// The console's keys page lists a tenant's records fifty at a time: the
+// first page links to the next only, the last to the previous only (both
+// keeping the filter), a page past the end is empty, and another tenant's
+// records never show.
+func TestConsoleKeysPages(t *testing.T) {
+	t.Parallel()
+	db, l := openLedger(t, nil)
+	for i := range 65 {
+		tenant := "acme"
+		if i >= 60 {
+			tenant = "globex"
+		}
+		_, err := l.Do(ctx, ledger.Request{Scope: tenant + "|POST /x", Key: fmt.Sprintf("k-%02d", i), Fingerprint: ledger.Fingerprint{1}},
+			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+		require.NoError(t, err)
+	}
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	t.Cleanup(srv.Close)
+	c := &http.Client{}
+	href := regexp.MustCompile(`href="([^"]*)" rel="(prev|next)"`)
+	links := func(body string) map[string]string {
+		out := map[string]string{}
+		for _, m := range href.FindAllStringSubmatch(body, -1) {
+			out[m[2]] = html.UnescapeString(m[1])
+		}
+		return out
+	}
+
+	code, body := page(t, c, srv.URL+inspect.ConsolePath+"keys?tenant=acme")
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, "keys 1–50")
+	require.NotContains(t, body, "globex|")
+	require.Equal(t, map[string]string{"next": inspect.ConsolePath + "keys?offset=50&tenant=acme"}, links(body))
+
+	code, body = page(t, c, srv.URL+links(body)["next"])
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, "keys 51–60")
+	require.Equal(t, map[string]string{"prev": inspect.ConsolePath + "keys?tenant=acme"}, links(body))
+
+	_, body = page(t, c, srv.URL+inspect.ConsolePath+"keys?tenant=acme&offset=10")
+	require.Contains(t, body, "keys 11–60")
+	require.Equal(t, map[string]string{"prev": inspect.ConsolePath + "keys?tenant=acme"}, links(body), "a full last page has no next")
+
+	_, body = page(t, c, srv.URL+inspect.ConsolePath+"keys?tenant=acme&offset=60")
+	require.Contains(t, body, "keys 60–60")
+	require.Equal(t, map[string]string{"prev": inspect.ConsolePath + "keys?offset=10&tenant=acme"}, links(body))
+
+	_, body = page(t, c, srv.URL+inspect.ConsolePath+"keys?tenant=globex")
+	require.Contains(t, body, "keys 1–5")
+	require.NotContains(t, body, "acme|")
+	require.Empty(t, links(body))
 }

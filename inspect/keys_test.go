@@ -24,11 +24,7 @@ import (
 // console on another host) answers the same.
 func TestKeysQuery(t *testing.T) {
 	t.Parallel()
-	db, err := kv.Open(filepath.Join(t.TempDir(), "k.db"), &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
+	db, l := openLedger(t, nil)
 	for i := range 12 {
 		tenant := []string{"acme", "globex"}[i%2]
 		key := fmt.Sprintf("%s-%02d", []string{"a", "b", "c"}[i%3], i)
@@ -36,11 +32,22 @@ func TestKeysQuery(t *testing.T) {
 			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
 		require.NoError(t, err)
 	}
-	_, err = l.Claim(ctx, ledger.Request{Scope: "acme|POST /x", Key: "a-claimed", Fingerprint: ledger.Fingerprint{99}})
+	_, err := l.Claim(ctx, ledger.Request{Scope: "acme|POST /x", Key: "a-claimed", Fingerprint: ledger.Fingerprint{99}})
 	require.NoError(t, err)
 	for name, src := range sources(t, db) {
 		t.Run(name, func(t *testing.T) { keysQueries(t, src) })
 	}
+}
+
+// openLedger opens a fresh file (NoSync, clock if not nil) and its ledger.
+func openLedger(t *testing.T, clock kv.Clock) (*kv.DB, *ledger.Ledger) {
+	t.Helper()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "i.db"), &kv.Options{NoSync: true, Clock: clock})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	return db, l
 }
 
 // sources returns db's Inspector and a client of db's admin API, which

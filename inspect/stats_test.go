@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -38,11 +37,7 @@ func (ackFirst) Publish(_ context.Context, events []outbox.Event) (int, error) {
 func TestStatsCountsEveryKindByState(t *testing.T) {
 	t.Parallel()
 	clock := kvtest.NewManualClock(time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC))
-	db, err := kv.Open(filepath.Join(t.TempDir(), "s.db"), &kv.Options{NoSync: true, Clock: clock})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
+	db, l := openLedger(t, clock)
 	do := func(key string) {
 		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: key, Fingerprint: ledger.Fingerprint{1}},
 			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201, Body: []byte("{}")}, nil })
@@ -52,7 +47,7 @@ func TestStatsCountsEveryKindByState(t *testing.T) {
 	clock.Advance(25 * time.Hour) // past the default 24h retention, not swept
 	do("k1")
 	do("k2")
-	_, err = l.Claim(ctx, ledger.Request{Scope: "globex|POST /x", Key: "k3", Fingerprint: ledger.Fingerprint{1}})
+	_, err := l.Claim(ctx, ledger.Request{Scope: "globex|POST /x", Key: "k3", Fingerprint: ledger.Fingerprint{1}})
 	require.NoError(t, err)
 
 	x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
