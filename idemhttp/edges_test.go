@@ -105,12 +105,7 @@ func TestResponseLimitAndObserver(t *testing.T) {
 		}
 	}}
 	var accepted atomic.Int64
-	db := kvtest.Open(t, &kv.Options{NoSync: true, Observer: obs}, ledger.RecordKind)
-	l, err := ledger.New(db, &ledger.Config{MaxResponseBytes: 64})
-	require.NoError(t, err)
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
-	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, srv := wrapped(t, &kv.Options{NoSync: true, Observer: obs}, &ledger.Config{MaxResponseBytes: 64}, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
 		var in struct{ N int }
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		tx, _ := idemhttp.Tx(r.Context())
@@ -128,8 +123,7 @@ func TestResponseLimitAndObserver(t *testing.T) {
 			return
 		}
 		_, _ = w.Write([]byte(strings.Repeat("b", in.N)))
-	})))
-	defer srv.Close()
+	})
 	send := func(key string, n int) int {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(fmt.Sprintf(`{"N":%d}`, n)))
 		req.Header.Set("Content-Type", "application/json")
@@ -180,14 +174,8 @@ func TestProblemDetailClipping(t *testing.T) {
 // the commit, so the 1xx itself is not sent; the headers set before it
 // stay.
 func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
-	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, KeyOptional: true,
-		Tenant: func(*http.Request) (string, error) { return "acme", nil }, KeepHeaders: []string{"Link"}})
-	require.NoError(t, err)
 	var runs atomic.Int32
-	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, KeepHeaders: []string{"Link"}}, func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idemhttp.Tx(r.Context())
 		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
 		if err == nil {
@@ -206,8 +194,7 @@ func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		w.WriteHeader(http.StatusOK) // ignored, as net/http ignores it
 		fmt.Fprint(w, "created")
-	})))
-	t.Cleanup(srv.Close)
+	})
 
 	send := func(key string, query ...string) (int, string, http.Header, int) {
 		t.Helper()
@@ -245,14 +232,9 @@ func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 // ones, and without the header a retry got them as if they were the JSON
 // itself.
 func TestCompressedAnswerIsReplayedWithItsEncoding(t *testing.T) {
-	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
 	const answer = `{"id":"ord_1","status":"pending"}`
 	var runs atomic.Int32
-	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, srv := wrapped(t, nil, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Encoding", "gzip")
@@ -260,8 +242,7 @@ func TestCompressedAnswerIsReplayedWithItsEncoding(t *testing.T) {
 		zw := gzip.NewWriter(w)
 		_, _ = io.WriteString(zw, answer)
 		_ = zw.Close()
-	})))
-	t.Cleanup(srv.Close)
+	})
 	for i := range 2 {
 		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
 		require.NoError(t, err)
@@ -289,14 +270,8 @@ func TestCompressedAnswerIsReplayedWithItsEncoding(t *testing.T) {
 // also read from the client inside the transaction, holding the writer.
 func TestUnkeyedRequestRunAgainReadsItsWholeBody(t *testing.T) {
 	// Batches of exactly two calls, whatever the order they arrive in.
-	db := kvtest.Open(t, &kv.Options{NoSync: true, MaxBatchSize: 2, MaxBatchDelay: time.Minute}, ledger.RecordKind)
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, KeyOptional: true,
-		Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
 	var runs atomic.Int32
-	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	db, srv := wrapped(t, &kv.Options{NoSync: true, MaxBatchSize: 2, MaxBatchDelay: time.Minute}, nil, idemhttp.Config{KeyOptional: true}, func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
 			ID string `json:"id"`
 		}
@@ -318,8 +293,7 @@ func TestUnkeyedRequestRunAgainReadsItsWholeBody(t *testing.T) {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
-	})))
-	t.Cleanup(srv.Close)
+	})
 
 	statuses := make([]int, 2)
 	var wg sync.WaitGroup
@@ -350,4 +324,26 @@ func TestUnkeyedRequestRunAgainReadsItsWholeBody(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
 	require.EqualValues(t, 4, runs.Load(), "the handler did not run")
+}
+
+// wrapped serves h on loopback through a middleware configured by cfg, over
+// a ledger (lcfg) on a fresh database (opts; nil means NoSync). cfg's
+// Ledger is filled in, and its Tenant when unset: "acme" for everyone.
+func wrapped(t *testing.T, opts *kv.Options, lcfg *ledger.Config, cfg idemhttp.Config, h http.HandlerFunc) (*kv.DB, *httptest.Server) {
+	t.Helper()
+	if opts == nil {
+		opts = &kv.Options{NoSync: true}
+	}
+	db := kvtest.Open(t, opts, ledger.RecordKind)
+	var err error
+	cfg.Ledger, err = ledger.New(db, lcfg)
+	require.NoError(t, err)
+	if cfg.Tenant == nil {
+		cfg.Tenant = func(*http.Request) (string, error) { return "acme", nil }
+	}
+	mw, err := idemhttp.New(&cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(h))
+	t.Cleanup(srv.Close)
+	return db, srv
 }
