@@ -14,7 +14,20 @@ import (
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
 )
+
+// reportCommits reports, with prefix, the requests per commit, the mean
+// commit's time (its transaction, page writes and fsync) and its write
+// phase alone, from the commits c counted for ops requests.
+func reportCommits(b *testing.B, prefix string, c *commitStats, ops int) {
+	var res Result
+	res.Ops = int64(ops)
+	c.fill(&res)
+	b.ReportMetric(res.Batch, prefix+"batch")
+	b.ReportMetric(res.CommitUs, prefix+"commit-us")
+	b.ReportMetric(res.WriteUs, prefix+"write-us")
+}
 
 // orderHandler is the business handler: store the order, answer 201. With
 // the middleware it writes through the request's transaction; without it,
@@ -128,8 +141,10 @@ func httpPairs(b *testing.B, subject func(*testing.B, *kv.DB) http.Handler) {
 	for _, sync := range []bool{false, true} {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("durable=%t/clients=%d", sync, clients), func(b *testing.B) {
-				opts := &kv.Options{NoSync: !sync}
-				plainDB, subjectDB := openDB(b, "plain", opts), openDB(b, "subject", opts)
+				var plainStats, subjectStats commitStats
+				plainDB := openDB(b, "plain", &kv.Options{NoSync: !sync, Observer: &observe.Observer{Commit: plainStats.add}})
+				subjectDB := openDB(b, "subject", &kv.Options{NoSync: !sync, Observer: &observe.Observer{Commit: subjectStats.add}})
+				plainStats.db, subjectStats.db = plainDB, subjectDB
 				serve := func(h http.Handler) *httptest.Server {
 					mux := http.NewServeMux()
 					mux.Handle("POST /v1/orders", h)
@@ -142,6 +157,8 @@ func httpPairs(b *testing.B, subject func(*testing.B, *kv.DB) http.Handler) {
 				var seq atomic.Int64
 				var p pair
 				b.ResetTimer()
+				plainStats.reset()
+				subjectStats.reset()
 				const rounds = 4
 				per := max(b.N/rounds, clients)
 				for range rounds {
@@ -149,6 +166,8 @@ func httpPairs(b *testing.B, subject func(*testing.B, *kv.DB) http.Handler) {
 					p.subject += load(b, wrapped.URL+"/v1/orders", per, clients, &seq) * time.Duration(b.N) / rounds
 				}
 				p.report(b)
+				reportCommits(b, "bare-", &plainStats, per*rounds)
+				reportCommits(b, "", &subjectStats, per*rounds)
 			})
 		}
 	}
