@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -93,6 +94,7 @@ const usageLayout = 1
 
 func encodeUsage(u Usage) []byte {
 	var e record.Encoder
+	e.Grow(3 + 2*binary.MaxVarintLen64 + 4) // one allocation: the value bbolt keeps
 	e.Reset(record.KindUsage, usageLayout)
 	e.Varint(u.Records)
 	e.Varint(u.Bytes)

@@ -206,7 +206,8 @@ func encodedSize(r *Record) int {
 // encodeResponse writes a response's headers and its body (as stored:
 // compressed or not).
 func encodeResponse(e *record.Encoder, resp *Response, body []byte) {
-	names := make([]string, 0, len(resp.Header))
+	var buf [8]string // most responses keep a few headers: no allocation
+	names := buf[:0]
 	for n := range resp.Header {
 		names = append(names, n)
 	}

@@ -55,7 +55,16 @@ type logStore struct {
 	// movedIn is the ID of the last transaction that moved it to the log.
 	budget  int
 	movedIn atomic.Uint64
-	dir     *directory
+	// tailTx and tailUsed remember what appendEntry found and added in
+	// the tail during the write transaction tailTx (closed transactions
+	// hold nothing), so that a batch's later entries do not walk the tail
+	// again. Only a writable transaction uses them: bbolt's writer lock
+	// orders every use. Other writes to the tail in the same transaction
+	// (an overwrite, a delete) leave tailUsed an estimate, which only
+	// decides when the tail moves: a page early or late, never a record.
+	tailTx   *bolt.Tx
+	tailUsed int
+	dir      *directory
 	// ctr numbers new positions. The rebuild starts it above every counter
 	// in the log, so until it wraps (2^30 allocations in one process) a new
 	// position cannot exist yet and is not looked up first.

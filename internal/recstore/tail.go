@@ -64,21 +64,31 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 			return err
 		}
 	}
-	used := 0
-	c := tail.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if used += inLeaf(k, v); used+cost > budget {
-			if err := flushTail(s.spec.Name, tail, log); err != nil {
-				return err
-			}
-			// A rolled-back transaction's ID is the next one's: that one
-			// may then write to the log directly, which costs pages, never
-			// a record.
-			s.movedIn.Store(uint64(bt.ID()))
-			break
+	used := s.tailUsed
+	if s.tailTx != bt {
+		used = 0
+		c := tail.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			used += inLeaf(k, v)
 		}
 	}
-	return tail.Put(key, entry)
+	if used+cost > budget {
+		if err := flushTail(s.spec.Name, tail, log); err != nil {
+			s.tailTx = nil
+			return err
+		}
+		// A rolled-back transaction's ID is the next one's: that one may
+		// then write to the log directly, which costs pages, never a
+		// record.
+		s.movedIn.Store(uint64(bt.ID()))
+		used = 0
+	}
+	if err := tail.Put(key, entry); err != nil {
+		s.tailTx = nil
+		return err
+	}
+	s.tailTx, s.tailUsed = bt, used+cost
+	return nil
 }
 
 // flushTail moves every entry of kind's tail to its log, at its position.

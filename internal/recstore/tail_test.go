@@ -439,3 +439,42 @@ func TestAWrappedCounterSkipsPositionsInTheTail(t *testing.T) {
 	}
 	require.Equal(t, 3, positions(s))
 }
+
+// A transaction that appends entry after entry fills the tail as far as
+// separate transactions do, then moves it once: the tail's size is
+// carried from one append to the next within the transaction (not walked
+// again), and counts every entry it added.
+func TestOneTransactionFillsTheTailExactly(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	v := value(strings.Repeat("v", 200))
+	cost := inLeaf(posKey(1), wrap("a", "k10", v))
+	fit := s.budget / cost // entries of this size the tail holds
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		for i := range fit {
+			if _, err := s.Put(ctx, tx, "a", fmt.Sprint("k", i+10), Ref{}, time.Time{}, t0, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	log, tail, _ := contents(t, db)
+	require.Empty(t, log)
+	require.Len(t, tail, fit, "the tail holds as many as fit")
+
+	db2, s2 := open(t)
+	require.NoError(t, db2.Update(ctx, func(tx kv.Tx) error {
+		for i := range fit + 1 {
+			if _, err := s2.Put(ctx, tx, "a", fmt.Sprint("k", i+10), Ref{}, time.Time{}, t0, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	log, tail, _ = contents(t, db2)
+	require.Len(t, log, fit, "the entry that does not fit moves the full tail")
+	require.Len(t, tail, 1)
+	for i := range fit + 1 {
+		require.Equal(t, v, get(t, db2, s2, "a", fmt.Sprint("k", i+10)))
+	}
+}
