@@ -120,6 +120,7 @@ func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, re
 			threshold = 1 // it was worth compressing: it still is
 		}
 		var e record.Encoder
+		e.Grow(encodedSize(r))
 		nv := encodeRecordWith(&e, ring, r, threshold)
 		if d := int64(len(nv) - len(v)); d != 0 {
 			// Counted like the sweep counts (Removed): bare key or shard.

@@ -33,7 +33,7 @@ func TestCheckReportsALeaseOutlivingItsRetention(t *testing.T) {
 		require.NoError(t, err)
 		prev := *r
 		r.LeaseExpiresAt = r.ExpiresAt.Add(time.Minute)
-		return l.store(ctx, tx, ref, r, &prev)
+		return l.store(ctx, tx, ref, r, &prev, nil)
 	}))
 	problems, err = db.Check(ctx, RecordKind)
 	require.NoError(t, err)

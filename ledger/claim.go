@@ -118,7 +118,7 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 		Version: c.Version, Owner: l.db.Incarnation(), LeaseExpiresAt: c.LeaseExpiresAt,
 		CreatedAt: c.CreatedAt, ExpiresAt: l.expiry(req.Scope, now),
 	}
-	if err := l.store(ctx, tx, a.ref, rec, a.prev); err != nil {
+	if err := l.store(ctx, tx, a.ref, rec, a.prev, nil); err != nil {
 		return Outcome{}, err
 	}
 	return Outcome{Claim: c}, nil
@@ -194,7 +194,7 @@ func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Respon
 		Version: c.Version, Owner: cur.Owner, CreatedAt: cur.CreatedAt, CompletedAt: now,
 		ExpiresAt: l.expiry(c.Scope, now), Response: &resp,
 	}
-	if err := l.store(ctx, tx, ref, rec, cur); err != nil {
+	if err := l.store(ctx, tx, ref, rec, cur, nil); err != nil {
 		return Result{}, err
 	}
 	l.notifyOnCommit(tx, c.Scope, c.Key)
@@ -254,5 +254,5 @@ func (l *Ledger) extendTx(ctx context.Context, tx kv.Tx, c *Claim) (time.Time, e
 	if exp := l.expiry(c.Scope, now); exp.After(cur.ExpiresAt) {
 		cur.ExpiresAt = exp
 	}
-	return cur.LeaseExpiresAt, l.store(ctx, tx, ref, cur, &prev)
+	return cur.LeaseExpiresAt, l.store(ctx, tx, ref, cur, &prev, nil)
 }

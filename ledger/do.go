@@ -114,9 +114,13 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	}
 
 	var res Result
+	buf := l.entryBuffer()
 	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
+		// A run that did not commit left nothing in buf that outlives
+		// it (its transaction and its journal are gone), so the next run
+		// of this call encodes into it again.
 		var err error
-		res, err = l.doTx(ctx, tx, req, work)
+		res, err = l.doTx(ctx, tx, req, work, buf)
 		if err == nil && !res.Replayed {
 			failpoint.Inject(failpoint.LedgerDoBeforeCommit)
 		}
@@ -314,12 +318,13 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	if err := validate(req.Scope, req.Key); err != nil {
 		return Result{}, err
 	}
-	return l.doTx(ctx, tx, req, work)
+	return l.doTx(ctx, tx, req, work, nil)
 }
 
 // doTx is DoTx for a request and work already checked (Do checks them
-// once, before its group-commit transaction).
-func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Result, error) {
+// once, before its group-commit transaction), with buf for the stored
+// entry (Ledger.store).
+func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work, buf []byte) (Result, error) {
 	a, err := l.admitProbed(tx, req, recstore.Probe{})
 	switch {
 	case err != nil:
@@ -349,7 +354,7 @@ func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 		CreatedAt: now, CompletedAt: now, ExpiresAt: l.expiry(req.Scope, now),
 		Response: &resp,
 	}
-	if err := l.store(ctx, tx, a.ref, rec, a.prev); err != nil {
+	if err := l.store(ctx, tx, a.ref, rec, a.prev, buf); err != nil {
 		return Result{}, err
 	}
 	return Result{Response: resp, Version: version, Takeover: a.takeover, stored: rec.StoredBytes}, nil

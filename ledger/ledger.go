@@ -125,6 +125,8 @@ type Ledger struct {
 	records recstore.Store
 	waiters waiters
 	waited  atomic.Int64 // calls of Wait: how often a duplicate waited
+	// entrySize is the room the last stored entry needed (entryBuffer).
+	entrySize atomic.Int64
 }
 
 // recordSpec names the records' buckets: the log "ledger.log" (bbolt), or
@@ -202,8 +204,11 @@ func (l *Ledger) load(tx kv.Tx, scope, key string, withBody bool) (recstore.Ref,
 
 // store writes r in place of prev (at ref; nil and a zero ref for a new
 // record): the record, at its place in expiry order, and its tenant's
-// usage.
-func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Record, prev *Record) error {
+// usage. buf, if not nil, is an empty buffer allocated before the
+// transaction (entryBuffer) that the stored entry is encoded into when it
+// is large enough: the writer then allocates nothing for it while it holds
+// the lock (and pays no garbage collector's assist for it there).
+func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Record, prev *Record, buf []byte) error {
 	if r.Response != nil && len(r.Response.Body) > l.cfg.MaxResponseBytes {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrResponseTooLarge, len(r.Response.Body), l.cfg.MaxResponseBytes)
 	}
@@ -217,13 +222,42 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 		prevExpiry, records, prevBytes = prev.ExpiresAt, 0, int64(prev.StoredBytes)
 	}
 	// A fresh buffer per record: bbolt keeps the value slice until commit.
+	// The store's head (the log entry's) and the record go in one buffer:
+	// buf as it is (the record is appended, reallocated only if it is
+	// larger than buf's room), or one allocated here as large as the
+	// record can be.
+	room := 0
+	if buf == nil {
+		room = encodedSize(r) + 4 // and the entry's trailer
+	}
+	head := l.records.Frame(buf, r.Scope, r.Key, room)
 	var e record.Encoder
+	e.Append(head)
 	v := encodeRecordWith(&e, l.db.Cipher(), r, l.cfg.CompressThreshold)
-	if _, err := l.records.Put(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
+	l.entrySize.Store(int64(len(v) + 4))
+	if _, err := l.records.PutFramed(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v, len(head)); err != nil {
 		return err
 	}
 	return account(tx, !l.db.Traits().SingleWriter, r.Scope, r.Key, records, int64(r.StoredBytes)-prevBytes)
 }
+
+// entryBuffer returns an empty buffer for the next stored entry, as large
+// as the last entry stored and a little more (a response of a few more
+// bytes), or nil before the first. Allocated by the caller before its
+// transaction, it keeps the record's allocation out of the writer's
+// critical section (store).
+func (l *Ledger) entryBuffer() []byte {
+	n := l.entrySize.Load()
+	if n <= 0 || n > maxEntryBuffer {
+		return nil
+	}
+	return make([]byte, 0, n+entrySlack)
+}
+
+const (
+	entrySlack     = 64
+	maxEntryBuffer = 64 << 10 // larger entries are allocated where they are encoded
+)
 
 // remove deletes the record cur at ref with its usage.
 func (l *Ledger) remove(tx kv.Tx, ref recstore.Ref, cur *Record) error {

@@ -805,3 +805,41 @@ func TestRecentRecordsAnswerFromMemory(t *testing.T) {
 	_, err = l.Do(ctx, req("k", "x"), mustNotRun(t))
 	require.ErrorIs(t, err, kv.ErrClosed)
 }
+
+// Do encodes each record into a buffer allocated before its transaction,
+// sized after the record before: a record much larger than the last, or
+// smaller, or the same size again is stored whole and replayed as
+// answered, after a reopen too (read from the file, not from the cache).
+func TestRecordsOfChangingSizesAreStoredWhole(t *testing.T) {
+	t.Parallel()
+	l, b := setup(t, nil)
+	bodies := map[string][]byte{}
+	for i, n := range []int{10, 5000, 20, 20, 300, 70000, 1} {
+		key := fmt.Sprint("size-", i)
+		body := bytes.Repeat([]byte{byte('a' + i)}, n)
+		bodies[key] = body
+		res, err := l.Do(ctx, req(key, key), func(kv.Tx) (ledger.Response, error) {
+			return ledger.Response{Status: 201, Header: http.Header{"X-N": {fmt.Sprint(n)}}, Body: body}, nil
+		})
+		require.NoError(t, err)
+		require.False(t, res.Replayed)
+	}
+	check := func(l *ledger.Ledger) {
+		for key, body := range bodies {
+			res, err := l.Do(ctx, req(key, key), func(kv.Tx) (ledger.Response, error) {
+				t.Fatalf("%s ran again", key)
+				return ledger.Response{}, nil
+			})
+			require.NoError(t, err)
+			require.True(t, res.Replayed, key)
+			require.Equal(t, body, res.Response.Body, key)
+			require.Equal(t, fmt.Sprint(len(body)), res.Response.Header.Get("X-N"), key)
+		}
+	}
+	check(l)
+	require.NoError(t, b.db.Close())
+	db := kvtest.OpenPath(t, b.path, &kv.Options{NoSync: true, Clock: b.clock}, ledger.RecordKind)
+	l2, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	check(l2)
+}

@@ -135,11 +135,13 @@ const (
 	bodyRequired
 )
 
-// encodeRecordWith writes r into e. Bodies longer than threshold (when
-// threshold > 0) are compressed; with a ring, the response is sealed.
+// encodeRecordWith writes r into e, after what e holds (a log entry's
+// head: see Ledger.store), and returns e's whole buffer; r.StoredBytes is
+// the record's own length. Bodies longer than threshold (when threshold >
+// 0) are compressed; with a ring, the response is sealed.
 func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold int) []byte {
-	e.Grow(encodedSize(r))
-	e.Reset(record.KindIdempotency, recordLayout)
+	at := len(e.Unfinished())
+	e.Nest(record.KindIdempotency, recordLayout)
 	e.Byte(byte(r.Status))
 	e.Fixed(r.Fingerprint[:])
 	e.Uvarint(r.Version)
@@ -152,7 +154,7 @@ func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold i
 		r.Sealed, r.KeyID = false, 0
 		e.Byte(0)
 		out := e.Finish()
-		r.StoredBytes = len(out)
+		r.StoredBytes = len(out) - at
 		return out
 	}
 	resp := r.Response
@@ -181,12 +183,12 @@ func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold i
 		encodeResponse(e, resp, body)
 	}
 	out := e.Finish()
-	r.StoredBytes = len(out)
+	r.StoredBytes = len(out) - at
 	return out
 }
 
 // encodedSize is at least the size of r encoded in clear, uncompressed:
-// encodeRecordWith sizes its buffer once with it.
+// a buffer of that size is allocated once for encodeRecordWith.
 func encodedSize(r *Record) int {
 	const head = 3 + 1 + 32 + binary.MaxVarintLen64 + 16 + 4*binary.MaxVarintLen64 + 1 + 4
 	n := head

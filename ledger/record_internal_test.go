@@ -66,12 +66,14 @@ func TestRecordRoundTrip(t *testing.T) {
 // FuzzDecodeRecord: arbitrary bytes under an arbitrary key never panic the
 // decoder; whatever decodes re-encodes to a record that decodes the same.
 func FuzzDecodeRecord(f *testing.F) {
-	var e record.Encoder
-	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecordWith(&e, nil, sampleRecord([]byte("hello")), 0)))
-	f.Add([]byte("acme|POST /x\x00k"), bytes.Clone(encodeRecordWith(&e, nil, sampleRecord(bytes.Repeat([]byte("z"), 3000)), 1024)))
+	encode := func(ring *seal.Ring, r *Record, threshold int) []byte {
+		var e record.Encoder // a fresh one: encodeRecordWith writes after what e holds
+		return encodeRecordWith(&e, ring, r, threshold)
+	}
+	f.Add([]byte("acme|POST /x\x00k"), encode(nil, sampleRecord([]byte("hello")), 0))
+	f.Add([]byte("acme|POST /x\x00k"), encode(nil, sampleRecord(bytes.Repeat([]byte("z"), 3000)), 1024))
 	f.Add([]byte("no-separator"), []byte{0xB7, 0x10, 1, 2, 0, 0, 0, 0})
-	sealedSample := sampleRecord([]byte("hello"))
-	f.Add([]byte("acme|POST /v1/orders\x00key-1"), bytes.Clone(encodeRecordWith(&e, fuzzRing, sealedSample, 0)))
+	f.Add([]byte("acme|POST /v1/orders\x00key-1"), encode(fuzzRing, sampleRecord([]byte("hello")), 0))
 	f.Fuzz(func(t *testing.T, key, val []byte) {
 		fuzzOne(t, key, val)
 		// Most random inputs fail the checksum; reseal them so the field
@@ -117,8 +119,8 @@ func fuzzOne(t *testing.T, key, val []byte) {
 	}
 }
 
-// encodedSize is what encodeRecordWith sizes its buffer with: it must be at
-// least the encoded size of every record in clear (one allocation), and
+// encodedSize is what a record's buffer is allocated with when none was
+// allocated ahead (Ledger.store): it must be at least the encoded size of every record in clear (one allocation), and
 // not far above it (no waste on the hot path).
 func TestEncodedSizeCoversTheRecord(t *testing.T) {
 	many := http.Header{}

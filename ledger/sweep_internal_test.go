@@ -42,7 +42,7 @@ func TestSweepRechecksRecordState(t *testing.T) {
 			require.NoError(t, err)
 			prev := *r
 			f(r)
-			require.NoError(t, l.store(ctx, tx, ref, r, &prev))
+			require.NoError(t, l.store(ctx, tx, ref, r, &prev, nil))
 		}
 		edit("live-lease", func(r *Record) { r.LeaseExpiresAt = t0.Add(10 * time.Hour) })
 		edit("fresh", func(r *Record) { r.ExpiresAt = t0.Add(48 * time.Hour) })

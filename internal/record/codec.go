@@ -78,13 +78,37 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Integers are varints, byte strings are length-prefixed, times are Unix
 // nanoseconds. The zero value is not usable; call Reset first.
 type Encoder struct {
-	buf []byte
+	buf   []byte
+	start int // where the record Finish closes begins
 }
 
 // Reset starts a new record of kind k at layout version v, reusing the
 // Encoder's buffer.
 func (e *Encoder) Reset(k Kind, v byte) {
-	e.buf = append(e.buf[:0], recordMagic, byte(k), v)
+	e.buf, e.start = append(e.buf[:0], recordMagic, byte(k), v), 0
+}
+
+// Append makes the Encoder write after buf's contents, into buf's spare
+// capacity: a buffer allocated ahead, or the head of an enclosing record
+// (see Nest).
+func (e *Encoder) Append(buf []byte) { e.buf, e.start = buf, 0 }
+
+// Nest starts a record of kind k at layout version v after what the
+// Encoder holds: Finish checksums that record alone and returns the whole
+// buffer, so an enclosing record (a log entry around the record it
+// frames) is built in one buffer and closed with AppendChecksum.
+func (e *Encoder) Nest(k Kind, v byte) {
+	e.start = len(e.buf)
+	e.buf = append(e.buf, recordMagic, byte(k), v)
+}
+
+// Unfinished returns what the Encoder holds so far, without a trailer.
+func (e *Encoder) Unfinished() []byte { return e.buf }
+
+// AppendChecksum closes the record b holds (a header and its fields) with
+// its CRC-32C trailer, as Finish does.
+func AppendChecksum(b []byte) []byte {
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 // Grow makes room for n more bytes, so that a record whose size the caller
@@ -143,14 +167,14 @@ func unixNano(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// Finish appends the checksum and returns the encoded record. The slice is
-// the Encoder's buffer and is overwritten by the next Reset. bbolt does NOT
+// Finish appends the checksum of the record begun by Reset or Nest and
+// returns the Encoder's whole buffer. The slice is the Encoder's buffer and is overwritten by the next Reset. bbolt does NOT
 // copy values on Put: it keeps the slice until the transaction commits. So a
 // buffer handed to Put must not be reused in the same transaction — use a
 // fresh Encoder per stored record (a pooled one once corrupted records that
 // shared a group-commit batch).
 func (e *Encoder) Finish() []byte {
-	e.buf = binary.LittleEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, castagnoli))
+	e.buf = binary.LittleEndian.AppendUint32(e.buf, crc32.Checksum(e.buf[e.start:], castagnoli))
 	return e.buf
 }
 

@@ -268,3 +268,35 @@ func TestEncoderGrowAllocatesOnce(t *testing.T) {
 	require.Equal(t, encode(&plain), out)
 	require.Same(t, first, &out[0], "the record was written where Grow made room, without a reallocation")
 }
+
+// A record nested after an enclosing record's head (Append, Nest) has the
+// bytes and checksum it has alone, and AppendChecksum closes the
+// enclosing record: both decode, in the buffer given to Append.
+func TestNestedRecordInOneBuffer(t *testing.T) {
+	t.Parallel()
+	buf := make([]byte, 0, 128)
+	var e record.Encoder
+	e.Append(buf)
+	e.Nest(record.KindLogEntry, 1)
+	e.String("scope")
+	head := len(e.Unfinished())
+	e.Nest(record.KindIdempotency, 3)
+	e.Uvarint(42)
+	e.String("inner")
+	out := record.AppendChecksum(e.Finish())
+	require.Same(t, &buf[:1][0], &out[0], "encoded in the buffer given")
+
+	var alone record.Encoder
+	alone.Reset(record.KindIdempotency, 3)
+	alone.Uvarint(42)
+	alone.String("inner")
+	inner := alone.Finish()
+	require.Equal(t, inner, out[head:len(out)-4], "the nested record is the record alone")
+
+	d, v, err := record.NewDecoder(record.KindLogEntry, out)
+	require.NoError(t, err, "the enclosing record's checksum covers its head and the nested record")
+	require.Equal(t, byte(1), v)
+	require.Equal(t, "scope", d.String())
+	require.Equal(t, inner, d.Fixed(len(inner)))
+	require.NoError(t, d.Done())
+}

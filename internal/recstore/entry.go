@@ -3,6 +3,7 @@ package recstore
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"slices"
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
@@ -19,13 +20,19 @@ const entryLayout = 1
 // wrap encodes an entry. The result is a fresh slice (bbolt keeps it until
 // the commit).
 func wrap(scope, key string, value []byte) []byte {
+	return record.AppendChecksum(append(frame(nil, scope, key, len(value)+4), value...))
+}
+
+// frame appends to buf[:0] an entry's head: its header, scope and key,
+// growing it to hold room bytes more (the value and the trailer
+// record.AppendChecksum adds).
+func frame(buf []byte, scope, key string, room int) []byte {
 	var e record.Encoder
-	e.Grow(3 + 2*binary.MaxVarintLen64 + len(scope) + len(key) + len(value) + 4)
-	e.Reset(record.KindLogEntry, entryLayout)
+	e.Append(slices.Grow(buf[:0], 3+2*binary.MaxVarintLen64+len(scope)+len(key)+room))
+	e.Nest(record.KindLogEntry, entryLayout)
 	e.String(scope)
 	e.String(key)
-	e.Fixed(value)
-	return e.Finish()
+	return e.Unfinished()
 }
 
 // unwrap returns an entry's scope, key and value (aliasing v) without

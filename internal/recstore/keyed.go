@@ -2,6 +2,7 @@ package recstore
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,14 @@ func (s *keyed) Put(_ context.Context, tx kv.Tx, scope, key string, prev Ref, pr
 		return Ref{}, err
 	}
 	return ref, s.expiry.Move(tx, prevExpiry, expiry, ref.key)
+}
+
+// Frame returns buf[:0] with room bytes of room: a keyed record is its
+// value alone.
+func (s *keyed) Frame(buf []byte, _, _ string, room int) []byte { return slices.Grow(buf[:0], room) }
+
+func (s *keyed) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte, at int) (Ref, error) {
+	return s.Put(ctx, tx, scope, key, prev, prevExpiry, expiry, framed[at:])
 }
 
 func (s *keyed) Delete(tx kv.Tx, _, _ string, ref Ref, expiry time.Time) error {

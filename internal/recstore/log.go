@@ -255,12 +255,23 @@ func (s *logStore) Probe(scope, key string) (Probe, bool) {
 }
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
+	head := frame(nil, scope, key, len(value)+4)
+	return s.PutFramed(ctx, tx, scope, key, prev, prevExpiry, expiry, append(head, value...), len(head))
+}
+
+// Frame returns buf[:0] with the head of (scope, key)'s log entry, and
+// room bytes of room after it.
+func (s *logStore) Frame(buf []byte, scope, key string, room int) []byte {
+	return frame(buf, scope, key, room)
+}
+
+func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte, _ int) (Ref, error) {
 	b, err := packedLog(tx, s.log)
 	if err != nil {
 		return Ref{}, err
 	}
 	h := s.dir.hash(scope, key)
-	entry := wrap(scope, key, value)
+	entry := record.AppendChecksum(framed)
 	pos := prev.pos // same place in expiry order: overwritten in place
 	if prev.IsZero() || posSec(prev.pos) != expirySec(expiry) {
 		pos = s.newPos(tx, expiry)

@@ -91,17 +91,17 @@ func (d *directory) remember(h, pos, gen uint64, entry []byte) {
 		r.entries = map[uint64][]byte{}
 	}
 	if old, ok := r.entries[pos]; ok {
-		r.bytes -= len(old)
+		r.bytes -= cap(old)
 	}
 	r.entries[pos] = entry
 	r.order = append(r.order, pos)
-	r.bytes += len(entry)
+	r.bytes += cap(entry) // what it holds: an entry encoded in a buffer allocated ahead has room to spare
 	for r.bytes > recentShardBytes && r.head < len(r.order) {
 		p := r.order[r.head]
 		r.head++
 		if e, ok := r.entries[p]; ok {
 			delete(r.entries, p)
-			r.bytes -= len(e)
+			r.bytes -= cap(e)
 		}
 	}
 	r.compact()
@@ -115,7 +115,7 @@ func (d *directory) forget(h, pos uint64) {
 	r.gen.Add(1)
 	if e, ok := r.entries[pos]; ok {
 		delete(r.entries, pos)
-		r.bytes -= len(e)
+		r.bytes -= cap(e)
 	}
 	r.mu.Unlock()
 }

@@ -70,6 +70,18 @@ type Store interface {
 	// in place of prev (from Get; zero for a new record, prevExpiry its
 	// expiry). value must not change until tx ends. ctx may carry a Journal.
 	Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error)
+	// Frame returns buf[:0] (grown to hold room bytes more) with the head
+	// of what the store keeps for (scope, key)'s record: the log entry's
+	// header, scope and key (log layout), nothing (keyed). The caller
+	// appends the value, and room for a 4-byte trailer, and stores it all
+	// with PutFramed: one buffer, which the caller may allocate before
+	// the transaction.
+	Frame(buf []byte, scope, key string, room int) []byte
+	// PutFramed is Put of the value framed[at:], encoded after the head
+	// Frame returned (at is that head's length). The store may close the
+	// frame in framed's spare capacity; framed must not change until tx
+	// ends.
+	PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte, at int) (Ref, error)
 	// Delete removes the record at ref (found by Get or Scan).
 	Delete(tx kv.Tx, scope, key string, ref Ref, expiry time.Time) error
 	// Scan calls fn for every record whose scope starts with prefix (keyed:
