@@ -109,18 +109,19 @@ func (l *Ledger) doWaiting(ctx context.Context, req Request, work Work) (res Res
 func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error) {
 	// Fast path: replays, mismatches and conflicts need no write
 	// transaction. A key the directory has never seen needs no look at all.
-	if a, err := l.peek(ctx, req); a.replayed || err != nil {
+	probe, a, err := l.peek(ctx, req)
+	if a.replayed || err != nil {
 		return a.replay, err
 	}
 
 	var res Result
 	buf := l.entryBuffer()
-	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
+	err = l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
 		// A run that did not commit left nothing in buf that outlives
 		// it (its transaction and its journal are gone), so the next run
 		// of this call encodes into it again.
 		var err error
-		res, err = l.doTx(ctx, tx, req, work, buf)
+		res, err = l.doTx(ctx, tx, req, work, buf, probe)
 		if err == nil && !res.Replayed {
 			failpoint.Inject(failpoint.LedgerDoBeforeCommit)
 		}
@@ -134,13 +135,16 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 
 // peek admits req (validated) from a read-only transaction, or from the
 // directory alone when it has never seen the key (no transaction at all).
-func (l *Ledger) peek(ctx context.Context, req Request) (admission, error) {
+// It returns the directory's probe too, for the write transaction's own
+// look-up (a miss need not be looked up again there).
+func (l *Ledger) peek(ctx context.Context, req Request) (recstore.Probe, admission, error) {
 	probe, ok := l.records.Probe(req.Scope, req.Key)
 	if !ok {
-		return admission{}, nil
+		return probe, admission{}, nil
 	}
 	if ref, v, ok := l.records.Cached(ctx, probe, req.Scope, req.Key); ok {
-		return l.judge(req, ref, v) // committed recently: no transaction
+		a, err := l.judge(req, ref, v) // committed recently: no transaction
+		return probe, a, err
 	}
 	p := peeks.Get().(*peek)
 	p.l, p.req, p.probe = l, req, probe
@@ -148,7 +152,7 @@ func (l *Ledger) peek(ctx context.Context, req Request) (admission, error) {
 	a := p.a
 	*p = peek{fn: p.fn}
 	peeks.Put(p)
-	return a, err
+	return probe, a, err
 }
 
 // peek is the state of Ledger.peek, pooled with its transaction function:
@@ -182,7 +186,7 @@ func (l *Ledger) Peek(ctx context.Context, req Request) (*Result, error) {
 	if err := validate(req.Scope, req.Key); err != nil {
 		return nil, err
 	}
-	a, err := l.peek(ctx, req)
+	_, a, err := l.peek(ctx, req)
 	return a.replayResult(), err
 }
 
@@ -318,14 +322,15 @@ func (l *Ledger) DoTx(ctx context.Context, tx kv.Tx, req Request, work Work) (Re
 	if err := validate(req.Scope, req.Key); err != nil {
 		return Result{}, err
 	}
-	return l.doTx(ctx, tx, req, work, nil)
+	return l.doTx(ctx, tx, req, work, nil, recstore.Probe{})
 }
 
 // doTx is DoTx for a request and work already checked (Do checks them
 // once, before its group-commit transaction), with buf for the stored
-// entry (Ledger.store).
-func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work, buf []byte) (Result, error) {
-	a, err := l.admitProbed(tx, req, recstore.Probe{})
+// entry (Ledger.store) and what the directory said before tx began
+// (probe; zero if nothing).
+func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work, buf []byte, probe recstore.Probe) (Result, error) {
+	a, err := l.admitProbed(tx, req, probe)
 	switch {
 	case err != nil:
 		return Result{}, err

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // directory maps hash(scope, key) to the log positions that may hold the
@@ -30,10 +31,19 @@ type directory struct {
 	// it so that most keys collide.
 	mask   uint64
 	shards [dirShards]dirShard
+	// adds counts, per slot of hashes, the positions added: a look-up that
+	// missed can tell, by its slot's count, that no position has been
+	// added under its hash since (unchanged), and need not look again.
+	adds [dirSlots]atomic.Uint32
 }
 
-// dirShards is the number of shards (a power of two).
-const dirShards = 64
+const (
+	// dirShards is the number of shards (a power of two).
+	dirShards = 64
+	// dirSlots is the number of add counters (a power of two): a batch
+	// adding some fifty positions changes few of them.
+	dirSlots = 4096
+)
 
 type dirShard struct {
 	mu sync.RWMutex
@@ -88,9 +98,11 @@ func (d *directory) candidates(h uint64, buf []uint64) []uint64 {
 	return buf
 }
 
-// first returns the first position recorded under h, if any, and
-// whether there are more.
-func (d *directory) first(h uint64) (pos uint64, extra, ok bool) {
+// first returns the first position recorded under h, if any, whether
+// there are more, and h's add count (taken before the look-up: see
+// unchanged).
+func (d *directory) first(h uint64) (pos uint64, extra, ok bool, adds uint32) {
+	adds = d.adds[h&(dirSlots-1)].Load()
 	sh := d.shard(h)
 	sh.mu.RLock()
 	pos, ok = sh.one[h]
@@ -98,7 +110,16 @@ func (d *directory) first(h uint64) (pos uint64, extra, ok bool) {
 		extra = len(sh.more[h]) > 0
 	}
 	sh.mu.RUnlock()
-	return pos, extra, ok
+	return pos, extra, ok, adds
+}
+
+// unchanged reports that no position has been added under h (or another
+// hash of its slot) since first returned adds: a miss then is still a
+// miss. An add counts after its position is in the map, so a position
+// that first did not see has counted by the time its add returns (inside
+// its writing transaction, before the writer lock is released).
+func (d *directory) unchanged(h uint64, adds uint32) bool {
+	return d.adds[h&(dirSlots-1)].Load() == adds
 }
 
 // add records that pos may hold the record of hash h.
@@ -114,6 +135,7 @@ func (d *directory) add(h, pos uint64) {
 	default:
 		sh.more[h] = append(sh.more[h], pos)
 	}
+	d.adds[h&(dirSlots-1)].Add(1)
 }
 
 // remove forgets pos under h.

@@ -96,13 +96,13 @@ func TestDirectoryShards(t *testing.T) {
 	require.NotSame(t, d.shard(hashes[1]), d.shard(hashes[2]))
 	for i, h := range hashes {
 		require.Equal(t, []uint64{uint64(i + 1)}, d.candidates(h, nil))
-		p, extra, ok := d.first(h)
+		p, extra, ok, _ := d.first(h)
 		require.True(t, ok)
 		require.False(t, extra)
 		require.Equal(t, uint64(i+1), p)
 	}
 	d.add(hashes[1], 9)
-	_, extra, _ := d.first(hashes[1])
+	_, extra, _, _ := d.first(hashes[1])
 	require.True(t, extra, "a second position under one hash is not reported")
 	d.remove(hashes[1], 9)
 	n, more := d.len()

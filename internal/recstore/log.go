@@ -123,8 +123,14 @@ func (s *logStore) GetProbed(tx kv.Tx, scope, key string, p Probe) (Ref, []byte,
 	// key's), or no probe: look afresh, the directory may have changed.
 	// The hash is taken again rather than from p: a probe of another key
 	// must not turn into a miss (which would run the work again).
+	h := s.dir.hash(scope, key)
+	if p.made && p.pos == 0 && p.h == h && s.dir.unchanged(h, p.adds) {
+		// The probe missed, and nothing has been added under h since:
+		// still a miss (the directory is authoritative for misses).
+		return Ref{}, nil, nil
+	}
 	var buf [4]uint64
-	for _, pos := range s.dir.candidates(s.dir.hash(scope, key), buf[:0]) {
+	for _, pos := range s.dir.candidates(h, buf[:0]) {
 		if pos == p.pos {
 			continue // looked at already
 		}
@@ -250,8 +256,8 @@ func packedLog(tx kv.Tx, log keyspace.Namespace) (kv.Bucket, error) {
 // transaction for a key never seen.
 func (s *logStore) Probe(scope, key string) (Probe, bool) {
 	h := s.dir.hash(scope, key)
-	pos, extra, ok := s.dir.first(h)
-	return Probe{pos: pos, h: h, extra: extra}, ok
+	pos, extra, ok, adds := s.dir.first(h)
+	return Probe{pos: pos, h: h, extra: extra, made: true, adds: adds}, ok
 }
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {

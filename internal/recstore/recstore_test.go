@@ -1,6 +1,7 @@
 package recstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -505,4 +506,53 @@ func TestPutFramedStoresWhatPutStores(t *testing.T) {
 		require.Equal(t, wrap("a", "f", v), entry, "the entry Put would have written")
 		return nil
 	}))
+}
+
+// A probe that missed answers the write transaction's look-up without a
+// second one only while nothing has been added under its key's hash
+// since: a record of that key committed in between (the same key
+// requested twice at once), or a probe of another key, is looked up and
+// found.
+func TestAMissIsLookedUpAgainOnlyWhenSomethingWasAdded(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	v := value("v")
+	getProbed := func(key string, p Probe) []byte {
+		var out []byte
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			_, got, err := s.GetProbed(tx, "a", key, p)
+			out = bytes.Clone(got)
+			return err
+		}))
+		return out
+	}
+
+	p, ok := s.Probe("a", "k")
+	require.False(t, ok)
+	put(t, db, s, "a", "k", t0, v) // committed between the probe and the look-up
+	require.Equal(t, v, getProbed("k", p), "added since the probe: looked up again")
+
+	other, ok := s.Probe("a", "other")
+	require.False(t, ok)
+	put(t, db, s, "a", "k2", t0, v)
+	s.dir.adds[s.dir.hash("a", "k2")&(dirSlots-1)].Store(other.adds) // even were the counts alike
+	require.Equal(t, v, getProbed("k2", other), "another key's probe is not this key's miss")
+
+	// Nothing added under the hash since: the directory is not read
+	// again. A position slipped into the map without counting (what no
+	// add does) shows it: found only once the count moves.
+	p, ok = s.Probe("a", "k3")
+	require.False(t, ok)
+	var pos uint64
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		ref, err := s.Put(ctx, tx, "a", "k3", Ref{}, time.Time{}, t0, v)
+		pos = ref.pos
+		return err
+	}))
+	h := s.dir.hash("a", "k3")
+	s.dir.adds[h&(dirSlots-1)].Add(^uint32(0)) // take back its count
+	require.Nil(t, getProbed("k3", p), "an unchanged count: the miss stands")
+	s.dir.adds[h&(dirSlots-1)].Add(1)
+	require.Equal(t, v, getProbed("k3", p))
+	require.NotZero(t, pos)
 }

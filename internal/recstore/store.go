@@ -119,8 +119,12 @@ type Store interface {
 // holds for a key (log layout), or nothing.
 type Probe struct {
 	pos   uint64
-	h     uint64 // the key's hash (log layout), when pos is set
+	h     uint64 // the key's hash (log layout)
 	extra bool   // the directory holds more positions under h
+	// made is set for a probe of the log layout; adds is its slot's add
+	// count then, with which a miss need not look again (log.go).
+	made bool
+	adds uint32
 }
 
 // Stats describes a store.
