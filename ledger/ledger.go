@@ -235,7 +235,7 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 	e.Append(head)
 	v := encodeRecordWith(&e, l.db.Cipher(), r, l.cfg.CompressThreshold)
 	l.entrySize.Store(int64(len(v) + 4))
-	if _, err := l.records.PutFramed(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v, len(head)); err != nil {
+	if _, err := l.records.PutFramed(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
 		return err
 	}
 	return account(tx, !l.db.Traits().SingleWriter, r.Scope, r.Key, records, int64(r.StoredBytes)-prevBytes)

@@ -168,11 +168,11 @@ func unixNano(t time.Time) int64 {
 }
 
 // Finish appends the checksum of the record begun by Reset or Nest and
-// returns the Encoder's whole buffer. The slice is the Encoder's buffer and is overwritten by the next Reset. bbolt does NOT
-// copy values on Put: it keeps the slice until the transaction commits. So a
-// buffer handed to Put must not be reused in the same transaction — use a
-// fresh Encoder per stored record (a pooled one once corrupted records that
-// shared a group-commit batch).
+// returns the Encoder's whole buffer, which the next Reset overwrites.
+// bbolt does NOT copy values on Put: it keeps the slice until the
+// transaction commits. So a buffer handed to Put must not be reused in the
+// same transaction — use a fresh Encoder per stored record (a pooled one
+// once corrupted records that shared a group-commit batch).
 func (e *Encoder) Finish() []byte {
 	e.buf = binary.LittleEndian.AppendUint32(e.buf, crc32.Checksum(e.buf[e.start:], castagnoli))
 	return e.buf

@@ -80,8 +80,9 @@ func (s *keyed) Put(_ context.Context, tx kv.Tx, scope, key string, prev Ref, pr
 // value alone.
 func (s *keyed) Frame(buf []byte, _, _ string, room int) []byte { return slices.Grow(buf[:0], room) }
 
-func (s *keyed) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte, at int) (Ref, error) {
-	return s.Put(ctx, tx, scope, key, prev, prevExpiry, expiry, framed[at:])
+// PutFramed is Put: the frame has no head.
+func (s *keyed) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte) (Ref, error) {
+	return s.Put(ctx, tx, scope, key, prev, prevExpiry, expiry, framed)
 }
 
 func (s *keyed) Delete(tx kv.Tx, _, _ string, ref Ref, expiry time.Time) error {

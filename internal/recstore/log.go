@@ -262,7 +262,7 @@ func (s *logStore) Probe(scope, key string) (Probe, bool) {
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
 	head := frame(nil, scope, key, len(value)+4)
-	return s.PutFramed(ctx, tx, scope, key, prev, prevExpiry, expiry, append(head, value...), len(head))
+	return s.PutFramed(ctx, tx, scope, key, prev, prevExpiry, expiry, append(head, value...))
 }
 
 // Frame returns buf[:0] with the head of (scope, key)'s log entry, and
@@ -271,7 +271,7 @@ func (s *logStore) Frame(buf []byte, scope, key string, room int) []byte {
 	return frame(buf, scope, key, room)
 }
 
-func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte, _ int) (Ref, error) {
+func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte) (Ref, error) {
 	b, err := packedLog(tx, s.log)
 	if err != nil {
 		return Ref{}, err

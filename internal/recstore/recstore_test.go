@@ -491,7 +491,7 @@ func TestPutFramedStoresWhatPutStores(t *testing.T) {
 		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
 			head := s.Frame(buf, "a", "f", len(v)+4)
 			framed = append(head, v...)
-			_, err := s.PutFramed(ctx, tx, "a", "f", Ref{}, time.Time{}, t0, framed, len(head))
+			_, err := s.PutFramed(ctx, tx, "a", "f", Ref{}, time.Time{}, t0, framed)
 			return err
 		}))
 		put(t, db, s, "a", "p", t0, v)

@@ -77,11 +77,10 @@ type Store interface {
 	// with PutFramed: one buffer, which the caller may allocate before
 	// the transaction.
 	Frame(buf []byte, scope, key string, room int) []byte
-	// PutFramed is Put of the value framed[at:], encoded after the head
-	// Frame returned (at is that head's length). The store may close the
-	// frame in framed's spare capacity; framed must not change until tx
-	// ends.
-	PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte, at int) (Ref, error)
+	// PutFramed is Put of a value encoded after the head Frame returned
+	// for (scope, key). The store may close the frame in framed's spare
+	// capacity; framed must not change until tx ends.
+	PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte) (Ref, error)
 	// Delete removes the record at ref (found by Get or Scan).
 	Delete(tx kv.Tx, scope, key string, ref Ref, expiry time.Time) error
 	// Scan calls fn for every record whose scope starts with prefix (keyed:
