@@ -15,7 +15,7 @@ type capture struct {
 	wroteHeader bool
 	limit       int
 	overflow    bool
-	badStatus   int  // a status outside 100-999: net/http would panic on it
+	badStatus   int  // a status outside 100-999 (net/http would panic on it), or a 101
 	noStore     bool // the handler called DoNotStore
 }
 
@@ -47,7 +47,10 @@ func (c *capture) WriteHeader(code int) {
 		// in net/http.
 		return
 	}
-	if code < 100 || code > 999 {
+	if code < 100 || code > 999 || code == http.StatusSwitchingProtocols {
+		// net/http panics on a status outside 100-999; a 101 hands the
+		// connection over to another protocol, which a stored answer
+		// cannot replay (and the ledger refuses every 1xx).
 		c.badStatus = code
 		code = http.StatusInternalServerError
 	}

@@ -72,6 +72,8 @@
 //     streaming handlers do not fit this middleware. For the same reason an
 //     informational status a handler writes first (103 Early Hints, 100
 //     Continue) is not sent: the final status it writes next is the answer,
-//     with the headers set before the 1xx.
+//     with the headers set before the 1xx. A 101 Switching Protocols cannot
+//     be stored (nor can a Respond's 1xx on an external route): the client
+//     gets a 500 problem and nothing is stored.
 //   - Waiting for an in-progress request works within one process only.
 package idemhttp

@@ -65,6 +65,26 @@ func TestStatusEdges(t *testing.T) {
 	require.Empty(t, r.header.Get("Idempotent-Replayed"), "a 400 that wrote nothing is not stored")
 }
 
+// A handler answering a status no stored answer can have (a 101, which
+// hands the connection to another protocol; one outside 100-999, on
+// which net/http panics) gets a 500 problem naming it: its writes roll
+// back, nothing is stored, and the retry runs again.
+func TestStatusThatCannotBeStoredIsAProblem(t *testing.T) {
+	b := setup(t, nil)
+	for i, code := range []int32{http.StatusSwitchingProtocols, 1000} {
+		b.fail.Store(code)
+		key := fmt.Sprint("k-", code)
+		for try := range 2 {
+			r := b.post(t, "sk_acme", key, `{"amount_cents":1}`)
+			require.Equal(t, 500, r.status, r.body)
+			require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
+			require.Contains(t, r.body, fmt.Sprintf("status %d, which cannot be stored", code))
+			require.EqualValues(t, 2*i+try+1, b.runs.Load(), "the retry ran again")
+		}
+		require.Zero(t, b.orderCount(t), "the handler's writes rolled back")
+	}
+}
+
 // Without a key (KeyOptional), a 500 rolls the handler's writes back.
 func TestUnkeyedServerErrorRollsBack(t *testing.T) {
 	b := setup(t, func(c *idemhttp.Config) { c.KeyOptional = true })

@@ -173,3 +173,31 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition never held")
 }
+
+// A Respond that answers an informational status (a 103) had it stored:
+// the client and every retry got the 103 as an interim response and then
+// a 200 net/http made up. The ledger refuses it now: the client gets a 500
+// problem, nothing is stored, and once Respond is mended a retry finishes
+// from the provider's word without charging again.
+func TestExternalInformationalResponseIsNotStored(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, nil)
+	e.status.Store(103)
+	r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 500, r.status, r.body)
+	require.Contains(t, r.header.Get("Content-Type"), "application/problem+json")
+	require.Len(t, e.fake.Charges(), 1, "the provider was called once")
+	const scope = "acme|POST /v1/orders/{id}/pay"
+	_, err := e.l.Get(t.Context(), scope, "K")
+	require.ErrorIs(t, err, ledger.ErrNotFound, "no record of the 103")
+
+	e.status.Store(200)
+	e.clock.Advance(2 * time.Minute) // past the attempt's lease
+	r = postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 200, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Len(t, e.fake.Charges(), 1, "the retry asked the provider, it did not charge again")
+	stored, err := e.l.Get(t.Context(), scope, "K")
+	require.NoError(t, err)
+	require.Equal(t, 200, stored.ResponseStatus)
+}

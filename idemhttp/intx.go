@@ -24,7 +24,8 @@ type notStored struct {
 	stack   []byte
 	tooBig  bool
 	release bool // a panic to re-raise (http.ErrAbortHandler)
-	// badStatus is a status outside 100-999 the handler wrote.
+	// badStatus is a status the handler wrote that cannot be stored: one
+	// outside 100-999, or a 101.
 	badStatus int
 	// rejected is a 4xx not stored: nothing written, DoNotStore, or too big.
 	rejected bool
@@ -88,7 +89,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		case ns.badStatus != 0:
 			m.log.Error("handler wrote an invalid status; transaction rolled back", "scope", req.Scope, "key", req.Key, "status", ns.badStatus)
 			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
-				Detail: fmt.Sprintf("the handler answered status %d, outside 100-999", ns.badStatus)}, 0)
+				Detail: fmt.Sprintf("the handler answered status %d, which cannot be stored: a stored answer's status is 200-999", ns.badStatus)}, 0)
 			ev.Status = http.StatusInternalServerError
 		case ns.tooBig:
 			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,

@@ -24,8 +24,10 @@ var (
 	ErrInvalidConfig = errors.New("ledger: invalid config")
 
 	// ErrInvalidResponse is returned when a response to be stored has a
-	// status outside 100-999 (0 is allowed for responses that are not HTTP);
-	// nothing is written.
+	// status outside 200-999: an informational status (1xx) is not an
+	// answer, and one outside 100-999 is not HTTP's (0 is allowed for
+	// responses that are not HTTP). Nothing is written. Records stored
+	// before with a 1xx are still replayed as they are.
 	ErrInvalidResponse = errors.New("ledger: invalid response")
 
 	// ErrResponseTooLarge is returned when a response to be stored exceeds

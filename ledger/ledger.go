@@ -212,9 +212,16 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 	if r.Response != nil && len(r.Response.Body) > l.cfg.MaxResponseBytes {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrResponseTooLarge, len(r.Response.Body), l.cfg.MaxResponseBytes)
 	}
-	if r.Response != nil && r.Response.Status != 0 && (r.Response.Status < 100 || r.Response.Status > 999) {
-		// Stored, it would fail every replay as corrupt (issue 13, item 5).
-		return fmt.Errorf("%w: status %d is outside 100-999 (0 for a response that is not HTTP)", ErrInvalidResponse, r.Response.Status)
+	if r.Response != nil && r.Response.Status != 0 {
+		switch st := r.Response.Status; {
+		case st < 100 || st > 999:
+			// Stored, it would fail every replay as corrupt (issue 13, item 5).
+			return fmt.Errorf("%w: status %d is outside 100-999 (0 for a response that is not HTTP)", ErrInvalidResponse, st)
+		case st < 200:
+			// Replayed, a 1xx is sent as an interim response and the client
+			// still waits for the answer (net/http then makes one up: 200).
+			return fmt.Errorf("%w: status %d is informational, not a final answer (stored statuses are 200-999, or 0 for a response that is not HTTP)", ErrInvalidResponse, st)
+		}
 	}
 	var prevExpiry time.Time
 	var records, prevBytes int64 = 1, 0

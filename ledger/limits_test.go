@@ -43,12 +43,14 @@ func TestRetentionPastTheTimeEncoding(t *testing.T) {
 }
 
 // A response status outside 100-999 was stored, and every replay of it then
-// failed as corrupt (issue 13, item 5). It is refused before anything is
-// written; 0 stays allowed for responses that are not HTTP.
+// failed as corrupt (issue 13, item 5); an informational one (1xx) was
+// stored and replayed as an interim response followed by a 200 net/http
+// makes up. Both are refused before anything is written; 0 stays allowed
+// for responses that are not HTTP.
 func TestInvalidResponseStatusIsNeverStored(t *testing.T) {
 	t.Parallel()
 	l, b := setup(t, nil)
-	for _, st := range []int{1000, -1, 99, 1} {
+	for _, st := range []int{1000, -1, 99, 1, 100, 101, 103, 199} {
 		runs := 0
 		_, err := l.Do(ctx, req(fmt.Sprint("k", st), "body"), func(tx kv.Tx) (ledger.Response, error) {
 			runs++
@@ -66,7 +68,12 @@ func TestInvalidResponseStatusIsNeverStored(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 1000}, nil)
 	require.ErrorIs(t, err, ledger.ErrInvalidResponse)
-	for _, st := range []int{0, 100, 999} {
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 103}, nil)
+	require.ErrorIs(t, err, ledger.ErrInvalidResponse)
+	require.ErrorContains(t, err, "informational")
+	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 204}, nil)
+	require.NoError(t, err, "the claim is still held after the refusals")
+	for _, st := range []int{0, 200, 999} {
 		res, err := l.Do(ctx, req(fmt.Sprint("ok", st), "body"), func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: st}, nil })
 		require.NoError(t, err)
 		again, err := l.Do(ctx, req(fmt.Sprint("ok", st), "body"), func(kv.Tx) (ledger.Response, error) { return ledger.Response{}, nil })

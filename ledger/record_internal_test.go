@@ -2,11 +2,13 @@ package ledger
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/seal"
 	"github.com/oncekv/oncekv/seal/sealtest"
@@ -144,4 +147,42 @@ func TestEncodedSizeCoversTheRecord(t *testing.T) {
 		}
 		require.LessOrEqual(t, encodedSize(r), n+slack, name)
 	}
+}
+
+// A record stored with an informational status (a 103) before such
+// statuses were refused is read and replayed as it was stored: the rule is
+// for what is written, never for what a file already holds.
+func TestARecordStoredWithA1xxIsStillReplayed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	db, err := kv.Open(path, nil)
+	require.NoError(t, err)
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	r := sampleRecord([]byte("early"))
+	r.Response.Status = 103
+	r.CreatedAt, r.CompletedAt = db.Clock().Now(), db.Clock().Now()
+	r.ExpiresAt = r.CreatedAt.Add(time.Hour)
+	var e record.Encoder
+	v := bytes.Clone(encodeRecordWith(&e, nil, r, record.DefaultCompressThreshold))
+	require.NoError(t, db.Update(context.Background(), func(tx kv.Tx) error {
+		_, err := l.records.Put(context.Background(), tx, r.Scope, r.Key, recstore.Ref{}, time.Time{}, r.ExpiresAt, v)
+		return err
+	}))
+	require.NoError(t, db.Close())
+
+	db, err = kv.Open(path, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	l, err = New(db, nil)
+	require.NoError(t, err)
+	ran := false
+	res, err := l.Do(context.Background(), Request{Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint}, func(kv.Tx) (Response, error) {
+		ran = true
+		return Response{Status: 200}, nil
+	})
+	require.NoError(t, err)
+	require.False(t, ran, "the stored answer is replayed, the work not run")
+	require.True(t, res.Replayed)
+	require.Equal(t, 103, res.Response.Status)
+	require.Equal(t, "early", string(res.Response.Body))
 }
