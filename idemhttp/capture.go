@@ -3,6 +3,7 @@ package idemhttp
 import (
 	"bytes"
 	"net/http"
+	"strings"
 )
 
 // capture is a ResponseWriter that buffers the response so it can be
@@ -80,10 +81,49 @@ func (c *capture) statusCode() int {
 
 // writeTo sends the captured response to the real writer.
 func (c *capture) writeTo(w http.ResponseWriter) {
+	send(w, c.header, c.statusCode(), c.body.Bytes())
+}
+
+// send writes a response: its header fields, the status, the body, then
+// its trailers, as net/http sends them: the fields named in its Trailer
+// header, and those set under http.TrailerPrefix. Set before the status,
+// a trailer would leave as a header field too.
+func send(w http.ResponseWriter, header http.Header, status int, body []byte) {
 	h := w.Header()
-	for k, v := range c.header {
+	declared := header["Trailer"]
+	trailers := false
+	for k, v := range header {
+		if isTrailer(k, declared) {
+			trailers = true
+			continue
+		}
 		h[k] = v
 	}
-	w.WriteHeader(c.statusCode())
-	_, _ = w.Write(c.body.Bytes())
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	if !trailers {
+		return
+	}
+	for k, v := range header {
+		if isTrailer(k, declared) {
+			h[k] = v
+		}
+	}
+}
+
+// isTrailer reports whether the field k of a handler's header is a
+// trailer: set under http.TrailerPrefix, or named in the Trailer header
+// (declared, a comma-separated list of names).
+func isTrailer(k string, declared []string) bool {
+	if strings.HasPrefix(k, http.TrailerPrefix) {
+		return true
+	}
+	for _, list := range declared {
+		for name := range strings.SplitSeq(list, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(name)) == k {
+				return true
+			}
+		}
+	}
+	return false
 }

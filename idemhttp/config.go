@@ -61,7 +61,10 @@ type Config struct {
 	// KeepHeaders are response headers stored and replayed besides
 	// Content-Type, Content-Encoding and Location (without the first two
 	// the stored bytes could not be read as the answer they are). Set-Cookie
-	// is never stored.
+	// and Idempotent-Replayed are never stored. Trailers are sent after
+	// the body of the first response and not stored; to replay one, keep
+	// both "Trailer" and the trailer's name (a field set under
+	// http.TrailerPrefix cannot be kept).
 	KeepHeaders []string
 
 	// Store decides which responses are stored for replay. nil stores every
@@ -108,7 +111,7 @@ func New(cfg *Config) (*Middleware, error) {
 	m.keep = []string{"Content-Type", "Content-Encoding", "Location"}
 	for _, h := range c.KeepHeaders {
 		h = http.CanonicalHeaderKey(h)
-		if h != "Set-Cookie" && !slices.Contains(m.keep, h) {
+		if h != "Set-Cookie" && h != HeaderReplayed && !slices.Contains(m.keep, h) {
 			m.keep = append(m.keep, h)
 		}
 	}

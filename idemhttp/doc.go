@@ -52,7 +52,8 @@
 // commit, and released to the client only after the commit. Stored headers
 // are an allow-list: Content-Type, Content-Encoding, Location and
 // Config.KeepHeaders; Set-Cookie is never stored. The first response
-// carries every header the handler set.
+// carries every header the handler set, and its trailers after the body
+// (a replay carries a trailer only if KeepHeaders keeps it and "Trailer").
 //
 // # External routes (WrapExternal)
 //

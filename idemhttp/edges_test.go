@@ -85,6 +85,91 @@ func TestStatusThatCannotBeStoredIsAProblem(t *testing.T) {
 	}
 }
 
+// A handler's trailers (declared in its Trailer header and set after the
+// body, or set under http.TrailerPrefix) left the first response as header
+// fields before its body, and a replay had none. They follow the body now;
+// a replay carries the declared ones that KeepHeaders keeps, as trailers.
+func TestTrailersFollowTheBody(t *testing.T) {
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.Tx(r.Context())
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err == nil {
+			err = b.Put([]byte("ord_1"), []byte("1"))
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Trailer", "x-sum, X-Count")
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "created")
+		w.Header().Set("X-Sum", "abc")
+		w.Header().Set("X-Count", "7")
+		w.Header().Set(http.TrailerPrefix+"X-Late", "late")
+	}
+	send := func(srv *httptest.Server, key string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body) // trailers arrive after the body
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.Equal(t, "created", string(body))
+		return resp
+	}
+	for _, keep := range [][]string{nil, {"Trailer", "X-Sum"}} {
+		_, srv := wrapped(t, nil, nil, idemhttp.Config{KeepHeaders: keep}, handler)
+		first := send(srv, "k")
+		require.Empty(t, first.Header.Get("X-Sum"), "a trailer is not a header field")
+		require.Empty(t, first.Header.Get("X-Late"))
+		require.Equal(t, http.Header{"X-Sum": {"abc"}, "X-Count": {"7"}, "X-Late": {"late"}}, first.Trailer)
+
+		replay := send(srv, "k")
+		require.Equal(t, "true", replay.Header.Get(idemhttp.HeaderReplayed))
+		require.Empty(t, replay.Header.Get("X-Sum"))
+		if keep == nil {
+			require.Empty(t, replay.Trailer, "trailers are not stored")
+		} else {
+			require.Equal(t, "abc", replay.Trailer.Get("X-Sum"), "the kept trailer, as a trailer")
+			require.Empty(t, replay.Trailer.Values("X-Count"), "declared, not kept: no value")
+			require.NotContains(t, replay.Trailer, "X-Late")
+		}
+	}
+}
+
+// A replay says it is one even when the handler set Idempotent-Replayed
+// itself and KeepHeaders names it: that field is never stored.
+func TestReplayedHeaderIsNeverStored(t *testing.T) {
+	_, srv := wrapped(t, nil, nil, idemhttp.Config{KeepHeaders: []string{"idempotent-replayed"}}, func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.Tx(r.Context())
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err == nil {
+			err = b.Put([]byte("ord_1"), []byte("1"))
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set(idemhttp.HeaderReplayed, "false")
+		w.WriteHeader(http.StatusCreated)
+	})
+	for _, want := range []string{"false", "true"} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.Equal(t, []string{want}, resp.Header.Values(idemhttp.HeaderReplayed))
+	}
+}
+
 // Without a key (KeyOptional), a 500 rolls the handler's writes back.
 func TestUnkeyedServerErrorRollsBack(t *testing.T) {
 	b := setup(t, func(c *idemhttp.Config) { c.KeyOptional = true })

@@ -244,19 +244,14 @@ func (m *Middleware) kept(h http.Header) http.Header {
 // allows for responses that are not HTTP, is a 200, as a handler that
 // writes no status gets.
 func writeStored(w http.ResponseWriter, resp ledger.Response, replayed bool) int {
-	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
 	if replayed {
-		h.Set(HeaderReplayed, "true")
+		w.Header().Set(HeaderReplayed, "true")
 	}
 	status := resp.Status
 	if status == 0 {
 		status = http.StatusOK
 	}
-	w.WriteHeader(status)
-	_, _ = w.Write(resp.Body)
+	send(w, resp.Header, status, resp.Body)
 	return status
 }
 
