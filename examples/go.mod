@@ -87,6 +87,7 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv("NATS_URL"); url != "" {
 		os.Exit(consumerChild(url, os.Getenv("CONSUMER_DB"), os.Getenv("DIE_AFTER")))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func consumerChild(url, path, dieAfter string) int {

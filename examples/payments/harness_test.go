@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/etcdkv/embedded"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
 
@@ -47,7 +48,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	// The replicas tests' embedded etcd members end their peer
+	// connections a few seconds after they close.
+	kvtest.RunWithoutLeaks(m, 15*time.Second)
 }
 
 type proc struct {

@@ -9,7 +9,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestQuickstartRuns(t *testing.T) {
 	r, w, err := os.Pipe()

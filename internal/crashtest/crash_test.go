@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/failpoint"
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv("CRASH_REKEY"); path != "" {
 		os.Exit(rekeyChild(path))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // sink is the event destination: it records every delivery.
