@@ -170,6 +170,59 @@ func TestReplayedHeaderIsNeverStored(t *testing.T) {
 	}
 }
 
+// Config.Store decides what is stored: a status it refuses is rolled back
+// with the handler's writes and runs again on retry, even a 201; one it
+// accepts is stored and replayed, even a 500 from a handler that wrote
+// nothing (the rule that such an answer is a rejection is for 4xx only).
+func TestStoreDecidesWhatIsStored(t *testing.T) {
+	var runs atomic.Int32
+	db, srv := wrapped(t, nil, nil, idemhttp.Config{Store: func(status int) bool { return status == http.StatusInternalServerError }},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if r.URL.Query().Has("fail") {
+				http.Error(w, "down", http.StatusInternalServerError) // writes nothing
+				return
+			}
+			tx, _ := idemhttp.Tx(r.Context())
+			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err == nil {
+				err = b.Put([]byte("ord_1"), []byte("1"))
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+	send := func(key, query string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+query, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		return resp
+	}
+	for range 2 {
+		resp := send("created", "")
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.Empty(t, resp.Header.Get(idemhttp.HeaderReplayed))
+	}
+	require.EqualValues(t, 2, runs.Load(), "a 201 Store refuses is not stored: the retry ran again")
+	require.NoError(t, db.View(context.Background(), func(tx kv.Tx) error {
+		require.Nil(t, tx.Bucket([]byte("orders")), "and its writes rolled back")
+		return nil
+	}))
+
+	for i, want := range []string{"", "true"} {
+		resp := send("failed", "?fail")
+		require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+		require.Equal(t, want, resp.Header.Get(idemhttp.HeaderReplayed), "request %d", i)
+	}
+	require.EqualValues(t, 3, runs.Load(), "the stored 500 was replayed")
+}
+
 // Without a key (KeyOptional), a 500 rolls the handler's writes back.
 func TestUnkeyedServerErrorRollsBack(t *testing.T) {
 	b := setup(t, func(c *idemhttp.Config) { c.KeyOptional = true })
