@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -166,4 +167,69 @@ func (f *fakeT) Helper() {}
 func (f *fakeT) Fatalf(format string, args ...any) {
 	f.failed = true
 	panic(fmt.Sprintf(format, args...))
+}
+
+// scripted is a target whose handler answers the i-th request it gets
+// (from 0) with answer(i), which also says whether that request did the
+// work.
+func scripted(answer func(i int64) (status int, body string, worked bool)) (idemhttptest.Target, *atomic.Int64) {
+	var seen, executed atomic.Int64
+	return idemhttptest.Target{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			status, body, worked := answer(seen.Add(1) - 1)
+			if worked {
+				executed.Add(1)
+			}
+			w.WriteHeader(status)
+			fmt.Fprint(w, body)
+		}),
+		Request: func() *http.Request {
+			r, _ := http.NewRequest("POST", "http://service/x", nil)
+			return r
+		},
+		Executions: func() int { return int(executed.Load()) },
+	}, &seen
+}
+
+// kitFails runs f against a fakeT and reports whether the kit failed it.
+func kitFails(f func(testing.TB)) bool {
+	ft := &fakeT{}
+	func() {
+		defer func() { _ = recover() }()
+		f(ft)
+	}()
+	return ft.failed
+}
+
+// Storm fails an endpoint whose duplicates get different answers, or a
+// 5xx, even when the work ran once; a storm whose copies all met the
+// first in progress (409) is finished by re-sending, through 5xx answers,
+// until a final one.
+func TestStormJudgesTheAnswers(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	differ, _ := scripted(func(i int64) (int, string, bool) {
+		if i == 0 {
+			return http.StatusCreated, "first", true
+		}
+		return http.StatusOK, fmt.Sprint("copy ", i), false
+	})
+	require.True(t, kitFails(func(t testing.TB) { idemhttptest.Storm(t, differ, n) }), "answers differ")
+
+	failing, _ := scripted(func(i int64) (int, string, bool) { return http.StatusInternalServerError, "down", i == 0 })
+	require.True(t, kitFails(func(t testing.TB) { idemhttptest.Storm(t, failing, n) }), "every answer a 500, alike")
+
+	// Every copy meets the first in progress; the retries then meet a 500
+	// before the answer.
+	busy, seen := scripted(func(i int64) (int, string, bool) {
+		switch {
+		case i < n:
+			return http.StatusConflict, "in progress", false
+		case i == n:
+			return http.StatusInternalServerError, "a moment", false
+		}
+		return http.StatusCreated, "done", true
+	})
+	require.False(t, kitFails(func(t testing.TB) { idemhttptest.Storm(t, busy, n) }))
+	require.EqualValues(t, n+2, seen.Load(), "the kit re-sent past the 409s and the 500 to the answer")
 }
