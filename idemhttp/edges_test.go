@@ -91,13 +91,7 @@ func TestStatusThatCannotBeStoredIsAProblem(t *testing.T) {
 // a replay carries the declared ones that KeepHeaders keeps, as trailers.
 func TestTrailersFollowTheBody(t *testing.T) {
 	handler := func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := idemhttp.Tx(r.Context())
-		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-		if err == nil {
-			err = b.Put([]byte("ord_1"), []byte("1"))
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+		if !writeOrder(w, r, []byte("ord_1")) {
 			return
 		}
 		w.Header().Set("Trailer", "x-sum, X-Count")
@@ -146,27 +140,16 @@ func TestTrailersFollowTheBody(t *testing.T) {
 // itself and KeepHeaders names it: that field is never stored.
 func TestReplayedHeaderIsNeverStored(t *testing.T) {
 	_, srv := wrapped(t, nil, nil, idemhttp.Config{KeepHeaders: []string{"idempotent-replayed"}}, func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := idemhttp.Tx(r.Context())
-		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-		if err == nil {
-			err = b.Put([]byte("ord_1"), []byte("1"))
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+		if !writeOrder(w, r, []byte("ord_1")) {
 			return
 		}
 		w.Header().Set(idemhttp.HeaderReplayed, "false")
 		w.WriteHeader(http.StatusCreated)
 	})
 	for _, want := range []string{"false", "true"} {
-		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", "k")
-		resp, err := srv.Client().Do(req)
-		require.NoError(t, err)
-		require.NoError(t, resp.Body.Close())
-		require.Equal(t, http.StatusCreated, resp.StatusCode)
-		require.Equal(t, []string{want}, resp.Header.Values(idemhttp.HeaderReplayed))
+		resp := postPay(t, srv, "", "k")
+		require.Equal(t, http.StatusCreated, resp.status)
+		require.Equal(t, []string{want}, resp.header.Values(idemhttp.HeaderReplayed))
 	}
 }
 
@@ -183,31 +166,15 @@ func TestStoreDecidesWhatIsStored(t *testing.T) {
 				http.Error(w, "down", http.StatusInternalServerError) // writes nothing
 				return
 			}
-			tx, _ := idemhttp.Tx(r.Context())
-			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-			if err == nil {
-				err = b.Put([]byte("ord_1"), []byte("1"))
-			}
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
+			if !writeOrder(w, r, []byte("ord_1")) {
 				return
 			}
 			w.WriteHeader(http.StatusCreated)
 		})
-	send := func(key, query string) *http.Response {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, srv.URL+query, strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := srv.Client().Do(req)
-		require.NoError(t, err)
-		require.NoError(t, resp.Body.Close())
-		return resp
-	}
 	for range 2 {
-		resp := send("created", "")
-		require.Equal(t, http.StatusCreated, resp.StatusCode)
-		require.Empty(t, resp.Header.Get(idemhttp.HeaderReplayed))
+		resp := postPay(t, srv, "", "created")
+		require.Equal(t, http.StatusCreated, resp.status)
+		require.Empty(t, resp.header.Get(idemhttp.HeaderReplayed))
 	}
 	require.EqualValues(t, 2, runs.Load(), "a 201 Store refuses is not stored: the retry ran again")
 	require.NoError(t, db.View(context.Background(), func(tx kv.Tx) error {
@@ -216,9 +183,9 @@ func TestStoreDecidesWhatIsStored(t *testing.T) {
 	}))
 
 	for i, want := range []string{"", "true"} {
-		resp := send("failed", "?fail")
-		require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
-		require.Equal(t, want, resp.Header.Get(idemhttp.HeaderReplayed), "request %d", i)
+		resp := postPay(t, srv, "?fail", "failed")
+		require.Equal(t, http.StatusInternalServerError, resp.status)
+		require.Equal(t, want, resp.header.Get(idemhttp.HeaderReplayed), "request %d", i)
 	}
 	require.EqualValues(t, 3, runs.Load(), "the stored 500 was replayed")
 }
@@ -334,13 +301,7 @@ func TestProblemDetailClipping(t *testing.T) {
 func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 	var runs atomic.Int32
 	_, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, KeepHeaders: []string{"Link"}}, func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := idemhttp.Tx(r.Context())
-		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-		if err == nil {
-			err = b.Put(fmt.Appendf(nil, "ord_%d", runs.Add(1)), []byte("1"))
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+		if !writeOrder(w, r, fmt.Appendf(nil, "ord_%d", runs.Add(1))) {
 			return
 		}
 		w.Header().Set("Link", "</terms.css>; rel=preload")
@@ -441,13 +402,7 @@ func TestUnkeyedRequestRunAgainReadsItsWholeBody(t *testing.T) {
 			http.Error(w, "try again", http.StatusServiceUnavailable)
 			return
 		}
-		tx, _ := idemhttp.Tx(r.Context())
-		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-		if err == nil {
-			err = b.Put([]byte(in.ID), []byte("1"))
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+		if !writeOrder(w, r, []byte(in.ID)) {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -504,4 +459,19 @@ func wrapped(t *testing.T, opts *kv.Options, lcfg *ledger.Config, cfg idemhttp.C
 	srv := httptest.NewServer(mw.Wrap(h))
 	t.Cleanup(srv.Close)
 	return db, srv
+}
+
+// writeOrder puts the order key through the request's transaction, as an
+// in-transaction handler does; on failure it answers 500 and returns false.
+func writeOrder(w http.ResponseWriter, r *http.Request, key []byte) bool {
+	tx, _ := idemhttp.Tx(r.Context())
+	b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+	if err == nil {
+		err = b.Put(key, []byte("1"))
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return false
+	}
+	return true
 }

@@ -53,6 +53,7 @@ func payRoute(t *testing.T) (*kv.DB, *httptest.Server) {
 	return db, srv
 }
 
+// postPay POSTs an empty body to srv's path with the Idempotency-Key key.
 func postPay(t *testing.T, srv *httptest.Server, path, key string) reply {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(""))
