@@ -144,6 +144,9 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	return cfg
 }
 
+// Config returns the relay's configuration with defaults applied.
+func (r *Relay) Config() RelayConfig { return r.cfg }
+
 // PassStats reports one relay pass.
 type PassStats struct {
 	Published   int

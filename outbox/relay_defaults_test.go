@@ -142,3 +142,33 @@ func TestRelayLogsFailuresAndQuarantines(t *testing.T) {
 	require.Regexp(t, `level=WARN msg="outbox publish failed" id=poison .*attempt=1 `, lines[0])
 	require.Regexp(t, `level=ERROR msg="outbox event quarantined" id=poison .*attempts=2 `, lines[1])
 }
+
+// A relay's settings left zero (or negative, for the counts and the poll)
+// take their documented defaults; those set are kept as they are.
+func TestRelayConfigDefaults(t *testing.T) {
+	t.Parallel()
+	o, _, _ := setupOutbox(t)
+	pub := &recorder{}
+	for _, zero := range []outbox.RelayConfig{{Publisher: pub}, {Publisher: pub, BatchSize: -1, PollInterval: -time.Second, MaxAttempts: -1}} {
+		r, err := outbox.NewRelay(o, &zero)
+		require.NoError(t, err)
+		c := r.Config()
+		require.Equal(t, outbox.DefaultRelayBatch, c.BatchSize)
+		require.Equal(t, outbox.DefaultRelayPoll, c.PollInterval)
+		require.Equal(t, outbox.DefaultRelayMaxAttempts, c.MaxAttempts)
+		require.Equal(t, 500*time.Millisecond, c.Backoff.Base)
+		require.Equal(t, time.Minute, c.Backoff.Cap)
+		require.Equal(t, outbox.DefaultPublishedRetention, c.Retention)
+		require.NotNil(t, c.Logger)
+	}
+	set := outbox.RelayConfig{Publisher: pub, BatchSize: 7, PollInterval: 20 * time.Millisecond, MaxAttempts: 3,
+		Backoff: outbox.Backoff{Base: time.Second, Cap: time.Hour}, Retention: 2 * time.Hour}
+	r, err := outbox.NewRelay(o, &set)
+	require.NoError(t, err)
+	c := r.Config()
+	require.Equal(t, 7, c.BatchSize)
+	require.Equal(t, 20*time.Millisecond, c.PollInterval)
+	require.Equal(t, 3, c.MaxAttempts)
+	require.Equal(t, outbox.Backoff{Base: time.Second, Cap: time.Hour}, c.Backoff)
+	require.Equal(t, 2*time.Hour, c.Retention)
+}
