@@ -61,4 +61,15 @@ func TestTheNextRecordIsEncodedIntoTheBufferAllocatedAhead(t *testing.T) {
 		require.True(t, inBuf(tx, "ahead", buf), "encoded into the buffer allocated ahead")
 		return nil
 	}))
+
+	// A two-phase claim stores a record without a response, smaller than
+	// Do's: the buffer stays sized for Do's records.
+	_, err = l.Claim(ctx, Request{Scope: scope, Key: "claimed", Fingerprint: Fingerprint{3}})
+	require.NoError(t, err)
+	buf = l.entryBuffer()
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		require.NoError(t, l.store(ctx, tx, recstore.Ref{}, record("after-claim"), nil, buf))
+		require.True(t, inBuf(tx, "after-claim", buf), "a claim does not shrink the buffer under Do's record")
+		return nil
+	}))
 }

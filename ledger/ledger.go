@@ -241,7 +241,12 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 	var e record.Encoder
 	e.Append(head)
 	v := encodeRecordWith(&e, l.db.Cipher(), r, l.cfg.CompressThreshold)
-	l.entrySize.Store(int64(len(v) + 4))
+	if r.Status == StatusCompleted {
+		// Sized after the records Do stores (completed ones): a claim's
+		// record, without a response, would leave the next Do a short
+		// buffer to grow under the lock.
+		l.entrySize.Store(int64(len(v) + 4))
+	}
 	if _, err := l.records.PutFramed(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
 		return err
 	}
