@@ -65,3 +65,36 @@ func TestExecutorRetryDefaults(t *testing.T) {
 		})
 	}
 }
+
+// The settings left zero take their documented defaults; those set are
+// kept as they are.
+func TestExecutorConfigDefaults(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	_, bb := setup(t, fake)
+	zero := config(fake, bb.comp)
+	zero.Grace, zero.Lease, zero.CallTimeout, zero.MaxAttempts, zero.PollInterval, zero.Concurrency, zero.FinishedRetention = 0, 0, 0, 0, 0, 0, 0
+	zero.Backoff, zero.Logger = sideeffect.Backoff{}, nil
+	x, err := sideeffect.New(bb.db, &zero)
+	require.NoError(t, err)
+	c := x.Config()
+	require.Equal(t, sideeffect.DefaultGrace, c.Grace)
+	require.Equal(t, sideeffect.DefaultLease, c.Lease)
+	require.Equal(t, sideeffect.DefaultCallTimeout, c.CallTimeout)
+	require.Equal(t, sideeffect.DefaultMaxAttempts, c.MaxAttempts)
+	require.Equal(t, sideeffect.DefaultPollInterval, c.PollInterval)
+	require.Equal(t, 4, c.Concurrency)
+	require.Equal(t, time.Second, c.Backoff.Base)
+	require.Equal(t, 5*time.Minute, c.Backoff.Cap)
+	require.Equal(t, sideeffect.DefaultFinishedRetention, c.FinishedRetention)
+	require.NotNil(t, c.Logger)
+
+	set := config(fake, bb.comp)
+	set.Grace, set.Lease, set.CallTimeout, set.MaxAttempts, set.PollInterval, set.Concurrency, set.FinishedRetention = 2*time.Second, 4*time.Second, 3*time.Second, 5, 6*time.Second, 7, 8*time.Hour
+	set.Backoff = sideeffect.Backoff{Base: 9 * time.Millisecond, Cap: 10 * time.Second}
+	x, err = sideeffect.New(bb.db, &set)
+	require.NoError(t, err)
+	c = x.Config()
+	require.Equal(t, []any{2 * time.Second, 4 * time.Second, 3 * time.Second, 5, 6 * time.Second, 7, 8 * time.Hour, 9 * time.Millisecond, 10 * time.Second},
+		[]any{c.Grace, c.Lease, c.CallTimeout, c.MaxAttempts, c.PollInterval, c.Concurrency, c.FinishedRetention, c.Backoff.Base, c.Backoff.Cap})
+}

@@ -166,6 +166,9 @@ func New(db *kv.DB, cfg *Config) (*Executor, error) {
 // DB returns the executor's database.
 func (x *Executor) DB() *kv.DB { return x.db }
 
+// Config returns the executor's configuration with defaults applied.
+func (x *Executor) Config() Config { return x.cfg }
+
 // Wake nudges a running reconciler to look for due intents now.
 func (x *Executor) Wake() {
 	select {
