@@ -17,7 +17,11 @@ import (
 // the transaction that finishes the intent, after the handler's completion,
 // so it can read the business state that completion wrote ("the order, now
 // paid"). It must only read: it may run more than once, and again when a
-// later retry finds the intent already finished.
+// later retry finds the intent already finished. The response's status is
+// 200-999, or 0 for a response that is not HTTP: another (an informational
+// 1xx included) fails the finishing transaction with
+// ledger.ErrInvalidResponse, and the intent is finished again, from the
+// provider's word, by the next retry or the reconciler.
 type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 
 // Perform runs an idempotent request whose work is one side effect,
