@@ -342,3 +342,48 @@ func TestRetryPolicyResendsAStreamedBody(t *testing.T) {
 	require.Equal(t, []bool{true, false}, tr.closed(), "the 503 closed, the answer left to the caller")
 	require.NoError(t, resp.Body.Close())
 }
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// closeHook is a response body that runs a function when it is closed.
+type closeHook struct {
+	io.Reader
+	onClose func()
+}
+
+func (c closeHook) Close() error { c.onClose(); return nil }
+
+// With no Sleep set, the policy waits with a timer that honours its
+// context: a short wait ends in the next attempt, and a caller that
+// cancels during a half-hour wait gets the cancellation back at once (the
+// test would run into its own timeout otherwise), with no second attempt.
+func TestRetryPolicyDefaultSleepHonoursTheContext(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, 503)
+	p := sideeffect.RetryPolicy{MaxAttempts: 3, Backoff: sideeffect.Backoff{Base: time.Millisecond, Cap: time.Millisecond}}
+	resp, err := p.Do(ctx, s.ts.Client(), post(t, s.ts.URL, "k"))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, 2, s.requests(), "the short wait ended in a second attempt")
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	attempts := 0
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		attempts++
+		// The policy closes the body of a response it retries before it
+		// waits: the caller cancels then.
+		return &http.Response{StatusCode: 503, Status: "503 Service Unavailable", Header: http.Header{}, Request: r,
+			Body: closeHook{strings.NewReader("busy"), cancel}}, nil
+	})}
+	p = sideeffect.RetryPolicy{MaxAttempts: 3, Deadline: 2 * time.Hour,
+		Backoff: sideeffect.Backoff{Base: time.Hour, Cap: time.Hour, Rand: func() float64 { return 0.5 }}}
+	resp, err = p.Do(cctx, client, post(t, "http://provider.invalid/charges", "k"))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Nil(t, resp)
+	require.Equal(t, 1, attempts)
+}
