@@ -35,3 +35,23 @@ func TestDownstreamKeyIsInjective(t *testing.T) {
 	ns[0] ^= 0xff // a copy: the namespace itself cannot be changed
 	require.NotEqual(t, ns, sideeffect.KeyNamespace())
 }
+
+// ParseState reads back every name State.String prints (the CLI's and the
+// console's state filters), and refuses anything else by naming the
+// states it knows.
+func TestParseStateReadsWhatStringPrints(t *testing.T) {
+	t.Parallel()
+	states := []sideeffect.State{sideeffect.StatePending, sideeffect.StateUnknown, sideeffect.StateSucceeded, sideeffect.StateFailed, sideeffect.StateNeedsAttention}
+	names := map[string]bool{}
+	for _, st := range states {
+		got, err := sideeffect.ParseState(st.String())
+		require.NoError(t, err)
+		require.Equal(t, st, got)
+		names[st.String()] = true
+	}
+	require.Len(t, names, len(states), "every state has a name of its own")
+	for _, bad := range []string{"", "Pending", "state(0)", "state(6)", "needs-attention"} {
+		_, err := sideeffect.ParseState(bad)
+		require.ErrorContains(t, err, "want pending, unknown, succeeded, failed or needs_attention", "%q", bad)
+	}
+}
