@@ -110,7 +110,7 @@ func (c *console) routes(mux *http.ServeMux) {
 		return "intents?flash=resolved", err
 	}))
 	mux.HandleFunc("POST "+ConsolePath+"outbox/requeue", c.action(func(r *http.Request) (string, error) {
-		return "outbox?flash=requeued", c.outbox.Requeue(r.Context(), r.PostFormValue("id"))
+		return "outbox?flash=event-requeued", c.outbox.Requeue(r.Context(), r.PostFormValue("id"))
 	}))
 }
 
@@ -133,7 +133,11 @@ type pageData struct {
 	src *Inspector
 }
 
-var flashes = map[string]string{"requeued": "Requeued: it is due now, its next attempt asks the provider first.", "resolved": "Resolved: the verdict is applied as if the provider had answered."}
+var flashes = map[string]string{
+	"requeued":       "Requeued: it is due now, its next attempt asks the provider first.",
+	"resolved":       "Resolved: the verdict is applied as if the provider had answered.",
+	"event-requeued": "Requeued: the event is pending again, with a fresh attempt budget, at its place in the queue.",
+}
 
 // begin checks who is asking and prepares the page; false when it already
 // answered (refused).

@@ -1,6 +1,8 @@
 package inspect_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -14,9 +16,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -181,4 +185,76 @@ func TestConsoleKeysPages(t *testing.T) {
 	require.Contains(t, body, "keys 1–5")
 	require.NotContains(t, body, "acme|")
 	require.Empty(t, links(body))
+}
+
+// The inbox page lists processed message IDs, for the consumer asked for;
+// the outbox page shows what is pending and what is quarantined, and a
+// logged-in operator requeues a quarantined event from it (CSRF token and
+// same origin required, as for intents). The admin endpoint's inbox
+// listing is the file's.
+func TestConsoleInboxAndOutbox(t *testing.T) {
+	db, x, _ := fixture(t)
+	in := must(inbox.New(db, nil))
+	for _, m := range [][2]string{{"billing", "msg-1"}, {"shipping", "msg-2"}} {
+		_, err := in.Handle(ctx, m[0], m[1], func(kv.Tx) error { return nil })
+		require.NoError(t, err)
+	}
+	ob := outbox.New(db)
+	add := func(id string) {
+		_, _, err := ob.Add(ctx, outbox.Event{ID: id, Topic: "orders", Payload: []byte("{}")})
+		require.NoError(t, err)
+	}
+	add("ev-q")
+	failing := outbox.PublishFunc(func(context.Context, outbox.Event) error { return errors.New("broker down") })
+	r := must(outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: failing, MaxAttempts: 1}))
+	st, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Quarantined)
+	add("ev-p") // pending
+
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
+	defer srv.Close()
+	base := srv.URL + inspect.ConsolePath
+	anon := &http.Client{}
+
+	code, body := page(t, anon, base+"inbox?consumer=billing")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, ">msg-1<")
+	require.NotContains(t, body, "msg-2", "another consumer's")
+	_, body = page(t, anon, base+"inbox")
+	require.Contains(t, body, ">msg-1<")
+	require.Contains(t, body, ">msg-2<")
+	file := must(inspect.New(db))
+	want, err := file.Inbox(ctx, "billing", 10)
+	require.NoError(t, err)
+	require.Len(t, want, 1)
+	got, err := (&inspect.Client{BaseURL: srv.URL}).Inbox(ctx, "billing", 10)
+	require.NoError(t, err)
+	require.Equal(t, want[0].MessageID, got[0].MessageID)
+	require.Len(t, got, 1)
+
+	code, body = page(t, anon, base+"outbox")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `id="quarantined">1<`)
+	require.Contains(t, body, `data-id="ev-q"`)
+	require.Contains(t, body, ">ev-p<", "pending")
+	require.NotContains(t, body, `name="csrf"`, "no forms without the token")
+
+	jar, _ := cookiejar.New(nil)
+	admin := &http.Client{Jar: jar}
+	code, _ = post(t, admin, base+"login", url.Values{"token": {token}}, srv.URL)
+	require.Equal(t, 200, code)
+	_, body = page(t, admin, base+"outbox")
+	csrf := between(body, `name="csrf" value="`, `"`)
+	require.NotEmpty(t, csrf)
+	code, _ = post(t, admin, base+"outbox/requeue", url.Values{"id": {"ev-q"}}, srv.URL)
+	require.Equal(t, http.StatusForbidden, code, "the session alone is not enough")
+	code, body = post(t, admin, base+"outbox/requeue", url.Values{"id": {"ev-q"}, "csrf": {csrf}}, srv.URL)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "the event is pending again")
+	require.NotContains(t, body, "provider", "an event has no provider")
+	sum, err := file.Outbox(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, sum.Quarantined)
+	require.Equal(t, 2, sum.Pending)
 }
