@@ -494,6 +494,79 @@ func TestExtendAndRelease(t *testing.T) {
 	require.Zero(t, lost.Current)
 }
 
+// ExtendTx renews a claim inside the caller's transaction: committed, the
+// stored lease is the one c reports and holds off another claim; rolled
+// back, the stored record is left as it was (lease, version, place), and
+// the claim still completes.
+func TestExtendTxHoldsOnceCommitted(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, &ledger.Config{Lease: 10 * time.Second})
+	out, err := l.Claim(ctx, req("k", "b"))
+	require.NoError(t, err)
+	c := out.Claim
+	stored := func() *ledger.Record {
+		r, err := l.Get(ctx, "acme|POST /v1/orders", "k")
+		require.NoError(t, err)
+		return r
+	}
+
+	bb.clock.Advance(8 * time.Second)
+	require.NoError(t, bb.db.Update(ctx, func(tx kv.Tx) error { return l.ExtendTx(ctx, tx, c) }))
+	require.Equal(t, t0.Add(18*time.Second), c.LeaseExpiresAt)
+	require.Equal(t, c.LeaseExpiresAt, stored().LeaseExpiresAt)
+	bb.clock.Advance(8 * time.Second) // past the first lease, within the extended one
+	_, err = l.Claim(ctx, req("k", "b"))
+	require.ErrorIs(t, err, ledger.ErrInProgress)
+
+	before := stored()
+	rollback := errors.New("caller rolls back")
+	err = bb.db.Update(ctx, func(tx kv.Tx) error {
+		require.NoError(t, l.ExtendTx(ctx, tx, c))
+		return rollback
+	})
+	require.ErrorIs(t, err, rollback)
+	require.Equal(t, t0.Add(26*time.Second), c.LeaseExpiresAt, "c is updated at once, as documented")
+	after := stored()
+	require.Equal(t, before.LeaseExpiresAt, after.LeaseExpiresAt, "the rolled-back extension is not stored")
+	require.Equal(t, before.Version, after.Version)
+	require.Equal(t, before.ExpiresAt, after.ExpiresAt)
+
+	res, err := l.Complete(ctx, c, ledger.Response{Status: 201, Body: []byte("done")}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "done", string(res.Response.Body))
+}
+
+// PeekTx answers in the caller's transaction, read-only included: a
+// completed request's replay, a mismatch for another request under the
+// key, nothing for a key never used or still in progress; it writes
+// nothing.
+func TestPeekTxInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	l, bb := setup(t, nil)
+	_, err := l.Do(ctx, req("done", "b"), order("o1", nil))
+	require.NoError(t, err)
+	_, err = l.Claim(ctx, req("busy", "b"))
+	require.NoError(t, err)
+	require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
+		res, err := l.PeekTx(tx, req("done", "b"))
+		require.NoError(t, err)
+		require.NotNil(t, res)
+		require.True(t, res.Replayed)
+		require.Equal(t, 201, res.Response.Status)
+
+		_, err = l.PeekTx(tx, req("done", "another body"))
+		require.ErrorIs(t, err, ledger.ErrMismatch)
+
+		res, err = l.PeekTx(tx, req("never", "b"))
+		require.NoError(t, err)
+		require.Nil(t, res)
+
+		_, err = l.PeekTx(tx, req("busy", "b"))
+		require.ErrorIs(t, err, ledger.ErrInProgress)
+		return nil
+	}))
+}
+
 func TestCompleteWorkErrorKeepsClaim(t *testing.T) {
 	t.Parallel()
 	l, bb := setup(t, nil)
