@@ -300,8 +300,12 @@ func (in *Inbox) seen(ctx context.Context, consumer, id string) (bool, error) {
 	return live, nil
 }
 
-// SeenTx is Seen inside the caller's transaction.
+// SeenTx is Seen inside the caller's transaction: it sees a mark MarkTx
+// made earlier in that transaction.
 func (in *Inbox) SeenTx(tx kv.Tx, consumer, id string) (bool, error) {
+	if err := validIDs(consumer, id); err != nil {
+		return false, err
+	}
 	_, v, err := in.marks.Get(tx, consumer, id)
 	return in.live(consumer, id, v, err)
 }

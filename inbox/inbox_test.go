@@ -357,3 +357,40 @@ func TestEntriesShowDamageNotAnotherID(t *testing.T) {
 		require.ElementsMatch(t, []string{"a", "c"}, ids, "consumer %q", consumer)
 	}
 }
+
+// SeenTx answers in the caller's transaction: a mark made earlier in that
+// transaction is seen before it commits, one from before too, an unknown
+// ID is not, a mark past its window is not; an invalid consumer or ID is
+// refused as Seen refuses it (it was passed to the store unchecked).
+func TestSeenTxInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	bb := setup(t)
+	in, _ := inbox.New(bb.db, nil)
+	_, err := in.Handle(ctx, "billing", "before", apply(1))
+	require.NoError(t, err)
+	require.NoError(t, bb.db.Update(ctx, func(tx kv.Tx) error {
+		dup, err := in.MarkTx(tx, "billing", "same-tx")
+		require.NoError(t, err)
+		require.False(t, dup)
+		for id, want := range map[string]bool{"same-tx": true, "before": true, "never": false} {
+			seen, err := in.SeenTx(tx, "billing", id)
+			require.NoError(t, err)
+			require.Equal(t, want, seen, id)
+		}
+		seen, err := in.SeenTx(tx, "shipping", "before")
+		require.NoError(t, err)
+		require.False(t, seen, "another consumer's inbox")
+		for _, bad := range [][2]string{{"", "m"}, {"billing", ""}} {
+			_, err := in.SeenTx(tx, bad[0], bad[1])
+			require.ErrorIs(t, err, inbox.ErrInvalidMessage, "%q/%q", bad[0], bad[1])
+		}
+		return nil
+	}))
+	bb.clock.Advance(8 * 24 * time.Hour)
+	require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
+		seen, err := in.SeenTx(tx, "billing", "before")
+		require.NoError(t, err)
+		require.False(t, seen, "past its window")
+		return nil
+	}))
+}
