@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -188,6 +189,64 @@ func TestStoreDecidesWhatIsStored(t *testing.T) {
 		require.Equal(t, want, resp.header.Get(idemhttp.HeaderReplayed), "request %d", i)
 	}
 	require.EqualValues(t, 3, runs.Load(), "the stored 500 was replayed")
+}
+
+// A 4xx is stored when the handler wrote before answering it, whichever
+// way it wrote (a Delete, a sequence number, raw bbolt through kv.BoltTx),
+// and not when it only read (Get, a cursor): only a request rejected before
+// it did anything runs again on retry.
+func TestA4xxIsStoredOnlyAfterAWrite(t *testing.T) {
+	for name, c := range map[string]struct {
+		act    func(tx kv.Tx) error
+		stored bool
+	}{
+		"delete": {func(tx kv.Tx) error { return tx.Bucket([]byte("orders")).Delete([]byte("ord_1")) }, true},
+		"sequence": {func(tx kv.Tx) error {
+			_, err := tx.Bucket([]byte("orders")).NextSequence()
+			return err
+		}, true},
+		"raw bbolt": {func(tx kv.Tx) error { return kv.BoltTx(tx).Bucket([]byte("orders")).Put([]byte("ord_2"), []byte("1")) }, true},
+		"get":       {func(tx kv.Tx) error { _ = tx.Bucket([]byte("orders")).Get([]byte("ord_1")); return nil }, false},
+		"cursor": {func(tx kv.Tx) error {
+			k, _ := tx.Bucket([]byte("orders")).Cursor().First()
+			if k == nil {
+				return errors.New("no orders")
+			}
+			return nil
+		}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "raw bbolt" {
+				kvtest.RequireLocal(t, "kv.BoltTx is bbolt's")
+			}
+			var runs atomic.Int32
+			db, srv := wrapped(t, &kv.Options{NoSync: true}, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				tx, _ := idemhttp.Tx(r.Context())
+				if err := c.act(tx); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				http.Error(w, "order cancelled", http.StatusConflict)
+			})
+			require.NoError(t, db.Update(context.Background(), func(tx kv.Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+				if err != nil {
+					return err
+				}
+				return b.Put([]byte("ord_1"), []byte("1"))
+			}))
+			for range 2 {
+				r := postPay(t, srv, "", "k")
+				require.Equal(t, http.StatusConflict, r.status, r.body)
+			}
+			if c.stored {
+				require.EqualValues(t, 1, runs.Load(), "the 409 after a write was stored and replayed")
+			} else {
+				require.EqualValues(t, 2, runs.Load(), "the 409 after reads only was not stored: the retry ran again")
+			}
+		})
+	}
 }
 
 // Without a key (KeyOptional), a 500 rolls the handler's writes back.
