@@ -158,6 +158,12 @@ func TestReservedNamespace(t *testing.T) {
 		require.Equal(t, []string{"oncekv/meta"}, names)
 		k, _ := c.Seek([]byte{0})
 		require.Equal(t, "oncekv/meta", string(k), "Seek skips the reserved names")
+		// Backwards too: the reserved names sort first, and Prev stops
+		// before them.
+		k, _ = c.Last()
+		require.Equal(t, "oncekv/meta", string(k))
+		k, _ = c.Prev()
+		require.Nil(t, k, "nothing before the caller's first bucket")
 		return nil
 	}))
 	// The format record survived.
