@@ -28,3 +28,11 @@ func TestSweep(t *testing.T) {
 	_, _, code = run("check", "--db", db)
 	require.Equal(t, 0, code)
 }
+
+// The SKIPPED column names each reason with its count, in a stable order.
+func TestSweepSkippedColumn(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "-", skipped(nil))
+	require.Equal(t, "live lease=2", skipped(map[string]int{"live lease": 2}))
+	require.Equal(t, "live lease=1,pending=3", skipped(map[string]int{"pending": 3, "live lease": 1}))
+}
