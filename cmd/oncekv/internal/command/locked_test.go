@@ -59,4 +59,25 @@ func TestLockedFileAndAddr(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	_, _, code = run("keys", "--addr", url, "--db", db)
 	require.Equal(t, 2, code)
+
+	// An operator's action through the running service's endpoint: with
+	// its token only, and never with --db beside --addr.
+	out, stderr, code = run("intents", "--addr", url, "--state", "needs_attention", "--json")
+	require.Equal(t, 0, code, stderr)
+	var parked []inspect.Intent
+	require.NoError(t, json.Unmarshal([]byte(out), &parked))
+	require.Len(t, parked, 1)
+	id := parked[0].ID
+	_, stderr, code = run("intents", "requeue", "--addr", url, id)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "401")
+	_, stderr, code = run("intents", "requeue", "--addr", url, "--db", db, "--token", "t0ken", id)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "not two of them")
+	out, stderr, code = run("intents", "requeue", "--addr", url, "--token", "t0ken", id)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `requeued\s+`+id+`[\s\S]*state\s+unknown`, out)
+	out, _, code = run("intents", "--addr", url, "--state", "needs_attention")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, id, "requeued: no longer parked")
 }
