@@ -534,3 +534,29 @@ func writeOrder(w http.ResponseWriter, r *http.Request, key []byte) bool {
 	}
 	return true
 }
+
+// New refuses a configuration it cannot serve, saying which field.
+func TestNewRefusesAnInvalidConfig(t *testing.T) {
+	t.Parallel()
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	tenant := func(*http.Request) (string, error) { return "acme", nil }
+	for _, c := range []struct {
+		cfg  *idemhttp.Config
+		want string
+	}{
+		{nil, "Config.Ledger and Config.Tenant are required"},
+		{&idemhttp.Config{Tenant: tenant}, "Config.Ledger and Config.Tenant are required"},
+		{&idemhttp.Config{Ledger: l}, "Config.Ledger and Config.Tenant are required"},
+		{&idemhttp.Config{Ledger: l, Tenant: tenant, MaxBodyBytes: -1}, "MaxBodyBytes -1 is negative"},
+		{&idemhttp.Config{Ledger: l, Tenant: tenant, MaxStoredErrorBytes: -2}, "MaxStoredErrorBytes -2 is negative"},
+		{&idemhttp.Config{Ledger: l, Tenant: tenant, Wait: -time.Second}, "Wait -1s is negative"},
+	} {
+		_, err := idemhttp.New(c.cfg)
+		require.ErrorIs(t, err, idemhttp.ErrInvalidConfig)
+		require.ErrorContains(t, err, c.want)
+	}
+	_, err = idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: tenant})
+	require.NoError(t, err)
+}
