@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,4 +40,42 @@ func TestCheckReportsALeaseOutlivingItsRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, problems, 1)
 	require.Contains(t, problems[0].Message, `"outlives": in progress with a lease`)
+}
+
+// The check reports a usage counter that does not decode and one kept for
+// a tenant without records, beside the counts they then disagree with.
+func TestCheckReportsDamagedAndStrayUsage(t *testing.T) {
+	ctx := context.Background()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "u.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	_, err = l.Do(ctx, Request{Scope: "acme|POST /x", Key: "k", Fingerprint: Fingerprint{1}}, func(kv.Tx) (Response, error) {
+		return Response{Status: 201}, nil
+	})
+	require.NoError(t, err)
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := usageNS.Bucket(tx)
+		if err := b.Put([]byte("acme"), []byte("not a usage record")); err != nil {
+			return err
+		}
+		return b.Put([]byte("ghost"), encodeUsage(Usage{Records: 2, Bytes: 90}))
+	}))
+	problems, err = db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	var msgs []string
+	for _, p := range problems {
+		msgs = append(msgs, p.Message)
+	}
+	require.Contains(t, msgs, `tenant "ghost": usage says 2 records, 90 bytes, but it has none`)
+	found := false
+	for _, m := range msgs {
+		found = found || strings.HasPrefix(m, `usage of tenant "acme": `)
+	}
+	require.True(t, found, "the damaged counter is named: %v", msgs)
 }
