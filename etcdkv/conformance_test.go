@@ -2,7 +2,6 @@ package etcdkv_test
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -16,22 +15,15 @@ import (
 
 func TestMain(m *testing.M) {
 	etcdtest.RunMemberIfAsked()
-	code := m.Run()
-	if code == 0 {
-		// The embedded etcd servers' connections (cmux, the members' HTTP
-		// peer transport) end a while after Close; they are etcd's, not
-		// the backend's, which talks gRPC only.
-		if err := goleak.Find(goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-			goleak.IgnoreAnyFunction("github.com/soheilhy/cmux.(*MuxConn).Read"),
-			goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	// The embedded etcd servers' connections (cmux, the members' HTTP peer
+	// transport) end a while after Close; they are etcd's, not the
+	// backend's, which talks gRPC only.
+	kvtest.RunWithoutLeaks(m, 0, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreAnyFunction("github.com/soheilhy/cmux.(*MuxConn).Read"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"))
 }
 
 var prefixes atomic.Int64

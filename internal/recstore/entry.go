@@ -20,7 +20,13 @@ const entryLayout = 1
 // wrap encodes an entry. The result is a fresh slice (bbolt keeps it until
 // the commit).
 func wrap(scope, key string, value []byte) []byte {
-	return record.AppendChecksum(append(frame(nil, scope, key, len(value)+4), value...))
+	return record.AppendChecksum(framed(scope, key, value))
+}
+
+// framed is an entry without its trailer, in a fresh slice with room for
+// it: what PutFramed closes.
+func framed(scope, key string, value []byte) []byte {
+	return append(frame(nil, scope, key, len(value)+4), value...)
 }
 
 // frame appends to buf[:0] an entry's head: its header, scope and key,

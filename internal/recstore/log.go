@@ -261,8 +261,7 @@ func (s *logStore) Probe(scope, key string) (Probe, bool) {
 }
 
 func (s *logStore) Put(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, value []byte) (Ref, error) {
-	head := frame(nil, scope, key, len(value)+4)
-	return s.PutFramed(ctx, tx, scope, key, prev, prevExpiry, expiry, append(head, value...))
+	return s.PutFramed(ctx, tx, scope, key, prev, prevExpiry, expiry, framed(scope, key, value))
 }
 
 // Frame returns buf[:0] with the head of (scope, key)'s log entry, and

@@ -14,12 +14,12 @@ import (
 // end a while after what started them closed (an embedded etcd member's
 // peer streams, a loopback server's keep-alive connections) are given up
 // to drain to end; whatever still runs then is reported with its stack.
-// Call it from TestMain.
-func RunWithoutLeaks(m *testing.M, drain time.Duration) {
+// opts are goleak's (goroutines to ignore). Call it from TestMain.
+func RunWithoutLeaks(m *testing.M, drain time.Duration, opts ...goleak.Option) {
 	code := m.Run()
 	if code == 0 {
-		err := goleak.Find()
-		for deadline := time.Now().Add(drain); err != nil && time.Now().Before(deadline); err = goleak.Find() {
+		err := goleak.Find(opts...)
+		for deadline := time.Now().Add(drain); err != nil && time.Now().Before(deadline); err = goleak.Find(opts...) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err != nil {
