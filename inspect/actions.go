@@ -4,13 +4,15 @@ import (
 	"context"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
-// Operator is what the people on call do to intents that need them: make a
-// parked one due again, or finish it with the verdict the provider's own
-// dashboard gives. Actions (on a database) and Client (on a running
-// service's admin endpoint, with its token) implement it.
+// Operator is what the people on call do: to intents that need them, make
+// a parked one due again or finish it with the verdict the provider's own
+// dashboard gives; to tenants' usage counters the check finds wrong, count
+// them again. Actions (on a database) and Client (on a running service's
+// admin endpoint, with its token) implement it.
 type Operator interface {
 	// Requeue makes a parked or unknown intent due now with a fresh attempt
 	// budget; its next attempt asks the provider first.
@@ -18,6 +20,10 @@ type Operator interface {
 	// Resolve finishes a live or parked intent as succeeded or failed; the
 	// service's handler completion runs as if the provider had answered.
 	Resolve(ctx context.Context, id string, state sideeffect.State, result []byte, reason string) (Intent, error)
+	// RecountUsage counts every tenant's usage again from its records and
+	// mends the counters that disagree (ledger.RecountUsage), returning the
+	// tenants it changed.
+	RecountUsage(ctx context.Context) ([]UsageRecount, error)
 }
 
 // Actions carries out operator actions on a database opened for writing.
@@ -62,6 +68,20 @@ func (a *Actions) Resolve(ctx context.Context, id string, state sideeffect.State
 		})
 	}
 	return a.view(in, err)
+}
+
+// RecountUsage implements Operator. Running inside the service or on its
+// stopped file, it takes effect at once.
+func (a *Actions) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
+	mended, err := ledger.RecountUsage(ctx, a.DB)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]UsageRecount, len(mended))
+	for i, m := range mended {
+		out[i] = UsageRecount{Tenant: m.Tenant, WasRecords: m.Was.Records, WasBytes: m.Was.Bytes, Damaged: m.Damaged, Records: m.Now.Records, Bytes: m.Now.Bytes}
+	}
+	return out, nil
 }
 
 func (a *Actions) view(in *sideeffect.Intent, err error) (Intent, error) {

@@ -24,9 +24,10 @@ import (
 type HandlerOptions struct {
 	// Token, when set, is the admin bearer token (Authorization: Bearer
 	// TOKEN). A request carrying it may see stored bodies, payloads, results
-	// and provider error text, run the full consistency check (/check) and
-	// act on intents (requeue, resolve). Without it those are redacted or
-	// refused. With no Token, the handler answers loopback callers only.
+	// and provider error text, run the full consistency check (/check), act
+	// on intents (requeue, resolve) and recount usage. Without it those are
+	// redacted or refused. With no Token, the handler answers loopback
+	// callers only.
 	Token string
 	// Executor, if set, carries out intent actions live: a requeue wakes its
 	// reconciler, a resolve is applied at once with its handlers. Without
@@ -67,6 +68,7 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //	GET  /check                             token only: a full scan
 //	POST /intents/requeue?id=ID             token only
 //	POST /intents/resolve?id=ID&state=succeeded|failed&result=R&reason=TEXT   token only
+//	POST /usage/recount                     token only: mends tenants' usage counters
 //
 // Bad parameters answer 400. Under ConsolePath (/console/) it serves the
 // web console: HTML pages for the people on call (overview, keys, one
@@ -170,6 +172,12 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 			return nil, badParam("id and state=succeeded|failed are required")
 		}
 		return act.Resolve(r.Context(), q(r, "id"), st, []byte(q(r, "result")), q(r, "reason"))
+	})
+	serve("POST /usage/recount", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
+		if !admin {
+			return nil, errForbidden
+		}
+		return act.RecountUsage(r.Context())
 	})
 	return mux, nil
 }
@@ -408,4 +416,10 @@ func (c *Client) Resolve(ctx context.Context, id string, state sideeffect.State,
 	set(p, "reason", reason)
 	var out Intent
 	return out, c.call(ctx, http.MethodPost, "/intents/resolve", p, &out)
+}
+
+// RecountUsage implements Operator.
+func (c *Client) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
+	var out []UsageRecount
+	return out, c.call(ctx, http.MethodPost, "/usage/recount", nil, &out)
 }

@@ -147,6 +147,18 @@ type TenantUsage struct {
 	Bytes   int64  `json:"bytes"`
 }
 
+// UsageRecount is one tenant whose usage counters a recount mended
+// (ledger.UsageRecount): what they said, how many did not decode, and what
+// its records add up to, which they say now.
+type UsageRecount struct {
+	Tenant     string `json:"tenant"`
+	WasRecords int64  `json:"was_records"`
+	WasBytes   int64  `json:"was_bytes"`
+	Damaged    int    `json:"damaged_counters"`
+	Records    int64  `json:"records"`
+	Bytes      int64  `json:"bytes"`
+}
+
 // Problem is one consistency problem.
 type Problem struct {
 	Check   string `json:"check"`

@@ -72,7 +72,7 @@ func TestCheckReportsDamagedAndStrayUsage(t *testing.T) {
 	for _, p := range problems {
 		msgs = append(msgs, p.Message)
 	}
-	require.Contains(t, msgs, `tenant "ghost": usage says 2 records, 90 bytes, but it has none`)
+	require.Contains(t, msgs, `tenant "ghost": usage says 2 records, 90 bytes, but it has none`+mends)
 	found := false
 	for _, m := range msgs {
 		found = found || strings.HasPrefix(m, `usage of tenant "acme": `)

@@ -164,7 +164,7 @@ func usageOf(b kv.Bucket, tenant string) (Usage, error) {
 	for k, v := c.Seek([]byte(tenant)); k != nil && string(usageTenant(k)) == tenant; k, v = c.Next() {
 		u, err := decodeUsage(v)
 		if err != nil {
-			return Usage{}, fmt.Errorf("ledger: usage of tenant %q: %w", clip(tenant), err)
+			return Usage{}, usageErr(tenant, err)
 		}
 		sum.Records, sum.Bytes = sum.Records+u.Records, sum.Bytes+u.Bytes
 	}
@@ -184,11 +184,20 @@ func account(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) er
 	if err != nil {
 		return err
 	}
-	k := usageKey(sharded, scope, key)
+	return addUsage(b, usageKey(sharded, scope, key), TenantOf(scope), records, bytes)
+}
+
+// addUsage adds (records, bytes) to tenant's counter k in b, removing it
+// when it comes to zero.
+func addUsage(b kv.Bucket, k []byte, tenant string, records, bytes int64) error {
+	if records == 0 && bytes == 0 {
+		return nil
+	}
 	var u Usage
 	if v := b.Get(k); v != nil {
+		var err error
 		if u, err = decodeUsage(v); err != nil {
-			return fmt.Errorf("ledger: usage of tenant %q: %w", clip(TenantOf(scope)), err)
+			return usageErr(tenant, err)
 		}
 	}
 	u.Records, u.Bytes = u.Records+records, u.Bytes+bytes
@@ -196,6 +205,12 @@ func account(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) er
 		return b.Delete(k)
 	}
 	return b.Put(k, encodeUsage(u))
+}
+
+// usageErr reports a counter of tenant that does not decode, and what
+// mends it.
+func usageErr(tenant string, err error) error {
+	return fmt.Errorf("ledger: usage of tenant %q (RecountUsage, or oncekv recount, counts it again): %w", clip(tenant), err)
 }
 
 // checkQuota rejects a new record for scope's tenant when it is at its

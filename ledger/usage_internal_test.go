@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -154,4 +155,102 @@ func TestCheckReportsADamagedUsageCounter(t *testing.T) {
 		msgs = append(msgs, p.Message)
 	}
 	require.Contains(t, strings.Join(msgs, "\n"), `usage of tenant "globex": `)
+}
+
+// RecountUsage mends what the check finds in the usage counters: a
+// counter that does not decode (which stops its tenant's writes), one that
+// drifted from the records, one kept for a tenant without records, and a
+// file whose usage was never counted; afterwards the check is clean, the
+// tenant writes again and its usage is exact. With one writer and with
+// several (where a tenant's counters are shards).
+func TestRecountUsageMendsTheCounters(t *testing.T) {
+	t.Parallel()
+	for _, several := range []bool{false, true} {
+		t.Run(fmt.Sprintf("several-writers=%t", several), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := kvtest.Open(t, nil)
+			if several {
+				var err error
+				db, err = kv.New(severalWriters{db}, nil)
+				require.NoError(t, err)
+			}
+			l, err := New(db, &Config{Quota: &Quota{MaxRecords: 1000}}) // a quota reads every counter of the tenant
+			require.NoError(t, err)
+			do := func(scope, key string) error {
+				_, err := l.Do(ctx, Request{Scope: scope, Key: key, Fingerprint: Fingerprint{1}}, func(kv.Tx) (Response, error) {
+					return Response{Status: 201, Body: []byte("ok " + key)}, nil
+				})
+				return err
+			}
+			for i := range 3 {
+				require.NoError(t, do("acme|POST /x", fmt.Sprintf("a-%d", i)))
+			}
+			for i := range 2 {
+				require.NoError(t, do("globex|POST /x", fmt.Sprintf("g-%d", i)))
+			}
+			acme, err := l.Usage(ctx, "acme")
+			require.NoError(t, err)
+			globex, err := l.Usage(ctx, "globex")
+			require.NoError(t, err)
+			require.EqualValues(t, 3, acme.Records)
+			nothing, err := RecountUsage(ctx, db)
+			require.NoError(t, err)
+			require.Empty(t, nothing, "every counter was right")
+
+			require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+				b := usageNS.Bucket(tx)
+				c := b.Cursor()
+				k, _ := c.Seek([]byte("acme"))
+				require.Equal(t, "acme", string(usageTenant(k)))
+				if err := b.Put(bytes.Clone(k), []byte("not a usage record")); err != nil {
+					return err
+				}
+				if err := b.Put([]byte("ghost"), encodeUsage(Usage{Records: 2, Bytes: 90})); err != nil {
+					return err
+				}
+				return account(tx, several, "globex|POST /x", "g-0", 5, 100) // drifted
+			}))
+			err = do("acme|POST /x", "a-3")
+			require.ErrorContains(t, err, `usage of tenant "acme" (RecountUsage, or oncekv recount, counts it again)`)
+			problems, err := db.Check(ctx, RecordKind)
+			require.NoError(t, err)
+			require.Len(t, problems, 4, "%v", problems) // acme's damaged counter and its sum, globex, ghost
+			for _, p := range problems {
+				require.Contains(t, p.Message, mends)
+			}
+
+			mended, err := RecountUsage(ctx, db)
+			require.NoError(t, err)
+			require.Len(t, mended, 3)
+			require.Equal(t, "acme", mended[0].Tenant)
+			require.Equal(t, 1, mended[0].Damaged)
+			require.Equal(t, acme, mended[0].Now)
+			require.Equal(t, UsageRecount{Tenant: "ghost", Was: Usage{Records: 2, Bytes: 90}}, mended[1])
+			require.Equal(t, UsageRecount{Tenant: "globex", Was: Usage{Records: globex.Records + 5, Bytes: globex.Bytes + 100}, Now: globex}, mended[2])
+			problems, err = db.Check(ctx, RecordKind)
+			require.NoError(t, err)
+			require.Empty(t, problems)
+			for tenant, want := range map[string]Usage{"acme": acme, "globex": globex, "ghost": {}} {
+				u, err := l.Usage(ctx, tenant)
+				require.NoError(t, err)
+				require.Equal(t, want, u, tenant)
+			}
+			require.NoError(t, do("acme|POST /x", "a-3"), "the tenant writes again")
+			u, err := l.Usage(ctx, "acme")
+			require.NoError(t, err)
+			require.EqualValues(t, 4, u.Records)
+
+			// A file whose usage was never counted (counted at the next
+			// writable open): the recount marks it counted.
+			require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return usageNS.Bucket(tx).Delete(usageComplete) }))
+			mended, err = RecountUsage(ctx, db)
+			require.NoError(t, err)
+			require.Empty(t, mended)
+			require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+				require.NotNil(t, usageNS.Bucket(tx).Get(usageComplete))
+				return nil
+			}))
+		})
+	}
 }

@@ -66,16 +66,17 @@ endpoint (--addr with --token).`,
 
 // operate runs an action through the admin endpoint (--addr) or on the file
 // (--db, opened for writing).
-func operate(o *options, act func(op inspect.Operator) (inspect.Intent, error)) (inspect.Intent, error) {
+func operate[T any](o *options, act func(op inspect.Operator) (T, error)) (T, error) {
+	var zero T
 	if o.addr != "" {
 		if o.db != "" || o.etcd != "" {
-			return inspect.Intent{}, usagef("use --db, --etcd or --addr, not two of them")
+			return zero, usagef("use --db, --etcd or --addr, not two of them")
 		}
 		return act(o.client())
 	}
 	db, err := o.open(true)
 	if err != nil {
-		return inspect.Intent{}, err
+		return zero, err
 	}
 	defer func() { _ = db.Close() }()
 	return act(&inspect.Actions{DB: db})

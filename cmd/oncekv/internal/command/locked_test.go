@@ -80,4 +80,10 @@ func TestLockedFileAndAddr(t *testing.T) {
 	out, _, code = run("intents", "--addr", url, "--state", "needs_attention")
 	require.Equal(t, 0, code)
 	require.NotContains(t, out, id, "requeued: no longer parked")
+	_, stderr, code = run("recount", "--addr", url)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "401")
+	out, stderr, code = run("recount", "--addr", url, "--token", "t0ken")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "ok: every tenant's usage matched its records")
 }
