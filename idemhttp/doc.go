@@ -75,6 +75,7 @@
 //     Continue) is not sent: the final status it writes next is the answer,
 //     with the headers set before the 1xx. A 101 Switching Protocols cannot
 //     be stored (nor can a Respond's 1xx on an external route): the client
-//     gets a 500 problem and nothing is stored.
+//     gets a 500 problem saying so and nothing is stored. The same goes for
+//     an answer larger than the ledger's MaxResponseBytes.
 //   - Waiting for an in-progress request works within one process only.
 package idemhttp

@@ -29,6 +29,9 @@ type external struct {
 	// status is the status the pay handler's Respond stores (200 unless
 	// a test sets it).
 	status atomic.Int32
+	// pad is how many bytes the Respond adds to its body (0 unless a test
+	// sets it).
+	pad atomic.Int64
 }
 
 // setupExternal serves POST /v1/orders/{id}/pay through WrapExternal: the
@@ -58,7 +61,8 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 		id := r.PathValue("id")
 		e.wrote.Store(idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
 			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
-				return ledger.Response{Status: int(e.status.Load()), Body: fmt.Appendf(nil, "%s %s", in.State, in.Result)}, nil
+				body := fmt.Appendf(nil, "%s %s", in.State, in.Result)
+				return ledger.Response{Status: int(e.status.Load()), Body: append(body, make([]byte, e.pad.Load())...)}, nil
 			}))
 	})))
 	e.srv = httptest.NewServer(mux)
@@ -186,6 +190,7 @@ func TestExternalInformationalResponseIsNotStored(t *testing.T) {
 	r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
 	require.Equal(t, 500, r.status, r.body)
 	require.Contains(t, r.header.Get("Content-Type"), "application/problem+json")
+	require.Contains(t, r.body, "a status that cannot be stored", "the problem says what went wrong")
 	require.Len(t, e.fake.Charges(), 1, "the provider was called once")
 	const scope = "acme|POST /v1/orders/{id}/pay"
 	_, err := e.l.Get(t.Context(), scope, "K")
@@ -200,4 +205,28 @@ func TestExternalInformationalResponseIsNotStored(t *testing.T) {
 	stored, err := e.l.Get(t.Context(), scope, "K")
 	require.NoError(t, err)
 	require.Equal(t, 200, stored.ResponseStatus)
+}
+
+// A Respond whose answer is larger than the ledger stores gets a 500
+// problem that says so (it was a bare "Internal error"); nothing is
+// stored, and a retry with a smaller answer finishes from the provider's
+// word without charging again.
+func TestExternalResponseTooLargeIsAProblem(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, nil)
+	e.pad.Store(ledger.DefaultMaxResponseBytes)
+	r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 500, r.status)
+	require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
+	require.Contains(t, r.body, "Response too large to store")
+	require.Contains(t, r.body, fmt.Sprintf("exceeds %d bytes", ledger.DefaultMaxResponseBytes))
+	_, err := e.l.Get(t.Context(), "acme|POST /v1/orders/{id}/pay", "K")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
+
+	e.pad.Store(0)
+	e.clock.Advance(2 * time.Minute) // past the attempt's lease
+	r = postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 200, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Len(t, e.fake.Charges(), 1)
 }

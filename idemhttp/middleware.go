@@ -289,6 +289,18 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 		return EventPending, http.StatusConflict
 	case errors.Is(err, context.Canceled):
 		return EventNotStored, 499
+	case errors.Is(err, ledger.ErrInvalidResponse):
+		// A Respond (external route) or work answered a status the ledger
+		// does not store: the log has the status.
+		m.log.Error("idempotent request's answer cannot be stored", "error", err)
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+			Detail: "the service's answer has a status that cannot be stored (a stored answer's status is 200-999); nothing was stored"}, 0)
+		return EventNotStored, http.StatusInternalServerError
+	case errors.Is(err, ledger.ErrResponseTooLarge):
+		m.log.Error("idempotent request's answer cannot be stored", "error", err)
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
+			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
+		return EventNotStored, http.StatusInternalServerError
 	}
 	m.log.Error("idempotent request failed", "error", err)
 	WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
