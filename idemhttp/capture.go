@@ -11,6 +11,7 @@ import (
 // is used for every run of a handler (group commit may run it twice).
 type capture struct {
 	header      http.Header
+	sent        http.Header // header as the status was written (nil before)
 	status      int
 	body        bytes.Buffer
 	wroteHeader bool
@@ -55,7 +56,25 @@ func (c *capture) WriteHeader(code int) {
 		c.badStatus = code
 		code = http.StatusInternalServerError
 	}
-	c.wroteHeader, c.status = true, code
+	// net/http sends the header with the status: later changes to it are
+	// dropped (trailers excepted), so they are here too.
+	c.wroteHeader, c.status, c.sent = true, code, c.header.Clone()
+}
+
+// sentHeader is the header the response carries, as net/http would send
+// it: the fields as they were when the status was written (all of them if
+// it never was), and the trailers as they are at the end.
+func (c *capture) sentHeader() http.Header {
+	if c.sent == nil {
+		return c.header
+	}
+	declared := c.sent["Trailer"]
+	for k, v := range c.header {
+		if isTrailer(k, declared) {
+			c.sent[k] = v
+		}
+	}
+	return c.sent
 }
 
 func (c *capture) Write(p []byte) (int, error) {
@@ -81,7 +100,7 @@ func (c *capture) statusCode() int {
 
 // writeTo sends the captured response to the real writer.
 func (c *capture) writeTo(w http.ResponseWriter) {
-	send(w, c.header, c.statusCode(), c.body.Bytes())
+	send(w, c.sentHeader(), c.statusCode(), c.body.Bytes())
 }
 
 // send writes a response: its header fields, the status, the body, then

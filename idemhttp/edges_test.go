@@ -560,3 +560,50 @@ func TestNewRefusesAnInvalidConfig(t *testing.T) {
 	_, err = idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: tenant})
 	require.NoError(t, err)
 }
+
+// net/http sends a response's header with its status: a field set or
+// changed after WriteHeader (or the first Write) is dropped, trailers
+// excepted. The middleware sent and stored such changes; it drops them now,
+// on the first response and in what a replay carries, as the same handler
+// served without it does.
+func TestHeaderChangesAfterTheStatusAreDropped(t *testing.T) {
+	handler := func(explicit bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("X-Before", "1")
+			if explicit {
+				w.WriteHeader(http.StatusCreated)
+			}
+			fmt.Fprint(w, "done")
+			w.Header().Set("X-Before", "2")
+			w.Header().Set("X-After", "late")
+		}
+	}
+	get := func(srv *httptest.Server, key string) (int, http.Header) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, "done", string(body))
+		return resp.StatusCode, resp.Header
+	}
+	for _, explicit := range []bool{true, false} {
+		plain := httptest.NewServer(handler(explicit))
+		defer plain.Close()
+		wantStatus, want := get(plain, "k")
+		require.Equal(t, "1", want.Get("X-Before"), "net/http sends the field as it was")
+		require.NotContains(t, want, "X-After")
+
+		_, srv := wrapped(t, nil, nil, idemhttp.Config{KeepHeaders: []string{"X-Before", "X-After"}}, handler(explicit))
+		for i := range 2 { // the first response, then its replay
+			status, got := get(srv, "k")
+			require.Equal(t, wantStatus, status)
+			require.Equal(t, want.Values("X-Before"), got.Values("X-Before"), "response %d", i)
+			require.NotContains(t, got, "X-After", "response %d", i)
+		}
+	}
+}

@@ -64,7 +64,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		if status >= 400 && status < 500 && (c.noStore || !wrote || c.body.Len() > m.maxError) {
 			return ledger.Response{}, &notStored{c: c, rejected: true}
 		}
-		return ledger.Response{Status: status, Header: m.kept(c.header), Body: bytes.Clone(c.body.Bytes())}, nil
+		return ledger.Response{Status: status, Header: m.kept(c.sentHeader()), Body: bytes.Clone(c.body.Bytes())}, nil
 	})
 	var ns *notStored
 	switch {
