@@ -231,6 +231,58 @@ func TestAssign(t *testing.T) {
 	require.ErrorIs(t, err, conditional.ErrNotFound)
 }
 
+// AssignTx in the caller's transaction: it sees the transaction's own
+// writes, a rollback leaves the row and its index as they were, and a
+// commit applies the assignment with the caller's other writes. The
+// table's Name and DB are what it was made with.
+func TestAssignTxInTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	tbl, db := setup(t)
+	require.Equal(t, "orders", tbl.Name())
+	require.Same(t, db, tbl.DB())
+	_, err := tbl.Insert(ctx, "o1", Order{Tenant: "acme", ExternalRef: "ext-1", Status: "pending"})
+	require.NoError(t, err)
+	refunded := Order{Tenant: "acme", ExternalRef: "ext-2", Status: "refunded"}
+
+	errAbort := fmt.Errorf("abort")
+	err = db.Update(ctx, func(tx kv.Tx) error {
+		res, err := tbl.AssignTx(tx, "o1", refunded, conditional.Cond{IfVersion: 1})
+		require.NoError(t, err)
+		require.True(t, res.Applied)
+		row, err := tbl.GetTx(tx, "o1")
+		require.NoError(t, err)
+		require.Equal(t, refunded, row.Value, "the transaction sees its own assignment")
+		return errAbort
+	})
+	require.ErrorIs(t, err, errAbort)
+	row, err := tbl.Get(ctx, "o1")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), row.Version, "rolled back")
+	require.Equal(t, "pending", row.Value.Status)
+	_, err = tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-2"))
+	require.ErrorIs(t, err, conditional.ErrNotFound, "and its index entry with it")
+
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("audit"))
+		if err != nil {
+			return err
+		}
+		if err := b.Put([]byte("o1"), []byte("refunded")); err != nil {
+			return err
+		}
+		res, err := tbl.AssignTx(tx, "o1", refunded, conditional.Cond{})
+		require.True(t, res.Applied)
+		return err
+	}))
+	got, err := tbl.GetByIndex(ctx, "by_ref", conditional.Key("acme", "ext-2"))
+	require.NoError(t, err)
+	require.Equal(t, conditional.Row[Order]{ID: "o1", Version: 2, Value: refunded}, got)
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		require.Equal(t, "refunded", string(tx.Bucket([]byte("audit")).Get([]byte("o1"))))
+		return nil
+	}))
+}
+
 func TestIndexMovesOnUpdateAndDeleteRemovesEntries(t *testing.T) {
 	t.Parallel()
 	tbl, db := setup(t)
