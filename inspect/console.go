@@ -96,11 +96,11 @@ func (c *console) routes(mux *http.ServeMux) {
 	page("inbox", "inbox", c.inbox)
 	page("login", "login", func(*http.Request, *pageData) error { return nil })
 	mux.HandleFunc("POST "+ConsolePath+"login", c.login)
-	mux.HandleFunc("POST "+ConsolePath+"intents/requeue", c.action(func(r *http.Request) (string, error) {
+	mux.HandleFunc("POST "+ConsolePath+"intents/requeue", c.action(true, func(r *http.Request) (string, error) {
 		_, err := c.act.Requeue(r.Context(), r.PostFormValue("id"))
 		return "intents?flash=requeued", err
 	}))
-	mux.HandleFunc("POST "+ConsolePath+"intents/resolve", c.action(func(r *http.Request) (string, error) {
+	mux.HandleFunc("POST "+ConsolePath+"intents/resolve", c.action(true, func(r *http.Request) (string, error) {
 		st, err := sideeffect.ParseState(r.PostFormValue("state"))
 		reason := strings.TrimSpace(r.PostFormValue("reason"))
 		if err != nil || !st.Final() || reason == "" {
@@ -109,8 +109,15 @@ func (c *console) routes(mux *http.ServeMux) {
 		_, err = c.act.Resolve(r.Context(), r.PostFormValue("id"), st, nil, reason)
 		return "intents?flash=resolved", err
 	}))
-	mux.HandleFunc("POST "+ConsolePath+"outbox/requeue", c.action(func(r *http.Request) (string, error) {
+	mux.HandleFunc("POST "+ConsolePath+"outbox/requeue", c.action(true, func(r *http.Request) (string, error) {
 		return "outbox?flash=event-requeued", c.outbox.Requeue(r.Context(), r.PostFormValue("id"))
+	}))
+	mux.HandleFunc("POST "+ConsolePath+"usage/recount", c.action(false, func(r *http.Request) (string, error) {
+		mended, err := c.act.RecountUsage(r.Context())
+		if len(mended) == 0 {
+			return "?flash=usage-matched", err
+		}
+		return "?flash=usage-recounted", err
 	}))
 }
 
@@ -134,9 +141,11 @@ type pageData struct {
 }
 
 var flashes = map[string]string{
-	"requeued":       "Requeued: it is due now, its next attempt asks the provider first.",
-	"resolved":       "Resolved: the verdict is applied as if the provider had answered.",
-	"event-requeued": "Requeued: the event is pending again, with a fresh attempt budget, at its place in the queue.",
+	"requeued":        "Requeued: it is due now, its next attempt asks the provider first.",
+	"resolved":        "Resolved: the verdict is applied as if the provider had answered.",
+	"event-requeued":  "Requeued: the event is pending again, with a fresh attempt budget, at its place in the queue.",
+	"usage-recounted": "Recounted: the tenants' usage counters that disagreed with their records are mended.",
+	"usage-matched":   "Recounted: every tenant's usage already matched its records; nothing changed.",
 }
 
 // begin checks who is asking and prepares the page; false when it already
@@ -211,8 +220,9 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 
 // action runs a POST form: the admin token (cookie or bearer), the form's
 // CSRF token and a same-origin request are all required; the console must
-// be writable. It answers with a redirect (post/redirect/get).
-func (c *console) action(do func(r *http.Request) (string, error)) http.HandlerFunc {
+// be writable, and with needsID the form names what it acts on (id). It
+// answers with a redirect (post/redirect/get).
+func (c *console) action(needsID bool, do func(r *http.Request) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 		admin := c.admin(r)
@@ -227,7 +237,7 @@ func (c *console) action(do func(r *http.Request) (string, error)) http.HandlerF
 		case c.db.ReadOnly():
 			http.Error(w, "inspect: this console is read-only (oncekv console --write to act)", http.StatusForbidden)
 			return
-		case r.PostFormValue("id") == "":
+		case needsID && r.PostFormValue("id") == "":
 			http.Error(w, "inspect: id is required", http.StatusBadRequest)
 			return
 		}

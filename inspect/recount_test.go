@@ -1,7 +1,10 @@
 package inspect_test
 
 import (
+	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -52,4 +55,41 @@ func TestRecountUsageThroughTheEndpoint(t *testing.T) {
 	mended, err = admin.RecountUsage(ctx)
 	require.NoError(t, err)
 	require.Empty(t, mended)
+}
+
+// The console's overview offers the recount to a logged-in admin, as a
+// form checked like the other actions (CSRF token, same origin).
+func TestConsoleRecountsUsage(t *testing.T) {
+	db, x, _ := fixture(t)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
+	defer srv.Close()
+	base := srv.URL + inspect.ConsolePath
+	require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("\x00oncekv/ledger.usage")).Put([]byte("acme"), []byte{0xff, 0})
+	}))
+
+	_, body := page(t, &http.Client{}, base)
+	require.NotContains(t, body, "usage/recount", "no form without the token")
+	jar, _ := cookiejar.New(nil)
+	admin := &http.Client{Jar: jar}
+	code, body := post(t, admin, base+"login", url.Values{"token": {token}}, srv.URL)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `id="recount"`)
+	csrf := between(body, `name="csrf" value="`, `"`)
+	code, _ = post(t, admin, base+"usage/recount", url.Values{}, srv.URL)
+	require.Equal(t, http.StatusForbidden, code, "the session alone is not enough")
+	code, _ = post(t, admin, base+"usage/recount", url.Values{"csrf": {csrf}}, "https://evil.example")
+	require.Equal(t, http.StatusForbidden, code)
+
+	code, body = post(t, admin, base+"usage/recount", url.Values{"csrf": {csrf}}, srv.URL)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "counters that disagreed with their records are mended")
+	_, err = l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "k2", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
+		return ledger.Response{Status: 201}, nil
+	})
+	require.NoError(t, err, "the tenant writes again")
+	_, body = post(t, admin, base+"usage/recount", url.Values{"csrf": {csrf}}, srv.URL)
+	require.Contains(t, body, "already matched its records")
 }
