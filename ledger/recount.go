@@ -5,6 +5,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/oncekv/oncekv/kv"
 )
@@ -21,41 +22,58 @@ type UsageRecount struct {
 }
 
 // RecountUsage counts every tenant's usage again from the records
-// themselves and mends the counters that disagree with them, in one
-// write transaction: a counter that does not decode (a damaged file:
-// every write of its tenant fails until it is mended) is removed, and the
-// difference between the records and what the remaining counters say is
-// added to the tenant's first counter. It returns the tenants it changed,
-// in tenant order (none when every counter was right), and marks usage as
-// counted for a file that never had counters. kv.DB.Check (oncekv check)
-// reports what it mends; oncekv recount runs it on a file or through a
-// running service's admin endpoint.
+// themselves and mends the counters that disagree with them: a counter
+// that does not decode (a damaged file: every write of its tenant fails
+// until it is mended) is removed, and the difference between the records
+// and what the remaining counters say is added to the tenant's first
+// counter. It returns the tenants it changed, in tenant order (none when
+// every counter was right), and marks usage as counted for a file that
+// never had counters. kv.DB.Check (oncekv check) reports what it mends;
+// oncekv recount runs it on a file or through a running service's admin
+// endpoint.
 //
-// It reads every record, holding the writer for that long on bbolt (about
-// half a second a million records). On a backend with several writers
-// (etcd) the transaction's reads conflict with any write of a record
-// meanwhile, so run it when writes are quiet; its writes are one or two
-// for each tenant it changes, which must fit in the backend's transaction
-// limit (kv.Traits.MaxTxOps).
+// Each transaction reads every record and mends what it finds, so a
+// tenant's records and counters agree when it commits, whatever writes
+// run beside it. On bbolt one transaction does it all, holding the writer
+// while it reads (about half a second a million records). On a backend
+// that bounds a transaction's operations (kv.Traits.MaxTxOps: etcd) each
+// transaction mends as many tenants as fit, and the next reads again; its
+// reads conflict with any record written meanwhile, so run it when writes
+// are quiet.
 func RecountUsage(ctx context.Context, db *kv.DB) ([]UsageRecount, error) {
-	var out []UsageRecount
-	err := db.Update(ctx, func(tx kv.Tx) error {
-		var err error
-		out, err = recountUsageTx(tx, !db.Traits().SingleWriter)
-		return err
-	})
-	if err != nil {
-		return nil, err
+	budget := 0 // writes a transaction may carry, none but the bound of the backend
+	if m := db.Traits().MaxTxOps; m > 0 {
+		budget = max(1, m/2) // the rest for the reads' compares
 	}
-	return out, nil
+	var all []UsageRecount
+	for {
+		var mended []UsageRecount
+		var more bool
+		err := db.Update(ctx, func(tx kv.Tx) error {
+			var err error
+			mended, more, err = recountUsageTx(tx, !db.Traits().SingleWriter, budget)
+			return err
+		})
+		if err != nil {
+			return all, err
+		}
+		all = append(all, mended...)
+		if !more {
+			slices.SortFunc(all, func(a, b UsageRecount) int { return strings.Compare(a.Tenant, b.Tenant) })
+			return all, nil
+		}
+	}
 }
 
-// recountUsageTx is RecountUsage inside tx; sharded says where a tenant's
-// first counter is (adjustHome).
-func recountUsageTx(tx kv.Tx, sharded bool) ([]UsageRecount, error) {
+// recountUsageTx is RecountUsage's transaction: it mends, in tenant
+// order, the tenants whose counters disagree with their records, until
+// their writes would pass budget (0: no bound; the first tenant is mended
+// whatever it costs), and reports whether some are left. sharded says
+// where a tenant's first counter is (adjustHome).
+func recountUsageTx(tx kv.Tx, sharded bool, budget int) (mended []UsageRecount, more bool, err error) {
 	b, err := usageNS.Create(tx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	found := recordedUsage(tx)
 	stored := map[string]Usage{}     // what the counters that decode add up to (not clamped)
@@ -85,28 +103,33 @@ func recountUsageTx(tx kv.Tx, sharded bool) ([]UsageRecount, error) {
 	for t := range damaged {
 		all[t] = true
 	}
-	var out []UsageRecount
+	writes := 0
 	for _, t := range slices.Sorted(maps.Keys(all)) {
 		was, now := stored[t], found[t]
 		if was == now && len(damaged[t]) == 0 {
 			continue
 		}
+		cost := len(damaged[t]) + 1
+		if budget > 0 && writes > 0 && writes+cost > budget {
+			return mended, true, nil // the marker waits for the last transaction
+		}
+		writes += cost
 		for _, k := range damaged[t] {
 			if err := b.Delete(k); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		if err := adjustHome(b, sharded, t, now.Records-was.Records, now.Bytes-was.Bytes); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		out = append(out, UsageRecount{Tenant: t, Was: was, Damaged: len(damaged[t]), Now: now})
+		mended = append(mended, UsageRecount{Tenant: t, Was: was, Damaged: len(damaged[t]), Now: now})
 	}
 	if b.Get(usageComplete) == nil {
 		if err := b.Put(usageComplete, []byte{1}); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return out, nil
+	return mended, false, nil
 }
 
 // adjustHome adds (records, bytes) to tenant's first counter: its bare key

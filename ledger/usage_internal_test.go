@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/retention"
 )
 
@@ -76,6 +78,21 @@ func TestUsageIsShardedAndExact(t *testing.T) {
 	u, err = l.Usage(ctx, "legacy")
 	require.NoError(t, err)
 	require.Equal(t, Usage{Records: 1, Bytes: 10}, u)
+}
+
+// bounded presents a backend whose transactions carry at most maxOps
+// operations (0: as the backend says).
+type bounded struct {
+	kv.Backend
+	maxOps int
+}
+
+func (b bounded) Traits() kv.Traits {
+	t := b.Backend.Traits()
+	if b.maxOps > 0 {
+		t.MaxTxOps = b.maxOps
+	}
+	return t
 }
 
 // severalWriters presents a backend as one with several writers.
@@ -162,17 +179,31 @@ func TestCheckReportsADamagedUsageCounter(t *testing.T) {
 // drifted from the records, one kept for a tenant without records, and a
 // file whose usage was never counted; afterwards the check is clean, the
 // tenant writes again and its usage is exact. With one writer and with
-// several (where a tenant's counters are shards).
+// several (where a tenant's counters are shards), and on a backend whose
+// transactions carry few writes (the recount then takes several).
 func TestRecountUsageMendsTheCounters(t *testing.T) {
 	t.Parallel()
-	for _, several := range []bool{false, true} {
-		t.Run(fmt.Sprintf("several-writers=%t", several), func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		several bool
+		maxOps  int
+		commits int // the recount's transactions
+	}{
+		{"one-writer", false, 0, 1},
+		{"several-writers", true, 0, 1},
+		{"bounded-transactions", true, 4, 2}, // 2 writes each: acme (2), then ghost and globex
+	} {
+		several := tc.several
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := kvtest.Open(t, nil)
+			var commits atomic.Int64
 			if several {
 				var err error
-				db, err = kv.New(severalWriters{db}, nil)
+				db, err = kv.New(bounded{severalWriters{db}, tc.maxOps}, &kv.Options{Observer: &observe.Observer{
+					Commit: func(observe.Commit) { commits.Add(1) },
+				}})
 				require.NoError(t, err)
 			}
 			l, err := New(db, &Config{Quota: &Quota{MaxRecords: 1000}}) // a quota reads every counter of the tenant
@@ -220,8 +251,12 @@ func TestRecountUsageMendsTheCounters(t *testing.T) {
 				require.Contains(t, p.Message, mends)
 			}
 
+			before := commits.Load()
 			mended, err := RecountUsage(ctx, db)
 			require.NoError(t, err)
+			if several {
+				require.EqualValues(t, tc.commits, commits.Load()-before)
+			}
 			require.Len(t, mended, 3)
 			require.Equal(t, "acme", mended[0].Tenant)
 			require.Equal(t, 1, mended[0].Damaged)

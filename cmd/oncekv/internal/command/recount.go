@@ -18,8 +18,9 @@ bound) again from the idempotency records themselves, and mends the
 counters that disagree: a counter that does not decode is removed (until
 then every write of its tenant fails), one that drifted is corrected, one
 kept for a tenant without records goes. "oncekv check" reports all three.
-It is one transaction: on bbolt it holds the writer while it reads every
-record (about half a second a million records).
+On bbolt it is one transaction, which holds the writer while it reads
+every record (about half a second a million records); on etcd each
+transaction mends as many tenants as etcd's operation limit allows.
 
 It works on a stopped service's file (--db), or through a running
 service's admin endpoint (--addr with --token), which mends the counters
