@@ -71,6 +71,9 @@ func TestCommandsOnEtcd(t *testing.T) {
 	require.NotContains(t, out, "old-1", "swept")
 	_, stderr, code = on("migrate")
 	require.Equal(t, 0, code, stderr)
+	out, stderr, code = on("recount")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "ok: every tenant's usage matched its records", "the sweep kept the shards exact")
 
 	_, stderr, code = on("compact", "--out", t.TempDir()+"/x.db")
 	require.Equal(t, 2, code)
