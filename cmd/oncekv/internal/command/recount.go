@@ -19,8 +19,8 @@ counters that disagree: a counter that does not decode is removed (until
 then every write of its tenant fails), one that drifted is corrected, one
 kept for a tenant without records goes. "oncekv check" reports all three.
 On bbolt it is one transaction, which holds the writer while it reads
-every record (about half a second a million records); on etcd each
-transaction mends as many tenants as etcd's operation limit allows.
+every record (0.29 s for a million records on a 2-core machine); on etcd
+each transaction mends as many tenants as etcd's operation limit allows.
 
 It works on a stopped service's file (--db), or through a running
 service's admin endpoint (--addr with --token), which mends the counters
