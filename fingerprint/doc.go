@@ -35,4 +35,9 @@
 //     requests. Query strings are compared as sent: ?a=1&b=2 and ?b=2&a=1
 //     differ.
 //   - Excluded fields are matched by their exact spelling.
+//   - A byte body's media type is not hashed, only that it is not JSON: the
+//     same bytes sent as text/plain and as a form are one request. Hashing
+//     it would change every stored fingerprint, so a retry that crossed the
+//     upgrade would be refused as another request; it waits for a
+//     versioned fingerprint.
 package fingerprint
