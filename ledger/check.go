@@ -35,7 +35,7 @@ var RecordKind kv.RecordKind = &recstore.Kind[*Record]{
 		// bare key (one writer) is decremented there, else in a shard.
 		b := usageNS.Bucket(tx)
 		sharded := b == nil || b.Get([]byte(TenantOf(scope))) == nil
-		return account(tx, sharded, scope, r.Key, -1, -int64(len(v)))
+		return accountAround(tx, sharded, scope, r.Key, -1, -int64(len(v)))
 	},
 	CheckRecord: func(tx kv.Tx, scope, key string, r *Record, report func(string)) {
 		if r.blob != nil {
@@ -136,7 +136,7 @@ func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, re
 		if d := int64(len(nv) - len(v)); d != 0 {
 			// Counted like the sweep counts (Removed): bare key or shard.
 			sharded := ub == nil || ub.Get([]byte(TenantOf(scope))) == nil
-			if err := account(tx, sharded, scope, key, 0, d); err != nil {
+			if err := accountAround(tx, sharded, scope, key, 0, d); err != nil {
 				return nil, err
 			}
 		}

@@ -209,8 +209,31 @@ func addUsage(b kv.Bucket, k []byte, tenant string, records, bytes int64) error 
 
 // usageErr reports a counter of tenant that does not decode, and what
 // mends it.
-func usageErr(tenant string, err error) error {
-	return fmt.Errorf("ledger: usage of tenant %q (RecountUsage, or oncekv recount, counts it again): %w", clip(tenant), err)
+func usageErr(tenant string, err error) error { return &damagedUsageError{tenant: tenant, err: err} }
+
+type damagedUsageError struct {
+	tenant string
+	err    error
+}
+
+func (e *damagedUsageError) Error() string {
+	return fmt.Sprintf("ledger: usage of tenant %q (RecountUsage, or oncekv recount, counts it again): %v", clip(e.tenant), e.err)
+}
+
+func (e *damagedUsageError) Unwrap() error { return e.err }
+
+// accountAround is account for maintenance that removes or rewrites
+// records (the sweep, a rekey): a counter that does not decode is left as
+// it is, since its value is lost anyway and RecountUsage computes it from
+// the records, and one damaged counter must not stop every tenant's
+// retention. The tenant's own writes still fail on it, and the check
+// reports it.
+func accountAround(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) error {
+	err := account(tx, sharded, scope, key, records, bytes)
+	if _, damaged := errors.AsType[*damagedUsageError](err); damaged {
+		return nil
+	}
+	return err
 }
 
 // checkQuota rejects a new record for scope's tenant when it is at its

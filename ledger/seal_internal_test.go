@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/seal"
 	"github.com/oncekv/oncekv/seal/sealtest"
 )
@@ -336,4 +339,52 @@ func mustTx(t *testing.T, db *kv.DB) kv.Tx {
 	var out kv.Tx
 	require.NoError(t, db.View(context.Background(), func(tx kv.Tx) error { out = tx; return nil }))
 	return out
+}
+
+// A usage counter that does not decode stops its tenant's writes, but not
+// the maintenance every tenant relies on: a rekey and a retention sweep
+// go on past it (its value is lost anyway; the recount computes it from
+// the records), the check still reports it, and the recount mends it.
+func TestMaintenanceGoesOnPastADamagedCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "damaged.db")
+	db, l := openSealed(t, path, nil) // records stored in clear
+	for i := range 3 {
+		storeSecret(t, l, fmt.Sprint("k-", i))
+	}
+	_, err := l.Do(ctx, Request{Scope: "globex|POST /v1/cards", Key: "g", Fingerprint: Fingerprint{1}},
+		func(kv.Tx) (Response, error) { return Response{Status: 201}, nil })
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(usageNS.Bytes()).Put([]byte("acme"), []byte("damaged"))
+	}))
+	require.NoError(t, b.Close())
+
+	clock := kvtest.NewManualClock(time.Now())
+	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1), Clock: clock})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err = New(db, nil)
+	require.NoError(t, err)
+	n, _ := sealtest.Reseal(t, db, Reseal, 2)
+	require.Equal(t, 4, n, "the rekey sealed every record, acme's too")
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.NotEmpty(t, problems, "the damaged counter is still reported")
+
+	clock.Advance(48 * time.Hour) // past the default retention
+	st, err := retention.Sweep(ctx, db, nil, RecordKind)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.Kinds["idempotency"].Deleted)
+	require.Zero(t, l.Stats().Records)
+	mended, err := RecountUsage(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, []UsageRecount{{Tenant: "acme", Damaged: 1}}, mended)
+	problems, err = db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }
