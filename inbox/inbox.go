@@ -369,3 +369,24 @@ var RecordKind kv.RecordKind = &recstore.Kind[Entry]{
 	Decode:    func(c, id string, v []byte, _ bool) (Entry, error) { return decodeInbox(c, id, v) },
 	ExpiresAt: func(e Entry) time.Time { return e.ExpiresAt },
 }
+
+// DropDamaged removes the processed-message mark at log position entry
+// when it is damaged, as kv.DB.Check reports it ("inbox log entry ENTRY:
+// damaged", or a mark that does not decode). A damaged mark that still
+// names its message answers that message with an *EntryError (whether it
+// was handled cannot be read), so the broker redelivers it forever;
+// dropping it is the operator's decision that it may be handled again.
+// An intact mark is refused (kv.ErrNotDamaged), as is a position without
+// one (kv.ErrNoEntry) and a database that keeps marks by key (etcd).
+func DropDamaged(ctx context.Context, db *kv.DB, entry uint64) (kv.DroppedEntry, error) {
+	var out kv.DroppedEntry
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		var err error
+		out, err = RecordKind.(*recstore.Kind[Entry]).DropDamaged(tx, entry)
+		return err
+	})
+	if err != nil {
+		return kv.DroppedEntry{}, err
+	}
+	return out, nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/internal/keyspace"
@@ -393,4 +395,66 @@ func TestSeenTxInTheCallersTransaction(t *testing.T) {
 		require.False(t, seen, "past its window")
 		return nil
 	}))
+}
+
+// A damaged mark that still names its message answers that message with
+// an error (whether it was handled cannot be read), so a broker would
+// redeliver it forever; DropDamaged (the operator's decision) removes it,
+// and the message is handled again. An intact mark is refused.
+func TestDropDamagedMarkLetsTheMessageRunAgain(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	in, err := inbox.New(db, nil)
+	require.NoError(t, err)
+	handled := 0
+	handle := func(in *inbox.Inbox, id string) error {
+		_, err := in.Handle(ctx, "billing", id, func(kv.Tx) error { handled++; return nil })
+		return err
+	}
+	require.NoError(t, handle(in, "msg-1"))
+	require.NoError(t, handle(in, "msg-2"))
+	require.NoError(t, db.Close())
+
+	var damaged, intact string
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
+		if intact, err = kvtest.DamageLogEntry(tx, "inbox", kvtest.Holding("msg-2"), func(v []byte) []byte { return v }); err != nil {
+			return err
+		}
+		damaged, err = kvtest.DamageLogEntry(tx, "inbox", kvtest.Holding("msg-1"), func(v []byte) []byte {
+			v[len(v)-6] ^= 0xff
+			return v
+		})
+		return err
+	})
+
+	db, err = kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	in, err = inbox.New(db, nil)
+	require.NoError(t, err)
+	handled = 0
+	require.ErrorIs(t, handle(in, "msg-1"), kv.ErrCorrupt)
+	require.Zero(t, handled)
+	_, err = inbox.DropDamaged(ctx, db, entry(t, intact))
+	require.ErrorIs(t, err, kv.ErrNotDamaged)
+	dropped, err := inbox.DropDamaged(ctx, db, entry(t, damaged))
+	require.NoError(t, err)
+	require.Equal(t, kv.DroppedEntry{Kind: "inbox", Entry: entry(t, damaged), Scope: "billing", Key: "msg-1", Reason: "checksum mismatch"}, dropped)
+	problems, err := db.Check(ctx, inbox.RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	require.NoError(t, handle(in, "msg-1"))
+	require.Equal(t, 1, handled, "handled again")
+	require.NoError(t, handle(in, "msg-2"))
+	require.Equal(t, 1, handled, "msg-2 still a duplicate")
+}
+
+// entry parses a log position as the check names it.
+func entry(t *testing.T, hex string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(hex, 16, 64)
+	require.NoError(t, err, "no such entry")
+	return n
 }

@@ -2,7 +2,10 @@ package inspect
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
+	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -24,6 +27,11 @@ type Operator interface {
 	// mends the counters that disagree (ledger.RecountUsage), returning the
 	// tenants it changed.
 	RecountUsage(ctx context.Context) ([]UsageRecount, error)
+	// DropDamaged removes a damaged record the check names ("KIND log
+	// entry ENTRY: damaged"): an idempotency record (ledger.DropDamaged)
+	// or an inbox mark (inbox.DropDamaged), whose key then runs again.
+	// entry is the position in hex. An intact record is refused.
+	DropDamaged(ctx context.Context, kind, entry string) (Dropped, error)
 }
 
 // Actions carries out operator actions on a database opened for writing.
@@ -82,6 +90,36 @@ func (a *Actions) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
 		out[i] = UsageRecount{Tenant: m.Tenant, WasRecords: m.Was.Records, WasBytes: m.Was.Bytes, Damaged: m.Damaged, Records: m.Now.Records, Bytes: m.Now.Bytes}
 	}
 	return out, nil
+}
+
+// DropDamaged implements Operator.
+func (a *Actions) DropDamaged(ctx context.Context, kind, entry string) (Dropped, error) {
+	pos, err := parseEntry(entry)
+	if err != nil {
+		return Dropped{}, err
+	}
+	var d kv.DroppedEntry
+	switch kind {
+	case ledger.RecordKind.Name():
+		d, err = ledger.DropDamaged(ctx, a.DB, pos)
+	case inbox.RecordKind.Name():
+		d, err = inbox.DropDamaged(ctx, a.DB, pos)
+	default:
+		return Dropped{}, badParam("kind must be %s or %s, not %q", ledger.RecordKind.Name(), inbox.RecordKind.Name(), clip(kind))
+	}
+	if err != nil {
+		return Dropped{}, err
+	}
+	return Dropped{Kind: d.Kind, Entry: fmt.Sprintf("%016x", d.Entry), Scope: d.Scope, Key: d.Key, Reason: d.Reason}, nil
+}
+
+// parseEntry reads a log position as the check prints it: 16 hex digits.
+func parseEntry(s string) (uint64, error) {
+	pos, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || len(s) != 16 {
+		return 0, badParam("entry %q: want the 16 hex digits the check names (log entry ...)", clip(s))
+	}
+	return pos, nil
 }
 
 func (a *Actions) view(in *sideeffect.Intent, err error) (Intent, error) {

@@ -69,6 +69,7 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //	POST /intents/requeue?id=ID             token only
 //	POST /intents/resolve?id=ID&state=succeeded|failed&result=R&reason=TEXT   token only
 //	POST /usage/recount                     token only: mends tenants' usage counters
+//	POST /drop?kind=idempotency|inbox&entry=HEX   token only: removes a damaged record the check names
 //
 // Bad parameters answer 400. Under ConsolePath (/console/) it serves the
 // web console: HTML pages for the people on call (overview, keys, one
@@ -173,6 +174,12 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 		}
 		return act.Resolve(r.Context(), q(r, "id"), st, []byte(q(r, "result")), q(r, "reason"))
 	})
+	serve("POST /drop", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
+		if !admin {
+			return nil, errForbidden
+		}
+		return act.DropDamaged(r.Context(), q(r, "kind"), q(r, "entry"))
+	})
 	serve("POST /usage/recount", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
 		if !admin {
 			return nil, errForbidden
@@ -198,9 +205,9 @@ func errStatus(err error, tokenConfigured bool) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden
-	case errors.Is(err, ErrNotFound), errors.Is(err, sideeffect.ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, sideeffect.ErrNotFound), errors.Is(err, kv.ErrNoEntry):
 		return http.StatusNotFound
-	case errors.Is(err, sideeffect.ErrAlreadyFinal):
+	case errors.Is(err, sideeffect.ErrAlreadyFinal), errors.Is(err, kv.ErrNotDamaged):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
@@ -324,7 +331,7 @@ func (c *Client) call(ctx context.Context, method, path string, params url.Value
 		var e struct{ Error string }
 		_ = json.Unmarshal(body, &e)
 		if resp.StatusCode == http.StatusNotFound && e.Error != "" {
-			return fmt.Errorf("%w (from %s)", ErrNotFound, c.BaseURL)
+			return fmt.Errorf("%w (from %s: %s)", ErrNotFound, c.BaseURL, e.Error)
 		}
 		return fmt.Errorf("inspect: %s answered %s: %s", u, resp.Status, e.Error)
 	}
@@ -422,4 +429,10 @@ func (c *Client) Resolve(ctx context.Context, id string, state sideeffect.State,
 func (c *Client) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
 	var out []UsageRecount
 	return out, c.call(ctx, http.MethodPost, "/usage/recount", nil, &out)
+}
+
+// DropDamaged implements Operator.
+func (c *Client) DropDamaged(ctx context.Context, kind, entry string) (Dropped, error) {
+	var out Dropped
+	return out, c.call(ctx, http.MethodPost, "/drop", url.Values{"kind": {kind}, "entry": {entry}}, &out)
 }

@@ -5,6 +5,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -92,4 +94,72 @@ func TestConsoleRecountsUsage(t *testing.T) {
 	require.NoError(t, err, "the tenant writes again")
 	_, body = post(t, admin, base+"usage/recount", url.Values{"csrf": {csrf}}, srv.URL)
 	require.Contains(t, body, "already matched its records")
+}
+
+// A damaged record in the running service: its key answers with an
+// error until the admin endpoint's drop (token only) removes it; then the
+// key runs again. An intact record is a 409, no record a 404, a bad kind
+// or entry a 400.
+func TestDropDamagedThroughTheEndpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	runs := 0
+	do := func() error {
+		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "d1", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
+			runs++
+			return ledger.Response{Status: 201, Body: []byte("ran")}, nil
+		})
+		return err
+	}
+	require.NoError(t, do())
+	_, err = l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "other", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
+		return ledger.Response{Status: 201}, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	// Damaged on disk while the service was down.
+	var damaged, intact string
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
+		if intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("other"), func(v []byte) []byte { return v }); err != nil {
+			return err
+		}
+		damaged, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("d1"), func(v []byte) []byte {
+			v[len(v)-5] ^= 1
+			return v
+		})
+		return err
+	})
+	db, err = kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err = ledger.New(db, nil)
+	require.NoError(t, err)
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	defer srv.Close()
+	anon := &inspect.Client{BaseURL: srv.URL}
+	admin := &inspect.Client{BaseURL: srv.URL, Token: token}
+	require.ErrorIs(t, do(), kv.ErrCorrupt)
+
+	_, err = anon.DropDamaged(ctx, "idempotency", damaged)
+	require.ErrorContains(t, err, "401")
+	_, err = admin.DropDamaged(ctx, "outbox", damaged)
+	require.ErrorContains(t, err, "400")
+	_, err = admin.DropDamaged(ctx, "idempotency", "xyz")
+	require.ErrorContains(t, err, "400")
+	_, err = admin.DropDamaged(ctx, "idempotency", intact)
+	require.ErrorContains(t, err, "409")
+	_, err = admin.DropDamaged(ctx, "inbox", damaged)
+	require.ErrorIs(t, err, inspect.ErrNotFound)
+	got, err := admin.DropDamaged(ctx, "idempotency", damaged)
+	require.NoError(t, err)
+	require.Equal(t, inspect.Dropped{Kind: "idempotency", Entry: damaged, Scope: "acme|POST /x", Key: "d1", Reason: "checksum mismatch"}, got)
+	runs = 0
+	require.NoError(t, do())
+	require.Equal(t, 1, runs, "the key ran again")
+	problems, err := admin.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }

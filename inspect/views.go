@@ -159,6 +159,15 @@ type UsageRecount struct {
 	Bytes      int64  `json:"bytes"`
 }
 
+// Dropped is a damaged record an operator dropped (kv.DroppedEntry).
+type Dropped struct {
+	Kind   string `json:"kind"`
+	Entry  string `json:"entry"` // its log position in hex, as the check names it
+	Scope  string `json:"scope,omitempty"`
+	Key    string `json:"key,omitempty"`
+	Reason string `json:"reason"`
+}
+
 // Problem is one consistency problem.
 type Problem struct {
 	Check   string `json:"check"`

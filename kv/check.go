@@ -40,6 +40,16 @@ type RecordKind interface {
 	Expire(tx Tx, d Due, now time.Time, dryRun bool) (deleted bool, kept string, err error)
 }
 
+// DroppedEntry is a damaged record an operator removed by hand
+// (ledger.DropDamaged, inbox.DropDamaged), as far as it could be read.
+type DroppedEntry struct {
+	Kind   string // the record kind: "idempotency", "inbox"
+	Entry  uint64 // its log position, as DB.Check names it ("log entry %x")
+	Scope  string // its scope and key, "" when they could not be read
+	Key    string
+	Reason string // what was wrong with it
+}
+
 // Due is a record due for expiry, as RecordKind.Due finds it.
 type Due struct {
 	At     time.Time // the record's expiry

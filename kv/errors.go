@@ -90,6 +90,15 @@ var (
 	// ErrClosed is returned by managed transactions on a closed DB.
 	ErrClosed = errors.New("kv: database is closed")
 
+	// ErrNotDamaged is returned when an operator asks to drop a record
+	// (DroppedEntry) that is intact and decodes: a readable record leaves
+	// with the retention sweep, never by hand.
+	ErrNotDamaged = errors.New("kv: the record is intact and decodes")
+
+	// ErrNoEntry is returned when an operator asks to drop a record at a
+	// log position that holds none.
+	ErrNoEntry = errors.New("kv: no record at that log position")
+
 	// ErrCorrupt is returned (wrapped in a *CorruptError) when a stored
 	// record cannot be decoded.
 	ErrCorrupt = record.ErrCorrupt

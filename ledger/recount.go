@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -141,4 +142,33 @@ func adjustHome(b kv.Bucket, sharded bool, tenant string, records, bytes int64) 
 		k = append(k, 0, 0)
 	}
 	return addUsage(b, k, tenant, records, bytes)
+}
+
+// DropDamaged removes the idempotency record at log position entry when it
+// is damaged, as kv.DB.Check reports it ("idempotency log entry ENTRY:
+// damaged", or a record that does not decode), and counts the tenants'
+// usage again in the same transaction. A damaged record that still names
+// its key answers every request with that key with a *RecordError (its
+// request never runs again, since whether it ran cannot be read); dropping
+// it is the operator's decision that the key may run again: check the
+// business state first. An intact record is refused (kv.ErrNotDamaged),
+// as is a position without one (kv.ErrNoEntry) and a database that keeps
+// records by key (etcd), which has no log positions. oncekv drop runs it on a file or
+// through a running service's admin endpoint.
+func DropDamaged(ctx context.Context, db *kv.DB, entry uint64) (kv.DroppedEntry, error) {
+	var out kv.DroppedEntry
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		var err error
+		if out, err = RecordKind.(*recstore.Kind[*Record]).DropDamaged(tx, entry); err != nil {
+			return err
+		}
+		// A damaged entry was counted by what it says, perhaps under a
+		// damaged scope: counting again leaves usage exact.
+		_, _, err = recountUsageTx(tx, !db.Traits().SingleWriter, 0)
+		return err
+	})
+	if err != nil {
+		return kv.DroppedEntry{}, err
+	}
+	return out, nil
 }

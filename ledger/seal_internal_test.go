@@ -357,12 +357,9 @@ func TestMaintenanceGoesOnPastADamagedCounter(t *testing.T) {
 		func(kv.Tx) (Response, error) { return Response{Status: 201}, nil })
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
-	b, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) error {
 		return tx.Bucket(usageNS.Bytes()).Put([]byte("acme"), []byte("damaged"))
-	}))
-	require.NoError(t, b.Close())
+	})
 
 	clock := kvtest.NewManualClock(time.Now())
 	db, err = kv.Open(path, &kv.Options{NoSync: true, Cipher: sealtest.Ring(t, 1), Clock: clock})

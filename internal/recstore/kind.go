@@ -220,12 +220,12 @@ func (k *Kind[R]) checkLog(tx kv.Tx, report func(string)) {
 		}
 		scope, key, payload, ok := unwrap(v)
 		if !ok || !intact(v) {
-			report(fmt.Sprintf("%s log entry %x: damaged (checksum or framing)", k.KindName, pos))
+			report(fmt.Sprintf("%s log entry %x: damaged (checksum or framing); oncekv drop --kind %s %x removes it", k.KindName, pos, k.KindName, pos))
 			continue
 		}
 		r, err := k.Decode(string(scope), string(key), payload, true)
 		if err != nil {
-			report(fmt.Sprintf("%s record %q/%q (log entry %x): %v", k.KindName, scope, key, pos, err))
+			report(fmt.Sprintf("%s record %q/%q (log entry %x): %v; oncekv drop --kind %s %x removes it", k.KindName, scope, key, pos, err, k.KindName, pos))
 			continue
 		}
 		if exp := k.ExpiresAt(r); expirySec(exp) != sec {

@@ -1,6 +1,15 @@
 package kvtest
 
-import "iter"
+import (
+	"bytes"
+	"encoding/hex"
+	"iter"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/keyspace"
+)
 
 // Damage returns a damaged copy of the stored value v, for fuzz targets
 // that change one value and then check every read path: by mode (taken
@@ -57,3 +66,68 @@ func (in *Input) Next() byte {
 
 // More reports whether bytes are left.
 func (in *Input) More() bool { return len(in.Data) > 0 }
+
+// DamageLogEntry rewrites, in tx (raw bbolt, as damage on disk would
+// come), every log entry of kind ("idempotency" records are the
+// ledger's, "inbox" marks the inbox's: their log and its tail) whose
+// stored bytes match, through garble, and returns the last one's position
+// as the check names it (16 hex digits), or "" when none matches. A
+// garble that returns its argument leaves the entry as it was.
+func DamageLogEntry(tx *bolt.Tx, kind string, match func(v []byte) bool, garble func(v []byte) []byte) (string, error) {
+	store := map[string]string{"idempotency": "ledger"}[kind]
+	if store == "" {
+		store = kind
+	}
+	var pos string
+	for _, suffix := range []string{".tail", ".log"} {
+		b := tx.Bucket(keyspace.New(store + suffix).Bytes())
+		if b == nil {
+			continue
+		}
+		var found [][2][]byte
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if match(v) {
+				found = append(found, [2][]byte{bytes.Clone(k), garble(bytes.Clone(v))})
+			}
+		}
+		for _, kv := range found {
+			if err := b.Put(kv[0], kv[1]); err != nil {
+				return "", err
+			}
+			pos = hex.EncodeToString(kv[0])
+		}
+	}
+	return pos, nil
+}
+
+// Holding returns a match for DamageLogEntry: the entries whose stored
+// bytes contain every one of parts.
+func Holding(parts ...string) func(v []byte) bool {
+	return func(v []byte) bool {
+		for _, p := range parts {
+			if !bytes.Contains(v, []byte(p)) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// RawUpdate runs fn in one raw bbolt update of the database file at path,
+// which no one may hold open: the way damage on disk, or another program,
+// reaches a file, past everything kv checks.
+func RawUpdate(t testing.TB, path string, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(fn); err != nil {
+		_ = b.Close()
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

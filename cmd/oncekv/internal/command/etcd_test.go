@@ -74,6 +74,9 @@ func TestCommandsOnEtcd(t *testing.T) {
 	out, stderr, code = on("recount")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "ok: every tenant's usage matched its records", "the sweep kept the shards exact")
+	_, stderr, code = on("drop", "0000000000000001")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "idempotency records are kept by key in this database, not in a log")
 
 	_, stderr, code = on("compact", "--out", t.TempDir()+"/x.db")
 	require.Equal(t, 2, code)

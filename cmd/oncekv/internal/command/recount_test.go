@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // A usage counter that does not decode: check names it and says what
@@ -28,12 +29,9 @@ func TestRecountMendsADamagedCounter(t *testing.T) {
 	}
 	require.NotZero(t, acme.Records)
 
-	b, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte("\x00oncekv/ledger.usage")).Put([]byte("acme"), []byte("garbage"))
-	}))
-	require.NoError(t, b.Close())
+	})
 
 	out, _, code = run("check", "--db", path)
 	require.Equal(t, 1, code)

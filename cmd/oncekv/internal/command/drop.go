@@ -1,0 +1,60 @@
+package command
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/inspect"
+)
+
+func newDrop(o *options) *cobra.Command {
+	var kind string
+	c := &cobra.Command{
+		Use:   "drop ENTRY",
+		Short: "Remove a damaged record that check names (its key then runs again)",
+		Long: `drop removes one damaged record, named as "oncekv check" names it:
+"idempotency log entry ENTRY: damaged (checksum or framing)", or a record
+that does not decode. A damaged record that still names its key answers
+every request with that key with an error, and an inbox mark its message,
+because whether its work ran cannot be read; the retention sweep leaves it
+in place. Dropping it lets the key (or message) run again: check the
+business state first. An intact record is refused.
+
+It works on a stopped service's file (--db), or through a running
+service's admin endpoint (--addr with --token). It needs the log layout
+(bbolt): a database on etcd keeps records by key.`,
+		Example: `  oncekv check --db payments.db
+  oncekv drop --db payments.db 1ac51aa700000001
+  oncekv drop --addr http://127.0.0.1:8081 --token "$TOKEN" --kind inbox 1ac51ad200000003`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if kind != "idempotency" && kind != "inbox" {
+				return usagef("--kind must be idempotency or inbox, not %q", kind)
+			}
+			if _, err := strconv.ParseUint(args[0], 16, 64); err != nil || len(args[0]) != 16 {
+				return usagef("ENTRY must be the 16 hex digits check names (log entry ...), not %q", args[0])
+			}
+			d, err := operate(o, func(op inspect.Operator) (inspect.Dropped, error) {
+				return op.DropDamaged(cmd.Context(), kind, args[0])
+			})
+			if err != nil {
+				return err
+			}
+			return o.emit(d, func(w io.Writer) {
+				fmt.Fprintf(w, "dropped\t%s log entry %s\n", d.Kind, d.Entry)
+				if d.Scope != "" || d.Key != "" {
+					fmt.Fprintf(w, "scope\t%s\nkey\t%s\n", esc(d.Scope), esc(d.Key))
+				} else {
+					fmt.Fprintln(w, "scope, key\tunreadable")
+				}
+				fmt.Fprintf(w, "reason\t%s\n", esc(d.Reason))
+			})
+		},
+	}
+	c.Flags().StringVar(&kind, "kind", "idempotency", "the record's kind, as check names it: idempotency or inbox")
+	addrFlag(c, o)
+	return c
+}

@@ -1,0 +1,62 @@
+package command
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/kv/kvtest"
+)
+
+// check names a damaged record; drop removes it by that name (and only a
+// damaged one), after which check is clean.
+func TestDropADamagedRecord(t *testing.T) {
+	t.Parallel()
+	path := fixture(t)
+	var intact, entry string
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
+		if intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("pay-1"), func(v []byte) []byte { return v }); err != nil {
+			return err
+		}
+		entry, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("acme|POST /v1/orders", "create-1"), func(v []byte) []byte {
+			v[len(v)-8] ^= 0x55
+			return v
+		})
+		return err
+	})
+
+	out, _, code := run("check", "--db", path)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "idempotency log entry "+entry+": damaged (checksum or framing); oncekv drop --kind idempotency "+entry+" removes it")
+
+	_, stderr, code := run("drop", "--db", path, "not-hex")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "16 hex digits")
+	_, stderr, code = run("drop", "--db", path, "--kind", "outbox", entry)
+	require.Equal(t, 2, code, stderr)
+	_, stderr, code = run("drop", "--db", path, "--kind", "inbox", entry)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "no record at that log position")
+
+	out, stderr, code = run("drop", "--db", path, entry)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `dropped\s+idempotency log entry `+entry+`\nscope\s+acme\|POST /v1/orders\nkey\s+create-1\nreason\s+checksum mismatch`, out)
+	out, _, code = run("check", "--db", path)
+	require.Equal(t, 0, code, out)
+	_, stderr, code = run("drop", "--db", path, entry)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "no record at that log position")
+
+	// An intact record is refused.
+	_, stderr, code = run("drop", "--db", path, intact)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `the record is intact and decodes: idempotency record "acme|POST /v1/orders/{id}/pay"/"pay-1"`)
+	out, _, code = run("get", "--db", path, "--scope", "acme|POST /v1/orders/{id}/pay", "--key", "pay-1", "--json")
+	require.Equal(t, 0, code, "still there")
+	var rec inspect.Record
+	require.NoError(t, json.Unmarshal([]byte(out), &rec))
+	require.Equal(t, "pay-1", rec.Key.Key)
+}
