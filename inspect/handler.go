@@ -25,8 +25,8 @@ type HandlerOptions struct {
 	// Token, when set, is the admin bearer token (Authorization: Bearer
 	// TOKEN). A request carrying it may see stored bodies, payloads, results
 	// and provider error text, run the full consistency check (/check), act
-	// on intents (requeue, resolve) and recount usage. Without it those are
-	// redacted or refused. With no Token, the handler answers loopback
+	// on intents (requeue, resolve), recount usage and drop damaged records.
+	// Without it those are redacted or refused. With no Token, the handler answers loopback
 	// callers only.
 	Token string
 	// Executor, if set, carries out intent actions live: a requeue wakes its
