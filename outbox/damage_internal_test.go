@@ -107,3 +107,39 @@ func withEvents(t *testing.T, ids ...string) (*kv.DB, *Outbox) {
 	}
 	return db, o
 }
+
+// One damaged pending event stopped the relay for good: its pass failed
+// on it before publishing anything, the events before it included, and
+// every pass after. The relay now passes over it (as it passes over a
+// quarantined one) and says so in PassStats.Damaged; the lag still counts
+// it, and the check names it.
+func TestTheRelayGoesOnPastADamagedEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, o := withEvents(t, "a", "b", "c")
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := outboxNS.Bucket(tx)
+		v := append([]byte(nil), b.Get(seqKey(2))...)
+		return b.Put(seqKey(2), v[:len(v)-3])
+	}))
+	var published []string
+	r, err := NewRelay(o, &RelayConfig{Publisher: PublishFunc(func(_ context.Context, ev Event) error {
+		published = append(published, ev.ID)
+		return nil
+	})})
+	require.NoError(t, err)
+	st, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "c"}, published, "in order, past the damage")
+	require.Equal(t, 2, st.Published)
+	require.Equal(t, 1, st.Damaged)
+	st, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PassStats{Damaged: 1}, st, "nothing more to publish; the damage is still there")
+	lag, err := o.Lag(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, lag.Pending, "the damaged event still counts as pending")
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.NotEmpty(t, problems)
+}

@@ -49,4 +49,9 @@
 //     to the event's ID and sequence; IDs, topics, keys, headers and
 //     publish errors stay clear. The relay never publishes an event whose
 //     payload does not open: it stops at it and reports the error.
+//   - A pending event damaged on disk (kv.ErrCorrupt: its checksum or its
+//     encoding fails) can never be published; the relay passes over it as
+//     it does a quarantined one, counts it in PassStats.Damaged, and goes
+//     on with the events behind it. It stays in the queue (Lag counts it)
+//     and the check names it.
 package outbox

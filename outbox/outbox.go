@@ -480,7 +480,11 @@ func (o *Outbox) LagTx(tx kv.Tx) (Lag, error) {
 	var l Lag
 	now := o.db.Clock().Now()
 	for ev, err := range Events(tx, EventPending) {
-		if err != nil {
+		switch {
+		case errors.Is(err, kv.ErrCorrupt):
+			l.Pending++ // damaged, still in the queue: its age cannot be read
+			continue
+		case err != nil:
 			return l, err
 		}
 		// The oldest by its time, not the first in key order: with several

@@ -152,6 +152,7 @@ type PassStats struct {
 	Published   int
 	Failed      int           // failed attempts this pass: each event quarantined, and the one that stopped it
 	Quarantined int           // events quarantined this pass
+	Damaged     int           // pending events passed over because they do not decode (kv.ErrCorrupt; the check names them)
 	Wait        time.Duration // until the head event may be retried; 0 if none waits
 }
 
@@ -197,7 +198,8 @@ func (r *Relay) reportFailure(ctx context.Context, ev Event, quarantined bool) {
 func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 	var st PassStats
 	for ctx.Err() == nil {
-		batch, wait, err := r.due()
+		batch, wait, damaged, err := r.due()
+		st.Damaged = damaged
 		if err != nil {
 			return st, err
 		}
@@ -243,7 +245,7 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 			st.Quarantined++
 			continue
 		}
-		_, st.Wait, err = r.due()
+		_, st.Wait, st.Damaged, err = r.due()
 		return st, err
 	}
 	return st, ctx.Err()
@@ -251,13 +253,18 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 
 // due returns the next batch of pending events if the head is due, else the
 // wait until it is.
-func (r *Relay) due() ([]Event, time.Duration, error) {
-	var batch []Event
-	var wait time.Duration
-	err := r.o.db.View(context.Background(), func(tx kv.Tx) error {
+func (r *Relay) due() (batch []Event, wait time.Duration, damaged int, err error) {
+	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
 		now := r.o.db.Clock().Now()
 		for ev, err := range pendingInOrder(tx, r.o.db.Traits().SingleWriter) {
-			if err != nil {
+			switch {
+			case errors.Is(err, kv.ErrCorrupt):
+				// It cannot be published, and waiting changes nothing:
+				// passed over as a quarantined event is, so that one
+				// damaged event does not hold back the queue behind it.
+				damaged++
+				continue
+			case err != nil:
 				return err
 			}
 			if len(batch) == 0 && ev.NextAttempt.After(now) {
@@ -271,7 +278,7 @@ func (r *Relay) due() ([]Event, time.Duration, error) {
 		}
 		return nil
 	})
-	return batch, wait, err
+	return batch, wait, damaged, err
 }
 
 // pendingInOrder yields the pending events in commit order: sequence order
