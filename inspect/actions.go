@@ -8,6 +8,7 @@ import (
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -27,10 +28,12 @@ type Operator interface {
 	// mends the counters that disagree (ledger.RecountUsage), returning the
 	// tenants it changed.
 	RecountUsage(ctx context.Context) ([]UsageRecount, error)
-	// DropDamaged removes a damaged record the check names ("KIND log
-	// entry ENTRY: damaged"): an idempotency record (ledger.DropDamaged)
-	// or an inbox mark (inbox.DropDamaged), whose key then runs again.
-	// entry is the position in hex. An intact record is refused.
+	// DropDamaged removes a damaged record the check names: an
+	// idempotency record (ledger.DropDamaged) or an inbox mark
+	// (inbox.DropDamaged), whose key then runs again, by its log position
+	// in hex ("KIND log entry ENTRY: damaged"); an outbox event
+	// (outbox.DropDamaged) by its sequence ("event seq N"). A record that
+	// decodes is refused.
 	DropDamaged(ctx context.Context, kind, entry string) (Dropped, error)
 }
 
@@ -94,32 +97,36 @@ func (a *Actions) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
 
 // DropDamaged implements Operator.
 func (a *Actions) DropDamaged(ctx context.Context, kind, entry string) (Dropped, error) {
-	pos, err := parseEntry(entry)
-	if err != nil {
-		return Dropped{}, err
-	}
 	var d kv.DroppedEntry
+	var err error
 	switch kind {
-	case ledger.RecordKind.Name():
-		d, err = ledger.DropDamaged(ctx, a.DB, pos)
-	case inbox.RecordKind.Name():
-		d, err = inbox.DropDamaged(ctx, a.DB, pos)
+	case ledger.RecordKind.Name(), inbox.RecordKind.Name():
+		pos, perr := strconv.ParseUint(entry, 16, 64)
+		if perr != nil || len(entry) != 16 {
+			return Dropped{}, badParam("entry %q: want the 16 hex digits the check names (log entry ...)", clip(entry))
+		}
+		if kind == inbox.RecordKind.Name() {
+			d, err = inbox.DropDamaged(ctx, a.DB, pos)
+		} else {
+			d, err = ledger.DropDamaged(ctx, a.DB, pos)
+		}
+	case "outbox":
+		seq, perr := strconv.ParseUint(entry, 10, 64)
+		if perr != nil {
+			return Dropped{}, badParam("entry %q: want the event's sequence the check names (event seq N)", clip(entry))
+		}
+		d, err = outbox.DropDamaged(ctx, a.DB, seq)
 	default:
-		return Dropped{}, badParam("kind must be %s or %s, not %q", ledger.RecordKind.Name(), inbox.RecordKind.Name(), clip(kind))
+		return Dropped{}, badParam("kind must be idempotency, inbox or outbox, not %q", clip(kind))
 	}
 	if err != nil {
 		return Dropped{}, err
 	}
-	return Dropped{Kind: d.Kind, Entry: fmt.Sprintf("%016x", d.Entry), Scope: d.Scope, Key: d.Key, Reason: d.Reason}, nil
-}
-
-// parseEntry reads a log position as the check prints it: 16 hex digits.
-func parseEntry(s string) (uint64, error) {
-	pos, err := strconv.ParseUint(s, 16, 64)
-	if err != nil || len(s) != 16 {
-		return 0, badParam("entry %q: want the 16 hex digits the check names (log entry ...)", clip(s))
+	out := Dropped{Kind: d.Kind, Entry: fmt.Sprintf("%016x", d.Entry), Scope: d.Scope, Key: d.Key, Reason: d.Reason}
+	if d.Kind == "outbox" {
+		out.Entry = strconv.FormatUint(d.Entry, 10)
 	}
-	return pos, nil
+	return out, nil
 }
 
 func (a *Actions) view(in *sideeffect.Intent, err error) (Intent, error) {

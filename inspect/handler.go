@@ -69,7 +69,7 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //	POST /intents/requeue?id=ID             token only
 //	POST /intents/resolve?id=ID&state=succeeded|failed&result=R&reason=TEXT   token only
 //	POST /usage/recount                     token only: mends tenants' usage counters
-//	POST /drop?kind=idempotency|inbox&entry=HEX   token only: removes a damaged record the check names
+//	POST /drop?kind=idempotency|inbox|outbox&entry=E   token only: removes a damaged record the check names
 //
 // Bad parameters answer 400. Under ConsolePath (/console/) it serves the
 // web console: HTML pages for the people on call (overview, keys, one

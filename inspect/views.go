@@ -162,7 +162,7 @@ type UsageRecount struct {
 // Dropped is a damaged record an operator dropped (kv.DroppedEntry).
 type Dropped struct {
 	Kind   string `json:"kind"`
-	Entry  string `json:"entry"` // its log position in hex, as the check names it
+	Entry  string `json:"entry"` // as the check names it: a log position in hex, an outbox sequence
 	Scope  string `json:"scope,omitempty"`
 	Key    string `json:"key,omitempty"`
 	Reason string `json:"reason"`

@@ -142,4 +142,48 @@ func TestTheRelayGoesOnPastADamagedEvent(t *testing.T) {
 	problems, err := db.Check(ctx, RecordKind)
 	require.NoError(t, err)
 	require.NotEmpty(t, problems)
+
+	// The operator drops it (a published event that decodes is refused).
+	_, err = DropDamaged(ctx, db, 1)
+	require.ErrorIs(t, err, kv.ErrNotDamaged)
+	dropped, err := DropDamaged(ctx, db, 2)
+	require.NoError(t, err)
+	require.Equal(t, "outbox", dropped.Kind)
+	require.Equal(t, uint64(2), dropped.Entry)
+	require.NotEmpty(t, dropped.Reason)
+	_, err = DropDamaged(ctx, db, 2)
+	require.ErrorIs(t, err, kv.ErrNoEntry)
+	lag, err = o.Lag(ctx)
+	require.NoError(t, err)
+	require.Zero(t, lag.Pending)
+	problems, err = db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems, "its ID index entry went with it")
+	st, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PassStats{}, st)
+}
+
+// A damaged published event is dropped with its expiry-index entry: the
+// check is clean after.
+func TestDropADamagedPublishedEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, o := withEvents(t, "a", "b")
+	r, err := NewRelay(o, &RelayConfig{Publisher: PublishFunc(func(context.Context, Event) error { return nil })})
+	require.NoError(t, err)
+	st, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Published)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		return publishedNS.Bucket(tx).Put(seqKey(1), []byte("garbage"))
+	}))
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.NotEmpty(t, problems)
+	_, err = DropDamaged(ctx, db, 1)
+	require.NoError(t, err)
+	problems, err = db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }

@@ -521,3 +521,82 @@ func cloneOrNil(b []byte) []byte {
 	}
 	return bytes.Clone(b)
 }
+
+// DropDamaged removes the outbox event at sequence seq when it is damaged
+// (kv.ErrCorrupt: an *EventError names it, "event seq N", in a listing and
+// in the check), whatever its state, with the ID-index and expiry-index
+// entries that lead to it. A damaged pending event can never be published:
+// the relay passes over it, and Lag counts it until it is dropped. An event
+// that decodes is refused (kv.ErrNotDamaged): requeue or let it publish;
+// a sequence with no event too (kv.ErrNoEntry). oncekv drop --kind outbox
+// runs it.
+func DropDamaged(ctx context.Context, db *kv.DB, seq uint64) (kv.DroppedEntry, error) {
+	var out kv.DroppedEntry
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		k := seqKey(seq)
+		for _, sb := range stateBuckets {
+			b := sb.ns.Bucket(tx)
+			if b == nil {
+				continue
+			}
+			v := b.Get(k)
+			if v == nil {
+				continue
+			}
+			_, err := decodeEvent(k, v)
+			switch {
+			case err == nil:
+				return fmt.Errorf("%w: outbox event seq %d (%s)", kv.ErrNotDamaged, seq, sb.state)
+			case !errors.Is(err, kv.ErrCorrupt):
+				return err
+			}
+			out = kv.DroppedEntry{Kind: "outbox", Entry: seq, Reason: err.Error()}
+			if ee, ok := errors.AsType[*EventError](err); ok {
+				out.Key, out.Reason = ee.ID, ee.Err.Error()
+			}
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			return dropLeadsTo(tx, k)
+		}
+		return fmt.Errorf("%w: outbox event seq %d", kv.ErrNoEntry, seq)
+	})
+	if err != nil {
+		return kv.DroppedEntry{}, err
+	}
+	return out, nil
+}
+
+// dropLeadsTo deletes the ID-index and expiry-index entries that lead to
+// the event at sequence key k (its ID and expiry cannot be read).
+func dropLeadsTo(tx kv.Tx, k []byte) error {
+	if ids := outboxIDsNS.Bucket(tx); ids != nil {
+		var gone [][]byte
+		c := ids.Cursor()
+		for id, s := c.First(); id != nil; id, s = c.Next() {
+			if bytes.Equal(s, k) {
+				gone = append(gone, bytes.Clone(id))
+			}
+		}
+		for _, id := range gone {
+			if err := ids.Delete(id); err != nil {
+				return err
+			}
+		}
+	}
+	var expiries []time.Time
+	if err := publishedExpiry.ForEach(tx, func(at time.Time, key []byte) error {
+		if bytes.Equal(key, k) {
+			expiries = append(expiries, at)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, at := range expiries {
+		if err := publishedExpiry.Delete(tx, at, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,7 +1,11 @@
 package command
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -59,4 +63,37 @@ func TestDropADamagedRecord(t *testing.T) {
 	var rec inspect.Record
 	require.NoError(t, json.Unmarshal([]byte(out), &rec))
 	require.Equal(t, "pay-1", rec.Key.Key)
+}
+
+// An outbox event damaged on disk is dropped by its sequence, as the
+// listing and check name it.
+func TestDropADamagedOutboxEvent(t *testing.T) {
+	t.Parallel()
+	path := fixture(t)
+	var seq uint64
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("\x00oncekv/outbox"))
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if strings.Contains(string(v), "ev-pending") {
+				seq = binary.BigEndian.Uint64(k)
+				return b.Put(bytes.Clone(k), v[:len(v)-3])
+			}
+		}
+		t.Fatal("no pending event ev-pending")
+		return nil
+	})
+	s := strconv.FormatUint(seq, 10)
+	out, _, code := run("check", "--db", path)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "event seq "+s)
+
+	_, stderr, code := run("drop", "--db", path, "--kind", "outbox", "x1")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "sequence")
+	out, stderr, code = run("drop", "--db", path, "--kind", "outbox", s)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `dropped\s+outbox event seq `+s+`\nid\s+-\nreason\s+kv: corrupt outbox record`, out)
+	out, _, code = run("check", "--db", path)
+	require.Equal(t, 0, code, out)
 }
