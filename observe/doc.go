@@ -29,7 +29,7 @@
 //     outcome.
 //   - Publish: every event the outbox relay tried to publish;
 //     OutboxLag: the relay's backlog at each pass (pending events, age of
-//     the oldest).
+//     the oldest, quarantined ones, damaged ones).
 //   - Message: every message the inbox handled: new or duplicate.
 //   - Span: opens a span around a ledger call, a provider call and a
 //     publish; the context it returns is passed on (into Provider.Do and

@@ -105,6 +105,7 @@ type OutboxLag struct {
 	Pending     int
 	OldestAge   time.Duration // age of the oldest unpublished event (0 when none)
 	Quarantined int
+	Damaged     int // pending events that do not decode: never published, until dropped
 }
 
 // Message is one message handled by the inbox.

@@ -29,7 +29,7 @@ type instruments struct {
 	requests, sweepDeleted, transitions, providerCalls, publishes, messages metric.Int64Counter
 	requestDur, commitDur, writeDur, sweepDur, providerDur                  metric.Float64Histogram
 	recordSize, commitCalls                                                 metric.Int64Histogram
-	pending, quarantined                                                    metric.Int64Gauge
+	pending, quarantined, damaged                                           metric.Int64Gauge
 	oldestAge                                                               metric.Float64Gauge
 }
 
@@ -82,6 +82,9 @@ func New(opts *Options) (*observe.Observer, error) {
 	}
 	if err == nil {
 		in.quarantined, err = m.Int64Gauge("oncekv.outbox.quarantined", metric.WithUnit("{event}"), metric.WithDescription("Outbox events put aside after too many failures."))
+	}
+	if err == nil {
+		in.damaged, err = m.Int64Gauge("oncekv.outbox.damaged", metric.WithUnit("{event}"), metric.WithDescription("Pending outbox events that do not decode: never published until dropped (oncekv drop --kind outbox)."))
 	}
 	if err == nil {
 		in.oldestAge, err = m.Float64Gauge("oncekv.outbox.oldest_age", metric.WithUnit("s"), metric.WithDescription("Age of the oldest unpublished outbox event."))
@@ -143,6 +146,7 @@ func (in *instruments) observer(tracer trace.Tracer, tenants bool) *observe.Obse
 			ctx := context.Background()
 			in.pending.Record(ctx, int64(e.Pending))
 			in.quarantined.Record(ctx, int64(e.Quarantined))
+			in.damaged.Record(ctx, int64(e.Damaged))
 			in.oldestAge.Record(ctx, e.OldestAge.Seconds())
 		},
 		Message: func(ctx context.Context, e observe.Message) {

@@ -1,11 +1,14 @@
 package oncekvotel_test
 
 import (
+	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -18,6 +21,7 @@ import (
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 	oncekvotel "github.com/oncekv/oncekv/otel"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -150,4 +154,46 @@ func attrString(kvs []attribute.KeyValue) string {
 		parts[i] = string(kv.Key) + "=" + kv.Value.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// The outbox gauges after a relay pass through the real SDK: a damaged
+// pending event is counted apart (oncekv.outbox.damaged), and the events
+// around it are published (pending 0).
+func TestOutboxGauges(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(ctx) }()
+	obs, err := oncekvotel.New(&oncekvotel.Options{MeterProvider: mp})
+	require.NoError(t, err)
+	db, err := kv.Open(filepath.Join(t.TempDir(), "o.db"), &kv.Options{NoSync: true, Observer: obs})
+	require.NoError(t, err)
+	defer db.Close()
+	o := outbox.New(db)
+	for _, id := range []string{"a", "b", "c"} {
+		_, _, err := o.Add(ctx, outbox.Event{ID: id, Topic: "t"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.Bolt().Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("\x00oncekv/outbox"))
+		k, v := b.Cursor().Last()
+		return b.Put(bytes.Clone(k), v[:len(v)-2])
+	}))
+	r, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return nil })})
+	require.NoError(t, err)
+	st, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Published)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && len(g.DataPoints) > 0 {
+				got[m.Name] = g.DataPoints[len(g.DataPoints)-1].Value
+			}
+		}
+	}
+	require.Equal(t, map[string]int64{"oncekv.outbox.pending": 0, "oncekv.outbox.quarantined": 0, "oncekv.outbox.damaged": 1}, got)
 }

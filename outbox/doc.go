@@ -52,6 +52,7 @@
 //   - A pending event damaged on disk (kv.ErrCorrupt: its checksum or its
 //     encoding fails) can never be published; the relay passes over it as
 //     it does a quarantined one, counts it in PassStats.Damaged, and goes
-//     on with the events behind it. It stays in the queue (Lag counts it)
-//     and the check names it.
+//     on with the events behind it. It stays in the queue (Lag.Damaged
+//     counts it, apart from Pending) until DropDamaged removes it, and the
+//     check names it.
 package outbox

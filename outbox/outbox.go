@@ -470,9 +470,12 @@ func events(tx kv.Tx, state EventState, required bool, ring *seal.Ring) iter.Seq
 
 // Lag describes how far the relay is behind.
 type Lag struct {
-	Pending     int           // events not yet published
+	Pending     int           // events not yet published (damaged ones aside)
 	OldestAge   time.Duration // age of the oldest pending event (0 if none)
 	Quarantined int
+	// Damaged counts the pending events that do not decode (kv.ErrCorrupt):
+	// the relay passes over them, and they stay until DropDamaged.
+	Damaged int
 }
 
 // LagTx reports the outbox's lag inside tx.
@@ -482,7 +485,7 @@ func (o *Outbox) LagTx(tx kv.Tx) (Lag, error) {
 	for ev, err := range Events(tx, EventPending) {
 		switch {
 		case errors.Is(err, kv.ErrCorrupt):
-			l.Pending++ // damaged, still in the queue: its age cannot be read
+			l.Damaged++
 			continue
 		case err != nil:
 			return l, err

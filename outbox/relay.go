@@ -162,7 +162,7 @@ func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
 	st, err := r.runOnce(ctx)
 	if o := r.o.db.Observer(); o != nil && o.OutboxLag != nil {
 		if l, lerr := r.o.Lag(context.WithoutCancel(ctx)); lerr == nil {
-			o.OutboxLag(observe.OutboxLag{Pending: l.Pending, OldestAge: l.OldestAge, Quarantined: l.Quarantined})
+			o.OutboxLag(observe.OutboxLag{Pending: l.Pending, OldestAge: l.OldestAge, Quarantined: l.Quarantined, Damaged: l.Damaged})
 		}
 	}
 	return st, err
