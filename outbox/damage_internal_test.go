@@ -1,7 +1,10 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,10 +126,11 @@ func TestTheRelayGoesOnPastADamagedEvent(t *testing.T) {
 		return b.Put(seqKey(2), v[:len(v)-3])
 	}))
 	var published []string
+	var logged bytes.Buffer
 	r, err := NewRelay(o, &RelayConfig{Publisher: PublishFunc(func(_ context.Context, ev Event) error {
 		published = append(published, ev.ID)
 		return nil
-	})})
+	}), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	require.NoError(t, err)
 	st, err := r.RunOnce(ctx)
 	require.NoError(t, err)
@@ -136,6 +140,7 @@ func TestTheRelayGoesOnPastADamagedEvent(t *testing.T) {
 	st, err = r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, PassStats{Damaged: 1}, st, "nothing more to publish; the damage is still there")
+	require.Equal(t, 1, strings.Count(logged.String(), "outbox events damaged on disk are passed over"), "logged once, not at every pass: %s", logged.String())
 	lag, err := o.Lag(ctx)
 	require.NoError(t, err)
 	require.Equal(t, Lag{Damaged: 1}, lag, "damaged, apart from the events waiting to be published")

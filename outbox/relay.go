@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -69,7 +70,8 @@ type RelayConfig struct {
 	// Backoff spaces retries of a failing event. Zero fields mean 500ms base
 	// and 1m cap.
 	Backoff Backoff
-	// Logger receives failures and quarantines. nil discards.
+	// Logger receives failures, quarantines, and damaged events passed
+	// over (when their number changes). nil discards.
 	Logger *slog.Logger
 	// Retention is how long a published event is kept (for inspection and
 	// to dedupe a re-add of its ID) before retention sweeps remove it. 0
@@ -91,8 +93,9 @@ const DefaultPublishedRetention = keyspace.DefaultPublishedEvents
 // with backoff (holding back the events after it, to keep the order) and,
 // after MaxAttempts, moved to quarantine, where it stays until requeued.
 type Relay struct {
-	o   *Outbox
-	cfg RelayConfig
+	o       *Outbox
+	cfg     RelayConfig
+	damaged atomic.Int64 // damaged events the last pass met (logged when it changes)
 }
 
 // NewRelay returns a relay for o. Run one relay per outbox. RelayConfig's
@@ -160,6 +163,9 @@ type PassStats struct {
 // until none is due or one fails. It is what Run does on each wake-up.
 func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
 	st, err := r.runOnce(ctx)
+	if n := int64(st.Damaged); r.damaged.Swap(n) != n && n > 0 {
+		r.cfg.Logger.Error("outbox events damaged on disk are passed over; oncekv check names them, oncekv drop --kind outbox SEQ removes one", "damaged", n)
+	}
 	if o := r.o.db.Observer(); o != nil && o.OutboxLag != nil {
 		if l, lerr := r.o.Lag(context.WithoutCancel(ctx)); lerr == nil {
 			o.OutboxLag(observe.OutboxLag{Pending: l.Pending, OldestAge: l.OldestAge, Quarantined: l.Quarantined, Damaged: l.Damaged})
