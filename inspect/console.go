@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -112,6 +113,13 @@ func (c *console) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+ConsolePath+"outbox/requeue", c.action(true, func(r *http.Request) (string, error) {
 		return "outbox?flash=event-requeued", c.outbox.Requeue(r.Context(), r.PostFormValue("id"))
 	}))
+	mux.HandleFunc("POST "+ConsolePath+"keys/drop", c.action(true, func(r *http.Request) (string, error) {
+		if r.PostFormValue("confirm") != "1" {
+			return "", badParam("confirm that the business state is checked: the key runs again once its record is dropped")
+		}
+		_, err := c.act.DropDamaged(r.Context(), ledger.RecordKind.Name(), r.PostFormValue("id"))
+		return "keys?flash=dropped", err
+	}))
 	mux.HandleFunc("POST "+ConsolePath+"usage/recount", c.action(false, func(r *http.Request) (string, error) {
 		mended, err := c.act.RecountUsage(r.Context())
 		if len(mended) == 0 {
@@ -146,6 +154,7 @@ var flashes = map[string]string{
 	"event-requeued":  "Requeued: the event is pending again, with a fresh attempt budget, at its place in the queue.",
 	"usage-recounted": "Recounted: the tenants' usage counters that disagreed with their records are mended.",
 	"usage-matched":   "Recounted: every tenant's usage already matched its records; nothing changed.",
+	"dropped":         "Dropped: the damaged record is gone, and its key runs again at its next request.",
 }
 
 // begin checks who is asking and prepares the page; false when it already

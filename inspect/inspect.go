@@ -134,6 +134,9 @@ func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 				var re *ledger.RecordError
 				if errors.As(err, &re) {
 					k.Scope, k.Key, k.Error = re.Scope, re.Key, re.Err.Error()
+					if re.Entry != 0 {
+						k.Entry = fmt.Sprintf("%016x", re.Entry)
+					}
 				}
 			} else {
 				k = keyView(r, now)

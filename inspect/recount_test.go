@@ -163,3 +163,68 @@ func TestDropDamagedThroughTheEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, problems)
 }
+
+// The console's keys page shows a corrupt record with its log entry, and
+// offers an admin the drop, checked like the other actions and confirmed.
+func TestConsoleDropsADamagedRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	runs := 0
+	do := func(l *ledger.Ledger) error {
+		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "d1", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
+			runs++
+			return ledger.Response{Status: 201}, nil
+		})
+		return err
+	}
+	require.NoError(t, do(l))
+	require.NoError(t, db.Close())
+	var entry string
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
+		entry, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("d1"), func(v []byte) []byte {
+			v[len(v)-5] ^= 1
+			return v
+		})
+		return err
+	})
+	db, err = kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	l, err = ledger.New(db, nil)
+	require.NoError(t, err)
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	defer srv.Close()
+	base := srv.URL + inspect.ConsolePath
+
+	code, body := page(t, &http.Client{}, base+"keys")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `data-entry="`+entry+`"`)
+	require.Contains(t, body, "(log entry "+entry+")")
+	require.NotContains(t, body, "keys/drop", "no form without the token")
+	keys, err := (&inspect.Client{BaseURL: srv.URL}).Keys(ctx, inspect.KeysQuery{})
+	require.NoError(t, err)
+	require.Equal(t, entry, keys[0].Entry, "the admin API names the entry too")
+
+	jar, _ := cookiejar.New(nil)
+	admin := &http.Client{Jar: jar}
+	code, _ = post(t, admin, base+"login", url.Values{"token": {token}}, srv.URL)
+	require.Equal(t, 200, code)
+	_, body = page(t, admin, base+"keys")
+	require.Contains(t, body, `action="/console/keys/drop"`)
+	csrf := between(body, `name="csrf" value="`, `"`)
+	code, _ = post(t, admin, base+"keys/drop", url.Values{"id": {entry}, "csrf": {csrf}}, srv.URL)
+	require.Equal(t, http.StatusBadRequest, code, "not confirmed")
+	code, _ = post(t, admin, base+"keys/drop", url.Values{"id": {entry}, "confirm": {"1"}}, srv.URL)
+	require.Equal(t, http.StatusForbidden, code, "no CSRF token")
+	require.ErrorIs(t, do(l), kv.ErrCorrupt, "still there")
+
+	code, body = post(t, admin, base+"keys/drop", url.Values{"id": {entry}, "csrf": {csrf}, "confirm": {"1"}}, srv.URL)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "Dropped: the damaged record is gone")
+	runs = 0
+	require.NoError(t, do(l))
+	require.Equal(t, 1, runs, "the key ran again")
+}

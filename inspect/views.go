@@ -20,6 +20,10 @@ type Key struct {
 	// (kv.Options.Cipher); empty when it is stored in clear.
 	Encrypted string `json:"encrypted,omitempty"`
 	Error     string `json:"error,omitempty"` // a record that failed to decode
+	// Entry is a corrupt record's log position in hex, as the check names
+	// it and oncekv drop takes it (empty for a readable record, and in a
+	// database that keeps records by key).
+	Entry string `json:"entry,omitempty"`
 }
 
 // Record is one idempotency record in detail.

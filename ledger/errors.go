@@ -115,6 +115,10 @@ func (e *LeaseLostError) Unwrap() error { return ErrLeaseLost }
 type RecordError struct {
 	Scope, Key string // as far as the record's key can be read
 	Err        error
+	// Entry is the record's log position, as the check names it and
+	// DropDamaged takes it, when a listing (Records) met it; 0 otherwise,
+	// and in a database that keeps records by key.
+	Entry uint64
 }
 
 func (e *RecordError) Error() string {
@@ -123,7 +127,3 @@ func (e *RecordError) Error() string {
 
 // Unwrap returns the decoding error.
 func (e *RecordError) Unwrap() error { return e.Err }
-
-func recordError(scope, key string, err error) error {
-	return &RecordError{Scope: scope, Key: key, Err: err}
-}

@@ -85,9 +85,9 @@ func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 	return func(yield func(*Record, error) bool) {
 		now := l.now()
 		n := 0
-		l.records.List(tx, opts.ScopePrefix, func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
+		l.records.List(tx, opts.ScopePrefix, func(ref recstore.Ref, scope, key string, v []byte, ok bool) bool {
 			if !ok {
-				return yield(nil, recordError(scope, key, recstore.DamagedEntry(record.KindIdempotency, v)))
+				return yield(nil, &RecordError{Scope: scope, Key: key, Err: recstore.DamagedEntry(record.KindIdempotency, v), Entry: ref.Pos()})
 			}
 			mode := statusOnly
 			if opts.WithBody {
@@ -95,7 +95,7 @@ func (l *Ledger) Records(tx kv.Tx, opts ListOptions) iter.Seq2[*Record, error] {
 			}
 			r, err := decodeRecordWith(l.db.Cipher(), scope, key, v, mode)
 			if err != nil {
-				return yield(nil, recordError(scope, key, err))
+				return yield(nil, &RecordError{Scope: scope, Key: key, Err: err, Entry: ref.Pos()})
 			}
 			expired := r.Expired(now)
 			if (expired && !opts.IncludeExpired && !opts.ExpiredOnly) || (opts.ExpiredOnly && !expired) {

@@ -47,6 +47,10 @@ type Ref struct {
 	key []byte // keyed layout: the bucket key
 }
 
+// Pos returns r's log position (what DropDamaged takes), or 0 in the
+// keyed layout.
+func (r Ref) Pos() uint64 { return r.pos }
+
 // IsZero reports whether r locates nothing (no record was found).
 func (r Ref) IsZero() bool { return r.pos == 0 && r.key == nil }
 

@@ -36,6 +36,10 @@ func TestDropADamagedRecord(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "idempotency log entry "+entry+": damaged (checksum or framing); oncekv drop --kind idempotency "+entry+" removes it")
 
+	out, _, code = run("keys", "--db", path)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "(log entry "+entry+": oncekv drop "+entry+")", "the listing names it too")
+
 	_, stderr, code := run("drop", "--db", path, "not-hex")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "16 hex digits")

@@ -33,7 +33,11 @@ func newKeys(o *options) *cobra.Command {
 				fmt.Fprintln(w, "SCOPE\tKEY\tSTATUS\tVERSION\tRESPONSE\tCREATED\tEXPIRES\tBYTES\tPROBLEM")
 				for _, k := range keys {
 					if k.Error != "" {
-						fmt.Fprintf(w, "%s\t%s\tcorrupt\t-\t-\t-\t-\t-\t%s\n", dash(esc(k.Scope)), dash(esc(k.Key)), esc(k.Error))
+						problem := esc(k.Error)
+						if k.Entry != "" {
+							problem += " (log entry " + k.Entry + ": oncekv drop " + k.Entry + ")"
+						}
+						fmt.Fprintf(w, "%s\t%s\tcorrupt\t-\t-\t-\t-\t-\t%s\n", dash(esc(k.Scope)), dash(esc(k.Key)), problem)
 						continue
 					}
 					resp := "-"
