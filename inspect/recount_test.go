@@ -96,54 +96,73 @@ func TestConsoleRecountsUsage(t *testing.T) {
 	require.Contains(t, body, "already matched its records")
 }
 
-// A damaged record in the running service: its key answers with an
-// error until the admin endpoint's drop (token only) removes it; then the
-// key runs again. An intact record is a 409, no record a 404, a bad kind
-// or entry a 400.
-func TestDropDamagedThroughTheEndpoint(t *testing.T) {
+// damagedService is a database whose record for key d1 was damaged on
+// disk while no one had it open (beside an intact one, "other"), open
+// again behind the admin handler, as a service restarted on it.
+type damagedService struct {
+	db              *kv.DB
+	srv             *httptest.Server
+	damaged, intact string // their log entries
+	runs            int    // how often d1's work ran (do)
+	l               *ledger.Ledger
+}
+
+func startDamaged(t *testing.T) *damagedService {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "d.db")
+	s := &damagedService{}
 	db, err := kv.Open(path, &kv.Options{NoSync: true})
 	require.NoError(t, err)
-	l, err := ledger.New(db, nil)
+	s.l, err = ledger.New(db, nil)
 	require.NoError(t, err)
-	runs := 0
-	do := func() error {
-		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "d1", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
-			runs++
-			return ledger.Response{Status: 201, Body: []byte("ran")}, nil
-		})
-		return err
-	}
-	require.NoError(t, do())
-	_, err = l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "other", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
+	require.NoError(t, s.do())
+	_, err = s.l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "other", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
 		return ledger.Response{Status: 201}, nil
 	})
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
-	// Damaged on disk while the service was down.
-	var damaged, intact string
 	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
-		if intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("other"), func(v []byte) []byte { return v }); err != nil {
+		if s.intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("other"), func(v []byte) []byte { return v }); err != nil {
 			return err
 		}
-		damaged, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("d1"), func(v []byte) []byte {
+		s.damaged, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("d1"), func(v []byte) []byte {
 			v[len(v)-5] ^= 1
 			return v
 		})
 		return err
 	})
-	db, err = kv.Open(path, &kv.Options{NoSync: true})
+	s.db, err = kv.Open(path, &kv.Options{NoSync: true})
 	require.NoError(t, err)
-	defer db.Close()
-	l, err = ledger.New(db, nil)
+	t.Cleanup(func() { _ = s.db.Close() })
+	s.l, err = ledger.New(s.db, nil)
 	require.NoError(t, err)
-	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
-	defer srv.Close()
-	anon := &inspect.Client{BaseURL: srv.URL}
-	admin := &inspect.Client{BaseURL: srv.URL, Token: token}
-	require.ErrorIs(t, do(), kv.ErrCorrupt)
+	s.srv = httptest.NewServer(must(inspect.Handler(s.db, inspect.HandlerOptions{Token: token})))
+	t.Cleanup(s.srv.Close)
+	s.runs = 0
+	return s
+}
 
-	_, err = anon.DropDamaged(ctx, "idempotency", damaged)
+// do sends a request with key d1 through the ledger.
+func (s *damagedService) do() error {
+	_, err := s.l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "d1", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
+		s.runs++
+		return ledger.Response{Status: 201, Body: []byte("ran")}, nil
+	})
+	return err
+}
+
+// A damaged record in the running service: its key answers with an
+// error until the admin endpoint's drop (token only) removes it; then the
+// key runs again. An intact record is a 409, no record a 404, a bad kind
+// or entry a 400.
+func TestDropDamagedThroughTheEndpoint(t *testing.T) {
+	s := startDamaged(t)
+	damaged, intact := s.damaged, s.intact
+	anon := &inspect.Client{BaseURL: s.srv.URL}
+	admin := &inspect.Client{BaseURL: s.srv.URL, Token: token}
+	require.ErrorIs(t, s.do(), kv.ErrCorrupt)
+
+	_, err := anon.DropDamaged(ctx, "idempotency", damaged)
 	require.ErrorContains(t, err, "401")
 	_, err = admin.DropDamaged(ctx, "outbox", damaged)
 	require.ErrorContains(t, err, "400")
@@ -156,9 +175,8 @@ func TestDropDamagedThroughTheEndpoint(t *testing.T) {
 	got, err := admin.DropDamaged(ctx, "idempotency", damaged)
 	require.NoError(t, err)
 	require.Equal(t, inspect.Dropped{Kind: "idempotency", Entry: damaged, Scope: "acme|POST /x", Key: "d1", Reason: "checksum mismatch"}, got)
-	runs = 0
-	require.NoError(t, do())
-	require.Equal(t, 1, runs, "the key ran again")
+	require.NoError(t, s.do())
+	require.Equal(t, 1, s.runs, "the key ran again")
 	problems, err := admin.Check(ctx)
 	require.NoError(t, err)
 	require.Empty(t, problems)
@@ -167,36 +185,8 @@ func TestDropDamagedThroughTheEndpoint(t *testing.T) {
 // The console's keys page shows a corrupt record with its log entry, and
 // offers an admin the drop, checked like the other actions and confirmed.
 func TestConsoleDropsADamagedRecord(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	runs := 0
-	do := func(l *ledger.Ledger) error {
-		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "d1", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
-			runs++
-			return ledger.Response{Status: 201}, nil
-		})
-		return err
-	}
-	require.NoError(t, do(l))
-	require.NoError(t, db.Close())
-	var entry string
-	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
-		entry, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("d1"), func(v []byte) []byte {
-			v[len(v)-5] ^= 1
-			return v
-		})
-		return err
-	})
-	db, err = kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	defer db.Close()
-	l, err = ledger.New(db, nil)
-	require.NoError(t, err)
-	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
-	defer srv.Close()
+	s := startDamaged(t)
+	entry, srv := s.damaged, s.srv
 	base := srv.URL + inspect.ConsolePath
 
 	code, body := page(t, &http.Client{}, base+"keys")
@@ -206,7 +196,7 @@ func TestConsoleDropsADamagedRecord(t *testing.T) {
 	require.NotContains(t, body, "keys/drop", "no form without the token")
 	keys, err := (&inspect.Client{BaseURL: srv.URL}).Keys(ctx, inspect.KeysQuery{})
 	require.NoError(t, err)
-	require.Equal(t, entry, keys[0].Entry, "the admin API names the entry too")
+	require.Contains(t, []string{keys[0].Entry, keys[1].Entry}, entry, "the admin API names the entry too")
 
 	jar, _ := cookiejar.New(nil)
 	admin := &http.Client{Jar: jar}
@@ -219,12 +209,11 @@ func TestConsoleDropsADamagedRecord(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code, "not confirmed")
 	code, _ = post(t, admin, base+"keys/drop", url.Values{"id": {entry}, "confirm": {"1"}}, srv.URL)
 	require.Equal(t, http.StatusForbidden, code, "no CSRF token")
-	require.ErrorIs(t, do(l), kv.ErrCorrupt, "still there")
+	require.ErrorIs(t, s.do(), kv.ErrCorrupt, "still there")
 
 	code, body = post(t, admin, base+"keys/drop", url.Values{"id": {entry}, "csrf": {csrf}, "confirm": {"1"}}, srv.URL)
 	require.Equal(t, 200, code)
 	require.Contains(t, body, "Dropped: the damaged record is gone")
-	runs = 0
-	require.NoError(t, do(l))
-	require.Equal(t, 1, runs, "the key ran again")
+	require.NoError(t, s.do())
+	require.Equal(t, 1, s.runs, "the key ran again")
 }
