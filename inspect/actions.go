@@ -15,8 +15,9 @@ import (
 // Operator is what the people on call do: to intents that need them, make
 // a parked one due again or finish it with the verdict the provider's own
 // dashboard gives; to tenants' usage counters the check finds wrong, count
-// them again. Actions (on a database) and Client (on a running service's
-// admin endpoint, with its token) implement it.
+// them again; to a damaged record, drop it. Actions (on a database) and
+// Client (on a running service's admin endpoint, with its token)
+// implement it.
 type Operator interface {
 	// Requeue makes a parked or unknown intent due now with a fresh attempt
 	// budget; its next attempt asks the provider first.
@@ -97,36 +98,53 @@ func (a *Actions) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
 
 // DropDamaged implements Operator.
 func (a *Actions) DropDamaged(ctx context.Context, kind, entry string) (Dropped, error) {
+	pos, err := ParseEntry(kind, entry)
+	if err != nil {
+		return Dropped{}, err
+	}
 	var d kv.DroppedEntry
-	var err error
 	switch kind {
-	case ledger.RecordKind.Name(), inbox.RecordKind.Name():
-		pos, perr := strconv.ParseUint(entry, 16, 64)
-		if perr != nil || len(entry) != 16 {
-			return Dropped{}, badParam("entry %q: want the 16 hex digits the check names (log entry ...)", clip(entry))
-		}
-		if kind == inbox.RecordKind.Name() {
-			d, err = inbox.DropDamaged(ctx, a.DB, pos)
-		} else {
-			d, err = ledger.DropDamaged(ctx, a.DB, pos)
-		}
-	case "outbox":
-		seq, perr := strconv.ParseUint(entry, 10, 64)
-		if perr != nil {
-			return Dropped{}, badParam("entry %q: want the event's sequence the check names (event seq N)", clip(entry))
-		}
-		d, err = outbox.DropDamaged(ctx, a.DB, seq)
+	case "idempotency":
+		d, err = ledger.DropDamaged(ctx, a.DB, pos)
+	case "inbox":
+		d, err = inbox.DropDamaged(ctx, a.DB, pos)
 	default:
-		return Dropped{}, badParam("kind must be idempotency, inbox or outbox, not %q", clip(kind))
+		d, err = outbox.DropDamaged(ctx, a.DB, pos)
 	}
 	if err != nil {
 		return Dropped{}, err
 	}
-	out := Dropped{Kind: d.Kind, Entry: fmt.Sprintf("%016x", d.Entry), Scope: d.Scope, Key: d.Key, Reason: d.Reason}
-	if d.Kind == "outbox" {
-		out.Entry = strconv.FormatUint(d.Entry, 10)
+	return Dropped{Kind: d.Kind, Entry: formatEntry(d.Kind, d.Entry), Scope: d.Scope, Key: d.Key, Reason: d.Reason}, nil
+}
+
+// ParseEntry reads a damaged record's name as the check gives it, for
+// Operator.DropDamaged: for kind "idempotency" or "inbox", the log
+// position in 16 hex digits ("log entry ENTRY"); for "outbox", the
+// event's sequence in decimal ("event seq N").
+func ParseEntry(kind, entry string) (uint64, error) {
+	switch kind {
+	case ledger.RecordKind.Name(), inbox.RecordKind.Name():
+		pos, err := strconv.ParseUint(entry, 16, 64)
+		if err != nil || len(entry) != 16 {
+			return 0, badParam("entry %q: want the 16 hex digits the check names (log entry ...)", clip(entry))
+		}
+		return pos, nil
+	case "outbox":
+		seq, err := strconv.ParseUint(entry, 10, 64)
+		if err != nil {
+			return 0, badParam("entry %q: want the event's sequence the check names (event seq N)", clip(entry))
+		}
+		return seq, nil
 	}
-	return out, nil
+	return 0, badParam("kind must be idempotency, inbox or outbox, not %q", clip(kind))
+}
+
+// formatEntry writes what ParseEntry reads.
+func formatEntry(kind string, pos uint64) string {
+	if kind == "outbox" {
+		return strconv.FormatUint(pos, 10)
+	}
+	return fmt.Sprintf("%016x", pos)
 }
 
 func (a *Actions) view(in *sideeffect.Intent, err error) (Intent, error) {

@@ -135,7 +135,7 @@ func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 				if errors.As(err, &re) {
 					k.Scope, k.Key, k.Error = re.Scope, re.Key, re.Err.Error()
 					if re.Entry != 0 {
-						k.Entry = fmt.Sprintf("%016x", re.Entry)
+						k.Entry = formatEntry("idempotency", re.Entry)
 					}
 				}
 			} else {

@@ -3,7 +3,6 @@ package command
 import (
 	"fmt"
 	"io"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -36,17 +35,8 @@ key.`,
   oncekv drop --db payments.db --kind outbox 42`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch kind {
-			case "idempotency", "inbox":
-				if _, err := strconv.ParseUint(args[0], 16, 64); err != nil || len(args[0]) != 16 {
-					return usagef("ENTRY must be the 16 hex digits check names (log entry ...), not %q", args[0])
-				}
-			case "outbox":
-				if _, err := strconv.ParseUint(args[0], 10, 64); err != nil {
-					return usagef("ENTRY must be the event's sequence check names (event seq N), not %q", args[0])
-				}
-			default:
-				return usagef("--kind must be idempotency, inbox or outbox, not %q", kind)
+			if _, err := inspect.ParseEntry(kind, args[0]); err != nil {
+				return usagef("%v", err)
 			}
 			d, err := operate(o, func(op inspect.Operator) (inspect.Dropped, error) {
 				return op.DropDamaged(cmd.Context(), kind, args[0])
