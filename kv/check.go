@@ -41,12 +41,13 @@ type RecordKind interface {
 }
 
 // DroppedEntry is a damaged record an operator removed by hand
-// (ledger.DropDamaged, inbox.DropDamaged), as far as it could be read.
+// (ledger.DropDamaged, inbox.DropDamaged, outbox.DropDamaged), as far as
+// it could be read.
 type DroppedEntry struct {
-	Kind   string // the record kind: "idempotency", "inbox"
-	Entry  uint64 // its log position, as DB.Check names it ("log entry %x")
-	Scope  string // its scope and key, "" when they could not be read
-	Key    string
+	Kind   string // the record kind: "idempotency", "inbox", "outbox"
+	Entry  uint64 // its log position, as DB.Check names it ("log entry %x"); an outbox event's sequence
+	Scope  string // its scope, "" when it could not be read (or has none: outbox)
+	Key    string // its key (an outbox event's ID), "" when it could not be read
 	Reason string // what was wrong with it
 }
 
