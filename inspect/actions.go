@@ -104,9 +104,9 @@ func (a *Actions) DropDamaged(ctx context.Context, kind, entry string) (Dropped,
 	}
 	var d kv.DroppedEntry
 	switch kind {
-	case "idempotency":
+	case ledger.RecordKind.Name():
 		d, err = ledger.DropDamaged(ctx, a.DB, pos)
-	case "inbox":
+	case inbox.RecordKind.Name():
 		d, err = inbox.DropDamaged(ctx, a.DB, pos)
 	default:
 		d, err = outbox.DropDamaged(ctx, a.DB, pos)

@@ -31,11 +31,7 @@ var RecordKind kv.RecordKind = &recstore.Kind[*Record]{
 		return ""
 	},
 	Removed: func(tx kv.Tx, scope string, r *Record, v []byte) error {
-		// The sweep does not know the backend: a tenant counted under its
-		// bare key (one writer) is decremented there, else in a shard.
-		b := usageNS.Bucket(tx)
-		sharded := b == nil || b.Get([]byte(TenantOf(scope))) == nil
-		return accountAround(tx, sharded, scope, r.Key, -1, -int64(len(v)))
+		return accountAround(tx, scope, r.Key, -1, -int64(len(v)))
 	},
 	CheckRecord: func(tx kv.Tx, scope, key string, r *Record, report func(string)) {
 		if r.blob != nil {
@@ -117,7 +113,6 @@ func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
 // returns the cursor to resume after (nil when done) and how many it
 // rewrote; a response that does not open fails it with a *RecordError.
 func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, resealed int, err error) {
-	ub := usageNS.Bucket(tx)
 	return RecordKind.(*recstore.Kind[*Record]).Rewrite(tx, after, limit, func(scope, key string, v []byte) ([]byte, error) {
 		r, err := decodeRecordWith(ring, scope, key, v, bodyRequired)
 		if err != nil {
@@ -134,9 +129,7 @@ func Reseal(tx kv.Tx, ring *seal.Ring, after []byte, limit int) (next []byte, re
 		e.Grow(encodedSize(r))
 		nv := encodeRecordWith(&e, ring, r, threshold)
 		if d := int64(len(nv) - len(v)); d != 0 {
-			// Counted like the sweep counts (Removed): bare key or shard.
-			sharded := ub == nil || ub.Get([]byte(TenantOf(scope))) == nil
-			if err := accountAround(tx, sharded, scope, key, 0, d); err != nil {
+			if err := accountAround(tx, scope, key, 0, d); err != nil {
 				return nil, err
 			}
 		}

@@ -141,9 +141,14 @@ func usageKey(sharded bool, scope, key string) []byte {
 	for i := 0; i < len(key); i++ {
 		h = (h ^ uint32(key[i])) * 16777619
 	}
+	return shardKey(tenant, byte(h%usageShards))
+}
+
+// shardKey is the key of tenant's counter number shard (several writers).
+func shardKey(tenant string, shard byte) []byte {
 	k := make([]byte, 0, len(tenant)+2)
 	k = append(k, tenant...)
-	return append(k, 0, byte(h%usageShards))
+	return append(k, 0, shard)
 }
 
 // usageTenant returns the tenant a usage key counts for.
@@ -223,12 +228,15 @@ func (e *damagedUsageError) Error() string {
 func (e *damagedUsageError) Unwrap() error { return e.err }
 
 // accountAround is account for maintenance that removes or rewrites
-// records (the sweep, a rekey): a counter that does not decode is left as
-// it is, since its value is lost anyway and RecountUsage computes it from
-// the records, and one damaged counter must not stop every tenant's
-// retention. The tenant's own writes still fail on it, and the check
-// reports it.
-func accountAround(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) error {
+// records (the sweep, a rekey). It does not know the backend: a tenant
+// counted under its bare key (one writer) is counted there, else in a
+// shard. A counter that does not decode is left as it is, since its value
+// is lost anyway and RecountUsage computes it from the records, and one
+// damaged counter must not stop every tenant's retention. The tenant's
+// own writes still fail on it, and the check reports it.
+func accountAround(tx kv.Tx, scope, key string, records, bytes int64) error {
+	b := usageNS.Bucket(tx)
+	sharded := b == nil || b.Get([]byte(TenantOf(scope))) == nil
 	err := account(tx, sharded, scope, key, records, bytes)
 	if _, damaged := errors.AsType[*damagedUsageError](err); damaged {
 		return nil

@@ -139,7 +139,7 @@ func recountUsageTx(tx kv.Tx, sharded bool, budget int) (mended []UsageRecount, 
 func adjustHome(b kv.Bucket, sharded bool, tenant string, records, bytes int64) error {
 	k := []byte(tenant)
 	if sharded {
-		k = append(k, 0, 0)
+		k = shardKey(tenant, 0)
 	}
 	return addUsage(b, k, tenant, records, bytes)
 }
