@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -73,6 +75,11 @@ type HarnessConfig struct {
 	Extra         []Workload
 	Progress      func(done, total time.Duration)
 	ResponseBytes []byte
+	// Trace, when set, receives an execution trace (runtime/trace) of the
+	// measured rounds, the preload left out: go tool trace shows where a
+	// batch's leader waits (for a processor, a lock, the disk). Each
+	// workload's rounds are trace regions named after it.
+	Trace io.Writer
 }
 
 // Workload is one side of a comparison.
@@ -313,6 +320,12 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		cs.reset()
 	}
 
+	if cfg.Trace != nil {
+		if err := trace.Start(cfg.Trace); err != nil {
+			return Report{}, fmt.Errorf("bench: trace: %w", err)
+		}
+		defer trace.Stop()
+	}
 	var seq atomic.Uint64
 	newKey := func() []byte {
 		return binary.BigEndian.AppendUint64([]byte("k"), seq.Add(1)*0x9E3779B97F4A7C15)
@@ -331,7 +344,9 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 			// commit's leader is one of the clients, so the batch's
 			// transaction carries its workload's label too.
 			pprof.Do(ctx, pprof.Labels("workload", w.Name), func(ctx context.Context) {
-				d, err = drive(ctx, cfg.Clients, per, func() error { return w.Op(ctx, newKey(), payload, response) }, &recs[i])
+				trace.WithRegion(ctx, w.Name, func() {
+					d, err = drive(ctx, cfg.Clients, per, func() error { return w.Op(ctx, newKey(), payload, response) }, &recs[i])
+				})
 			})
 			if err != nil {
 				return Report{}, fmt.Errorf("bench: %s: %w", w.Name, err)

@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,4 +114,34 @@ func TestOperationsCarryTheirWorkloadsLabel(t *testing.T) {
 	var labels []any
 	seen.Range(func(k, _ any) bool { labels = append(labels, k); return true })
 	require.Equal(t, []any{"probe"}, labels)
+}
+
+// `oncekv bench --trace` traces the measured rounds and not the preload,
+// which would bury them; the trace is stopped when the run ends.
+func TestTraceCoversTheMeasuredRounds(t *testing.T) {
+	var tracedOps, untracedOps, tracedPreload atomic.Int64
+	probe := Workload{Name: "probe",
+		Preload: func(context.Context, int, []byte) error {
+			if trace.IsEnabled() {
+				tracedPreload.Add(1)
+			}
+			return nil
+		},
+		Op: func(context.Context, []byte, []byte, []byte) error {
+			if trace.IsEnabled() {
+				tracedOps.Add(1)
+			} else {
+				untracedOps.Add(1)
+			}
+			return nil
+		}}
+	var out bytes.Buffer
+	_, err := RunHarness(context.Background(), HarnessConfig{Duration: 40 * time.Millisecond, Rounds: 1, Clients: 2,
+		PayloadBytes: 10, ResponseSize: 10, Commit: "batch", Preload: 1, Extra: []Workload{probe}, Trace: &out})
+	require.NoError(t, err)
+	require.Zero(t, tracedPreload.Load(), "the preload was traced")
+	require.Positive(t, tracedOps.Load())
+	require.Zero(t, untracedOps.Load(), "an operation ran untraced")
+	require.False(t, trace.IsEnabled(), "the trace outlived the run")
+	require.NotZero(t, out.Len())
 }

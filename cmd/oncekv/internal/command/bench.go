@@ -43,7 +43,7 @@ type benchOutput struct {
 func newBench(o *options) *cobra.Command {
 	var cfg bench.HarnessConfig
 	var gobench bool
-	var cpuprofile, clientList, postgres, etcd string
+	var cpuprofile, traceFile, clientList, postgres, etcd string
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure durable idempotent writes against bare bbolt, in one run",
@@ -53,7 +53,9 @@ other the same write through the idempotency ledger (look-up, business
 write, record with a --response-byte stored response, one commit). Rounds
 alternate between the workloads so all see the same machine. It prints
 ops/s, latency percentiles and each workload's throughput ratio to bare;
---json for scripts (and bench/chart), --gobench for benchstat.
+--json for scripts (and bench/chart), --gobench for benchstat;
+--cpuprofile (samples labelled by workload) and --trace (an execution
+trace of the measured rounds, go tool trace) show where the time goes.
 
 --preload N fills every file with N rows (and records) first, so the trees
 have a realistic depth. --floor adds what raw bbolt charges for the least a
@@ -94,6 +96,9 @@ workload at each client count.`,
 			if cfg.Commit != "batch" && cfg.Commit != "update" {
 				return usagef("--commit must be batch or update")
 			}
+			if traceFile != "" && len(clients) > 1 {
+				return usagef("--trace takes one client count (--clients), not a --clients-list: a file holds one trace")
+			}
 			if cpuprofile != "" {
 				f, err := os.Create(cpuprofile)
 				if err != nil {
@@ -104,6 +109,14 @@ workload at each client count.`,
 					return err
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if traceFile != "" {
+				f, err := os.Create(traceFile)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = f.Close() }()
+				cfg.Trace = f
 			}
 			var eb *etcdBench
 			if etcd != "" {
@@ -210,6 +223,7 @@ workload at each client count.`,
 	f.IntVar(&cfg.Rounds, "rounds", 2, "alternations of the workloads")
 	f.BoolVar(&gobench, "gobench", false, "print Go benchmark format (for benchstat)")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	f.StringVar(&traceFile, "trace", "", "write an execution trace of the measured rounds to this file (go tool trace; keep --duration short: a second of 64 clients is tens of megabytes)")
 	c.Flags().Lookup("sync").NoOptDefVal = "true"
 	return c
 }

@@ -2,6 +2,9 @@ package command
 
 import (
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -92,4 +95,26 @@ func TestBenchAgainstEtcd(t *testing.T) {
 		require.Positive(t, r.Ops, r.Name)
 		require.Positive(t, r.RatioToBare, r.Name)
 	}
+}
+
+// bench --trace writes an execution trace of the run (go tool trace), and
+// refuses a --clients-list, whose runs one file cannot hold.
+func TestBenchTrace(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "run.trace")
+	_, stderr, code := run("bench", "--duration", "200ms", "--clients", "2", "--sync=false", "--trace", file)
+	require.Equal(t, 0, code, stderr)
+	head := make([]byte, 16)
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = io.ReadFull(f, head)
+	require.NoError(t, err)
+	require.Regexp(t, `^go 1\.\d+ trace`, string(head), "not an execution trace")
+
+	other := filepath.Join(t.TempDir(), "runs.trace")
+	_, stderr, code = run("bench", "--clients-list", "1,2", "--trace", other)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--trace takes one client count")
+	require.NoFileExists(t, other)
 }
