@@ -103,6 +103,12 @@ type Result struct {
 	P99us       float64 `json:"p99_us"`
 	P999us      float64 `json:"p999_us"`
 	RatioToBare float64 `json:"ratio_to_bare"` // throughput of this workload / bare
+	// RatioMin and RatioMax are the lowest and highest of the ratios
+	// measured round by round (this workload's throughput in a round over
+	// the bare workload's in the same round): how far one run's ratio
+	// moves while it runs. With one round they are RatioToBare's.
+	RatioMin float64 `json:"ratio_min"`
+	RatioMax float64 `json:"ratio_max"`
 	// Batch is the mean number of operations per commit, for workloads
 	// on oncekv's group commit (0 for the others).
 	Batch float64 `json:"batch,omitempty"`
@@ -335,8 +341,17 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	per := cfg.Duration / time.Duration(cfg.Rounds)
 	total := time.Duration(len(workloads)) * cfg.Duration
 	var elapsed time.Duration
-	for range cfg.Rounds {
-		for i, w := range workloads {
+	// rate[r][i] is workload i's throughput in round r. Each round starts
+	// one workload further on, so that none always follows the same one
+	// (the page cache and the disk carry some of one workload into the
+	// next).
+	rate := make([][]float64, cfg.Rounds)
+	for r := range cfg.Rounds {
+		rate[r] = make([]float64, len(workloads))
+		for j := range workloads {
+			i := (r + j) % len(workloads)
+			w := workloads[i]
+			before := recs[i].ops.Load()
 			var d time.Duration
 			var err error
 			// The label lets a CPU profile be split by workload
@@ -352,6 +367,9 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 				return Report{}, fmt.Errorf("bench: %s: %w", w.Name, err)
 			}
 			took[i] += d
+			if d > 0 {
+				rate[r][i] = float64(recs[i].ops.Load()-before) / d.Seconds()
+			}
 			elapsed += per
 			if cfg.Progress != nil {
 				cfg.Progress(elapsed, total)
@@ -370,6 +388,9 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		for i := range rep.Results {
 			rep.Results[i].RatioToBare = rep.Results[i].OpsPerSec / bareOps
 		}
+	}
+	for i := range rep.Results {
+		rep.Results[i].RatioMin, rep.Results[i].RatioMax = roundRatios(rate, i)
 	}
 	return rep, nil
 }
@@ -663,6 +684,27 @@ func drive(ctx context.Context, c int, d time.Duration, op func() error, rec *re
 		return 0, *e
 	}
 	return time.Since(start), ctx.Err()
+}
+
+// roundRatios returns the lowest and highest ratio of workload i's
+// throughput to the bare workload's (index 0) over the rounds of rate
+// where both did something.
+func roundRatios(rate [][]float64, i int) (lo, hi float64) {
+	first := true
+	for _, r := range rate {
+		if r[0] <= 0 {
+			continue
+		}
+		v := r[i] / r[0]
+		if first || v < lo {
+			lo = v
+		}
+		if first || v > hi {
+			hi = v
+		}
+		first = false
+	}
+	return lo, hi
 }
 
 func summarize(name string, r *recorder, took time.Duration) Result {

@@ -145,3 +145,42 @@ func TestTraceCoversTheMeasuredRounds(t *testing.T) {
 	require.False(t, trace.IsEnabled(), "the trace outlived the run")
 	require.NotZero(t, out.Len())
 }
+
+// Each round starts one workload further on, so that no workload always
+// follows the same one; each workload's ratio comes with the lowest and
+// highest of its rounds' ratios (its throughput over the bare write's in
+// the same round).
+func TestRoundsRotateAndReportTheirRatios(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	last := map[string]time.Time{}
+	probe := func(name string) Workload {
+		return Workload{Name: name, Op: func(context.Context, []byte, []byte, []byte) error {
+			mu.Lock()
+			// A round of a workload lasts 50 ms: an operation 25 ms after
+			// the workload's last one starts its next round.
+			now := time.Now()
+			if now.Sub(last[name]) > 25*time.Millisecond {
+				order = append(order, name)
+			}
+			last[name] = now
+			mu.Unlock()
+			time.Sleep(100 * time.Microsecond)
+			return nil
+		}}
+	}
+	rep, err := RunHarness(context.Background(), HarnessConfig{Duration: 200 * time.Millisecond, Rounds: 4, Clients: 2,
+		PayloadBytes: 10, ResponseSize: 10, Commit: "batch", Extra: []Workload{probe("a"), probe("b")}})
+	require.NoError(t, err)
+	// Workloads bare, oncekv, a, b: round 0 runs a then b, rounds 1 and
+	// 2 too (a, b, bare... and oncekv, a, b...), round 3 starts at b.
+	require.Equal(t, []string{"a", "b", "a", "b", "a", "b", "b", "a"}, order)
+	for _, r := range rep.Results {
+		require.Positive(t, r.RatioMin, r.Name)
+		require.LessOrEqual(t, r.RatioMin, r.RatioMax, r.Name)
+		require.GreaterOrEqual(t, r.RatioToBare, r.RatioMin*0.99, r.Name)
+		require.LessOrEqual(t, r.RatioToBare, r.RatioMax*1.01, r.Name)
+	}
+	require.Equal(t, 1.0, rep.Results[0].RatioMin)
+	require.Equal(t, 1.0, rep.Results[0].RatioMax)
+}

@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,12 @@ func TestScope(t *testing.T) {
 		_, err := ledger.Scope(tenant, "POST", "/v1/orders")
 		require.ErrorIs(t, err, ledger.ErrInvalidScope, "%q", tenant)
 	}
+	// A refused tenant is quoted in the error, up to 64 bytes of it.
+	long := strings.Repeat("t", 63) + "|"
+	_, err = ledger.Scope(long, "POST", "/v1/orders")
+	require.ErrorContains(t, err, `tenant "`+long+`" contains '|'`, "a 64-byte tenant is quoted whole")
+	_, err = ledger.Scope(long+"x", "POST", "/v1/orders")
+	require.ErrorContains(t, err, `tenant "`+long+`..." contains '|'`, "a longer one is clipped")
 	// The tenant is what precedes the first '|', empty included; a scope
 	// without one is its own tenant.
 	for scope, tenant := range map[string]string{"acme|POST /x": "acme", "a|b|c": "a", "|POST /x": "", "plain": "plain"} {

@@ -176,7 +176,7 @@ workload at each client count.`,
 				fmt.Fprintf(w, "%s per workload, sync=%t, commit=%s, payload %dB, response %dB, preload %d, %d CPUs\n",
 					cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, cfg.Preload, runtime.NumCPU())
 				for _, r := range out.Runs {
-					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\tBATCH\tCOMMIT\tWRITE\tPAGES\n", r.Clients)
+					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\tROUNDS\tBATCH\tCOMMIT\tWRITE\tPAGES\n", r.Clients)
 					var plain, sealed float64
 					for _, res := range r.Results {
 						batch, commit, write, pages := "-", "-", "-", "-"
@@ -185,7 +185,7 @@ workload at each client count.`,
 							commit, write = us(res.CommitUs), us(res.WriteUs)
 							pages = fmt.Sprintf("%.1f", res.Pages)
 						}
-						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare, batch, commit, write, pages)
+						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\t%.2f-%.2f\t%s\t%s\t%s\t%s\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare, res.RatioMin, res.RatioMax, batch, commit, write, pages)
 						switch res.Name {
 						case "oncekv":
 							plain = res.OpsPerSec

@@ -25,6 +25,9 @@ func TestBench(t *testing.T) {
 			CommitUs  float64 `json:"commit_us"`
 			WriteUs   float64 `json:"write_us"`
 			Pages     float64 `json:"pages"`
+			Ratio     float64 `json:"ratio_to_bare"`
+			RatioMin  float64 `json:"ratio_min"`
+			RatioMax  float64 `json:"ratio_max"`
 		} `json:"results"`
 		Ratio float64 `json:"ratio"`
 	}
@@ -44,6 +47,10 @@ func TestBench(t *testing.T) {
 		require.Positive(t, r.WriteUs, r.Name)
 		require.Greater(t, r.CommitUs, r.WriteUs, r.Name)
 		require.GreaterOrEqual(t, r.Pages, 3.0, r.Name)
+		// The rounds' ratios bound the run's.
+		require.Positive(t, r.RatioMin, r.Name)
+		require.GreaterOrEqual(t, r.RatioMax, r.RatioMin, r.Name)
+		require.InDelta(t, r.Ratio, (r.RatioMin+r.RatioMax)/2, (r.RatioMax-r.RatioMin)/2*1.01+0.001, r.Name)
 	}
 	require.Positive(t, res.Ratio)
 
@@ -68,6 +75,7 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, table, "WORKLOAD")
 	require.Contains(t, table, "BATCH")
+	require.Contains(t, table, "ROUNDS")
 	require.Contains(t, table, "PAGES")
 	require.Contains(t, table, "oncekv")
 	_, _, code = run("bench", "--commit", "nope")
