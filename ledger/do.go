@@ -19,7 +19,8 @@ import (
 // Request identifies one attempt of a logical operation.
 type Request struct {
 	// Scope separates key spaces: tenant plus endpoint (see Scope). Two
-	// scopes never share keys.
+	// scopes never share keys. Its tenant (TenantOf) may not be empty
+	// (ValidateScope).
 	Scope string
 	// Key is the idempotency key chosen by the client (see ValidateKey).
 	Key string

@@ -28,11 +28,15 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// ValidateScope checks that scope is 1 to MaxScopeLen bytes without NUL.
+// ValidateScope checks that scope is 1 to MaxScopeLen bytes without NUL,
+// and that its tenant (TenantOf) is not empty: a scope may not begin with
+// '|'. Usage and quotas are kept per tenant.
 func ValidateScope(scope string) error {
 	switch {
 	case len(scope) == 0:
 		return fmt.Errorf("%w: empty", ErrInvalidScope)
+	case scope[0] == '|':
+		return fmt.Errorf("%w: empty tenant: the scope begins with '|', the separator after the tenant (see Scope)", ErrInvalidScope)
 	case len(scope) > MaxScopeLen:
 		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidScope, len(scope), MaxScopeLen)
 	case strings.IndexByte(scope, 0) >= 0:

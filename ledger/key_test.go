@@ -18,6 +18,9 @@ func TestScope(t *testing.T) {
 		_, err := ledger.Scope(tenant, "POST", "/v1/orders")
 		require.ErrorIs(t, err, ledger.ErrInvalidScope, "%q", tenant)
 	}
+	// A scope's tenant may not be empty: usage and quotas are per tenant.
+	require.ErrorIs(t, ledger.ValidateScope("|POST /v1/orders"), ledger.ErrInvalidScope)
+	require.NoError(t, ledger.ValidateScope("plain"), "a scope without '|' is its own tenant")
 	// A refused tenant is quoted in the error, up to 64 bytes of it.
 	long := strings.Repeat("t", 63) + "|"
 	_, err = ledger.Scope(long, "POST", "/v1/orders")

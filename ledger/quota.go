@@ -181,8 +181,13 @@ func (u Usage) clamped() Usage { return Usage{Records: max(u.Records, 0), Bytes:
 // account adds (records, bytes) to the usage of scope's tenant in tx, in
 // the counter of the record scope/key (sharded: see usageKey). It reads
 // and writes that counter only.
+//
+// A scope without a tenant is not counted. ValidateScope refuses them, but
+// etcd may hold records written before it did: their counters' keys would
+// begin with NUL, among the bucket's markers, where the check and the
+// recount do not look.
 func account(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) error {
-	if records == 0 && bytes == 0 {
+	if (records == 0 && bytes == 0) || TenantOf(scope) == "" {
 		return nil
 	}
 	b, err := usageNS.Create(tx)
@@ -308,6 +313,9 @@ func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
 
 // Usage returns one tenant's usage.
 func (l *Ledger) Usage(ctx context.Context, tenant string) (Usage, error) {
+	if tenant == "" {
+		return Usage{}, fmt.Errorf("%w: empty tenant: usage is kept per tenant", ErrInvalidScope)
+	}
 	u, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (Usage, error) { return usageOf(usageNS.Bucket(tx), tenant) })
 	return u, err
 }
@@ -337,7 +345,7 @@ func (l *Ledger) rebuildUsage(ctx context.Context) error {
 		}
 		totals := map[string]Usage{}
 		l.records.Scan(tx, "", func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
-			if ok {
+			if ok && TenantOf(scope) != "" { // not counted without a tenant (account)
 				k := string(usageKey(!l.db.Traits().SingleWriter, scope, key))
 				u := totals[k]
 				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))

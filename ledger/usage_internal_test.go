@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/observe"
@@ -286,6 +287,95 @@ func TestRecountUsageMendsTheCounters(t *testing.T) {
 				require.NotNil(t, usageNS.Bucket(tx).Get(usageComplete))
 				return nil
 			}))
+		})
+	}
+}
+
+// A scope without a tenant ("|POST /x") is refused with ErrInvalidScope.
+// It used to be taken: on bbolt its usage counter's key was empty, and the
+// write failed with bbolt's bare "key required"; on etcd its counters went
+// under keys beginning with NUL, among the usage bucket's markers. Records
+// written then (etcd, or a file from before usage was kept) are not
+// counted: opening the file counts usage without them, the check and the
+// recount leave them out, and the sweep removes them.
+func TestAScopeWithoutATenant(t *testing.T) {
+	t.Parallel()
+	for _, several := range []bool{false, true} {
+		t.Run(fmt.Sprintf("several=%t", several), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clock := kvtest.NewManualClock(time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC))
+			file := kvtest.Open(t, &kv.Options{Clock: clock})
+			db := file
+			if several {
+				var err error
+				db, err = kv.New(severalWriters{file}, &kv.Options{Clock: clock})
+				require.NoError(t, err)
+			}
+			l, err := New(db, &Config{Retention: time.Hour})
+			require.NoError(t, err)
+			ok := func(kv.Tx) (Response, error) { return Response{Status: 201, Body: []byte("ok")}, nil }
+			req := Request{Scope: "|POST /x", Key: "k", Fingerprint: Fingerprint{1}}
+			_, err = l.Do(ctx, req, ok)
+			require.ErrorIs(t, err, ErrInvalidScope)
+			require.ErrorContains(t, err, "empty tenant")
+			_, err = l.Usage(ctx, "")
+			require.ErrorIs(t, err, ErrInvalidScope)
+
+			// A record written before the scope was refused.
+			require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+				_, err := l.doTx(ctx, tx, req, ok, nil, recstore.Probe{})
+				return err
+			}))
+			_, err = l.Do(ctx, Request{Scope: "acme|POST /x", Key: "k", Fingerprint: Fingerprint{1}}, ok)
+			require.NoError(t, err)
+			usageKeys := func() (keys []string) {
+				require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+					c := keyspace.Raw(tx).Bucket(usageNS.Bytes()).Cursor()
+					for k, _ := c.First(); k != nil; k, _ = c.Next() {
+						keys = append(keys, string(k))
+					}
+					return nil
+				}))
+				return keys
+			}
+			// One counter per tenant with one writer, shards with several
+			// (etcd, when the suites run on it).
+			want := []string{string(usageComplete), string(usageKey(!db.Traits().SingleWriter, "acme|POST /x", "k"))}
+			require.Equal(t, want, usageKeys(), "the record without a tenant is counted")
+			problems, err := db.Check(ctx, RecordKind)
+			require.NoError(t, err)
+			require.Empty(t, problems)
+			mended, err := RecountUsage(ctx, db)
+			require.NoError(t, err)
+			require.Empty(t, mended)
+
+			// Usage counted at open, for a file from before it was kept.
+			stale := usageKeys()
+			require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+				b := keyspace.Raw(tx).Bucket(usageNS.Bytes())
+				for _, k := range stale {
+					if err := b.Delete([]byte(k)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}))
+			l, err = New(db, &Config{Retention: time.Hour})
+			require.NoError(t, err, "the record without a tenant stops the count at open")
+			require.Equal(t, want, usageKeys())
+			u, err := l.Usage(ctx, "acme")
+			require.NoError(t, err)
+			require.EqualValues(t, 1, u.Records)
+
+			clock.Advance(2 * time.Hour)
+			st, err := retention.Sweep(ctx, db, nil, RecordKind)
+			require.NoError(t, err)
+			require.Equal(t, 2, st.Deleted())
+			require.Equal(t, []string{string(usageComplete)}, usageKeys())
+			problems, err = db.Check(ctx, RecordKind)
+			require.NoError(t, err)
+			require.Empty(t, problems)
 		})
 	}
 }
