@@ -193,7 +193,7 @@ func TestRecountUsageMendsTheCounters(t *testing.T) {
 		{"one-writer", false, 0, 1},
 		{"several-writers", true, 0, 1},
 		{"bounded-transactions", true, 4, 2}, // 2 writes each: acme (2), then ghost and globex
-		{"bounded-exactly", true, 8, 1}, // 4 writes: acme (2), ghost and globex fill one exactly
+		{"bounded-exactly", true, 8, 1},      // 4 writes: acme (2), ghost and globex fill one exactly
 	} {
 		several := tc.several
 		t.Run(tc.name, func(t *testing.T) {
