@@ -223,7 +223,7 @@ workload at each client count.`,
 	f.IntVar(&cfg.Rounds, "rounds", 2, "alternations of the workloads")
 	f.BoolVar(&gobench, "gobench", false, "print Go benchmark format (for benchstat)")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
-	f.StringVar(&traceFile, "trace", "", "write an execution trace of the measured rounds to this file (go tool trace; keep --duration short: a second of 64 clients is tens of megabytes)")
+	f.StringVar(&traceFile, "trace", "", "write an execution trace of the measured rounds to this file (go tool trace; at 64 clients, about a megabyte for each second measured)")
 	c.Flags().Lookup("sync").NoOptDefVal = "true"
 	return c
 }
