@@ -178,16 +178,18 @@ func usageOf(b kv.Bucket, tenant string) (Usage, error) {
 
 func (u Usage) clamped() Usage { return Usage{Records: max(u.Records, 0), Bytes: max(u.Bytes, 0)} }
 
+// counted reports whether the records of scope count in a tenant's usage:
+// all but those of a scope without a tenant. ValidateScope refuses such
+// scopes, but etcd may hold records written before it did, and their
+// counters' keys would begin with NUL, among the usage bucket's markers,
+// where the check and the recount do not look.
+func counted(scope string) bool { return TenantOf(scope) != "" }
+
 // account adds (records, bytes) to the usage of scope's tenant in tx, in
 // the counter of the record scope/key (sharded: see usageKey). It reads
 // and writes that counter only.
-//
-// A scope without a tenant is not counted. ValidateScope refuses them, but
-// etcd may hold records written before it did: their counters' keys would
-// begin with NUL, among the bucket's markers, where the check and the
-// recount do not look.
 func account(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) error {
-	if (records == 0 && bytes == 0) || TenantOf(scope) == "" {
+	if (records == 0 && bytes == 0) || !counted(scope) {
 		return nil
 	}
 	b, err := usageNS.Create(tx)
@@ -345,7 +347,7 @@ func (l *Ledger) rebuildUsage(ctx context.Context) error {
 		}
 		totals := map[string]Usage{}
 		l.records.Scan(tx, "", func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
-			if ok && TenantOf(scope) != "" { // not counted without a tenant (account)
+			if ok && counted(scope) {
 				k := string(usageKey(!l.db.Traits().SingleWriter, scope, key))
 				u := totals[k]
 				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
