@@ -55,10 +55,10 @@ var RecordKind kv.RecordKind = &recstore.Kind[*Record]{
 func recordedUsage(tx kv.Tx) map[string]Usage {
 	totals := map[string]Usage{}
 	recstore.Scan(tx, recordSpec, "", func(_ recstore.Ref, scope, _ string, v []byte, ok bool) bool {
-		if ok && counted(scope) {
-			u := totals[TenantOf(scope)]
+		if tenant, counts := countedTenant(scope); ok && counts {
+			u := totals[tenant]
 			u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
-			totals[TenantOf(scope)] = u
+			totals[tenant] = u
 		}
 		return true
 	})

@@ -126,10 +126,10 @@ func decodeUsage(v []byte) (Usage, error) {
 // a usage.
 const usageShards = 256
 
-// usageKey is the key of the counter that counts the record scope/key:
-// the tenant's shard with several writers, the bare tenant key with one.
-func usageKey(sharded bool, scope, key string) []byte {
-	tenant := TenantOf(scope)
+// usageKey is the key of the counter that counts the record scope/key,
+// whose tenant is TenantOf(scope): the tenant's shard with several
+// writers, the bare tenant key with one.
+func usageKey(sharded bool, tenant, scope, key string) []byte {
 	if !sharded {
 		return []byte(tenant)
 	}
@@ -178,25 +178,29 @@ func usageOf(b kv.Bucket, tenant string) (Usage, error) {
 
 func (u Usage) clamped() Usage { return Usage{Records: max(u.Records, 0), Bytes: max(u.Bytes, 0)} }
 
-// counted reports whether the records of scope count in a tenant's usage:
-// all but those of a scope without a tenant. ValidateScope refuses such
-// scopes, but etcd may hold records written before it did, and their
+// countedTenant returns scope's tenant, and whether its records count in
+// usage: all but those of a scope without a tenant. ValidateScope refuses
+// such scopes, but etcd may hold records written before it did, and their
 // counters' keys would begin with NUL, among the usage bucket's markers,
 // where the check and the recount do not look.
-func counted(scope string) bool { return TenantOf(scope) != "" }
+func countedTenant(scope string) (string, bool) {
+	tenant := TenantOf(scope)
+	return tenant, tenant != ""
+}
 
 // account adds (records, bytes) to the usage of scope's tenant in tx, in
 // the counter of the record scope/key (sharded: see usageKey). It reads
 // and writes that counter only.
 func account(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) error {
-	if (records == 0 && bytes == 0) || !counted(scope) {
+	tenant, counts := countedTenant(scope)
+	if (records == 0 && bytes == 0) || !counts {
 		return nil
 	}
 	b, err := usageNS.Create(tx)
 	if err != nil {
 		return err
 	}
-	return addUsage(b, usageKey(sharded, scope, key), TenantOf(scope), records, bytes)
+	return addUsage(b, usageKey(sharded, tenant, scope, key), tenant, records, bytes)
 }
 
 // addUsage adds (records, bytes) to tenant's counter k in b, removing it
@@ -347,8 +351,8 @@ func (l *Ledger) rebuildUsage(ctx context.Context) error {
 		}
 		totals := map[string]Usage{}
 		l.records.Scan(tx, "", func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
-			if ok && counted(scope) {
-				k := string(usageKey(!l.db.Traits().SingleWriter, scope, key))
+			if tenant, counts := countedTenant(scope); ok && counts {
+				k := string(usageKey(!l.db.Traits().SingleWriter, tenant, scope, key))
 				u := totals[k]
 				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
 				totals[k] = u

@@ -342,7 +342,7 @@ func TestAScopeWithoutATenant(t *testing.T) {
 			}
 			// One counter per tenant with one writer, shards with several
 			// (etcd, when the suites run on it).
-			want := []string{string(usageComplete), string(usageKey(!db.Traits().SingleWriter, "acme|POST /x", "k"))}
+			want := []string{string(usageComplete), string(usageKey(!db.Traits().SingleWriter, "acme", "acme|POST /x", "k"))}
 			require.Equal(t, want, usageKeys(), "the record without a tenant is counted")
 			problems, err := db.Check(ctx, RecordKind)
 			require.NoError(t, err)
