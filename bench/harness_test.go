@@ -153,24 +153,25 @@ func TestTraceCoversTheMeasuredRounds(t *testing.T) {
 func TestRoundsRotateAndReportTheirRatios(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
-	last := map[string]time.Time{}
+	var ran atomic.Int64 // the workload runs finished (Progress)
+	seen := map[string]int64{}
 	probe := func(name string) Workload {
 		return Workload{Name: name, Op: func(context.Context, []byte, []byte, []byte) error {
 			mu.Lock()
-			// A round of a workload lasts 50 ms: an operation 25 ms after
-			// the workload's last one starts its next round.
-			now := time.Now()
-			if now.Sub(last[name]) > 25*time.Millisecond {
+			// Every operation of one run sees the same count of runs
+			// finished before it, and no other run sees that count.
+			if run := ran.Load() + 1; seen[name] != run {
 				order = append(order, name)
+				seen[name] = run
 			}
-			last[name] = now
 			mu.Unlock()
 			time.Sleep(100 * time.Microsecond)
 			return nil
 		}}
 	}
 	rep, err := RunHarness(context.Background(), HarnessConfig{Duration: 200 * time.Millisecond, Rounds: 4, Clients: 2,
-		PayloadBytes: 10, ResponseSize: 10, Commit: "batch", Extra: []Workload{probe("a"), probe("b")}})
+		PayloadBytes: 10, ResponseSize: 10, Commit: "batch", Extra: []Workload{probe("a"), probe("b")},
+		Progress: func(time.Duration, time.Duration) { ran.Add(1) }})
 	require.NoError(t, err)
 	// Workloads bare, oncekv, a, b: round 0 runs a then b, rounds 1 and
 	// 2 too (a, b, bare... and oncekv, a, b...), round 3 starts at b.
