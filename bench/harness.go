@@ -64,6 +64,11 @@ type HarnessConfig struct {
 	// the stored responses are sealed: its throughput against "oncekv" is
 	// the cost of encryption at rest.
 	Encrypted bool
+	// Uncached adds a workload "oncekv-uncached": the ledger workload
+	// with its cache of recent records off (kv.Options.RecentCacheBytes
+	// negative). Its ratio to oncekv's is what the cache costs the write
+	// path.
+	Uncached bool
 	// Floor adds a workload "floor": the business write plus one
 	// record-sized Put at the tail of a second bucket (sequential keys,
 	// leaves packed full), in the same group-committed transaction, with
@@ -285,6 +290,15 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		sealed := opts
 		sealed.Cipher = ring
 		w, err := LedgerWorkload(ctx, "oncekv-encrypted", cfg, openWith(sealed), false)
+		if err != nil {
+			return Report{}, err
+		}
+		workloads = append(workloads, w)
+	}
+	if cfg.Uncached {
+		uncached := opts
+		uncached.RecentCacheBytes = -1
+		w, err := LedgerWorkload(ctx, "oncekv-uncached", cfg, openWith(uncached), false)
 		if err != nil {
 			return Report{}, err
 		}

@@ -46,6 +46,17 @@ func TestOpenValidatesOptions(t *testing.T) {
 	}
 }
 
+// The cache of recent records takes its default for 0, is off (0) for
+// any negative bound, and keeps a bound that is set.
+func TestRecentCacheBytes(t *testing.T) {
+	t.Parallel()
+	for set, want := range map[int]int{0: kv.DefaultRecentCacheBytes, -1: 0, -(1 << 40): 0, 1 << 20: 1 << 20} {
+		db := kvtest.OpenPath(t, filepath.Join(t.TempDir(), "a.db"), &kv.Options{NoSync: true, RecentCacheBytes: set})
+		require.Equal(t, want, db.RecentCacheBytes(), "RecentCacheBytes %d", set)
+	}
+	require.Equal(t, kv.DefaultRecentCacheBytes, kvtest.OpenPath(t, filepath.Join(t.TempDir(), "b.db"), nil).RecentCacheBytes())
+}
+
 func TestOpenReadOnlyMissingFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "missing.db")

@@ -74,10 +74,10 @@
 // (Stats: Records, Rebuilt, RebuildTime): a key never seen costs no read
 // transaction, and a record found is always checked against the (scope,
 // key) asked for. Records this
-// process committed recently are also kept in a bounded cache (16 MiB per
-// database; Stats: Cached, CachedBytes, CacheHits, CacheMisses), so that a
-// retry, which comes soon after its original, is answered with no read
-// transaction at all. An entry enters the cache only after its commit and
+// process committed recently are also kept in a bounded cache
+// (kv.Options.RecentCacheBytes, 16 MiB by default, or off; Stats: Cached,
+// CachedBytes, CacheHits, CacheMisses), so that a retry, which comes soon
+// after its original, is answered with no read transaction at all. An entry enters the cache only after its commit and
 // leaves it inside any transaction that changes the record, before that
 // commits: the cache never answers with a record the file no longer holds.
 //

@@ -348,15 +348,16 @@ type Stats struct {
 	Waited int64
 	// Cached is the number of records in the cache of recent records
 	// (log layout), and CachedBytes their size. Records this process
-	// committed are kept there, up to 16 MiB per database, so that a
-	// retry is answered without a read transaction.
+	// committed are kept there, up to kv.Options.RecentCacheBytes (16 MiB
+	// by default), so that a retry is answered without a read transaction.
 	Cached      int
 	CachedBytes int64
 	// CacheHits counts the look-ups the cache answered since the process
 	// opened the database, and CacheMisses those of a key the directory
 	// holds that read the file instead (a record written before the
-	// process started, or evicted). Many misses for retries mean the
-	// cache is too small for how long your clients take to retry.
+	// process started, or evicted, or every one with the cache off). Many
+	// misses for retries mean the cache is too small for how long your
+	// clients take to retry: raise kv.Options.RecentCacheBytes.
 	CacheHits, CacheMisses uint64
 }
 

@@ -810,12 +810,28 @@ func TestNewKeysCostNoReadTransaction(t *testing.T) {
 // A retry of a record this process committed is answered from the cache
 // of recent entries; every change to the record (completion, release,
 // expiry, takeover) is seen at once, and a closed database or a canceled
-// context answers as the read transaction would.
+// context answers as the read transaction would. With the cache off
+// (kv.Options.RecentCacheBytes negative) every answer is the same, read
+// from the file.
 func TestRecentRecordsAnswerFromMemory(t *testing.T) {
 	if kvtest.Remote() {
 		t.Skip("the cache is bbolt's (a backend with several writers reads every record)")
 	}
-	l, b := setup(t, &ledger.Config{Lease: time.Minute, Retention: time.Hour})
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cache=%t", !off), func(t *testing.T) { recentRecords(t, off) })
+	}
+}
+
+func recentRecords(t *testing.T, off bool) {
+	b := &bundle{clock: kvtest.NewManualClock(t0), path: filepath.Join(t.TempDir(), "ledger.db")}
+	opts := &kv.Options{NoSync: true, Clock: b.clock}
+	fromFile := 0 // read transactions per replay
+	if off {
+		opts.RecentCacheBytes, fromFile = -1, 1
+	}
+	b.db = kvtest.OpenPath(t, b.path, opts, ledger.RecordKind)
+	l, err := ledger.New(b.db, &ledger.Config{Lease: time.Minute, Retention: time.Hour})
+	require.NoError(t, err)
 	reads := func() int { return b.db.Bolt().Stats().TxN }
 
 	// A claim, then its duplicate: in progress, from memory.
@@ -824,7 +840,7 @@ func TestRecentRecordsAnswerFromMemory(t *testing.T) {
 	before := reads()
 	_, err = l.Do(ctx, req("k", "x"), mustNotRun(t))
 	require.ErrorIs(t, err, ledger.ErrInProgress)
-	require.Equal(t, before, reads())
+	require.Equal(t, before+fromFile, reads())
 
 	// Completed: the completion replaces the cached claim at once.
 	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 201, Body: []byte(`{"id":1}`)}, nil)
@@ -837,12 +853,19 @@ func TestRecentRecordsAnswerFromMemory(t *testing.T) {
 	res, err = l.Do(ctx, req("k", "x"), mustNotRun(t))
 	require.NoError(t, err)
 	require.Equal(t, `{"id":1}`, string(res.Response.Body))
-	require.Equal(t, before, reads(), "replays of a recent record opened a read transaction")
+	require.Equal(t, before+3*fromFile, reads(), "replays of a recent record opened a read transaction")
 	st := l.Stats()
-	require.Equal(t, 1, st.Cached)
-	require.Positive(t, st.CachedBytes)
-	require.Equal(t, uint64(3), st.CacheHits, "the duplicate and two replays")
-	require.Zero(t, st.CacheMisses)
+	if off {
+		require.Zero(t, st.Cached)
+		require.Zero(t, st.CachedBytes)
+		require.Zero(t, st.CacheHits)
+		require.Equal(t, uint64(3), st.CacheMisses, "the duplicate and two replays")
+	} else {
+		require.Equal(t, 1, st.Cached)
+		require.Positive(t, st.CachedBytes)
+		require.Equal(t, uint64(3), st.CacheHits, "the duplicate and two replays")
+		require.Zero(t, st.CacheMisses)
+	}
 
 	// Released: the work runs again.
 	out, err = l.Claim(ctx, req("r", "x"))

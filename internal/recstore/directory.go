@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/oncekv/oncekv/kv"
 )
 
 // directory maps hash(scope, key) to the log positions that may hold the
@@ -35,6 +37,9 @@ type directory struct {
 	// missed can tell, by its slot's count, that no position has been
 	// added under its hash since (unchanged), and need not look again.
 	adds [dirSlots]atomic.Uint32
+	// recentShardBytes bounds each shard's cache of recent entries, and
+	// recentMaxEntry the entries it keeps (recent.go); 0 when it is off.
+	recentShardBytes, recentMaxEntry int
 }
 
 const (
@@ -60,6 +65,7 @@ type dirShard struct {
 
 func newDirectory(sizeHint int) *directory {
 	d := &directory{seed: maphash.MakeSeed(), mask: ^uint64(0)}
+	d.setRecentBytes(kv.DefaultRecentCacheBytes)
 	for i := range d.shards {
 		d.shards[i].one = make(map[uint64]uint64, sizeHint/dirShards)
 		d.shards[i].more = map[uint64][]uint64{}

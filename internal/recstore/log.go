@@ -314,6 +314,9 @@ func (s *logStore) retire(tx kv.Tx, h, pos uint64) {
 // rememberOnCommit caches entry, written at pos in tx, once tx commits
 // (recent.go): through the managed call's Journal in ctx, or OnCommit.
 func (s *logStore) rememberOnCommit(ctx context.Context, tx kv.Tx, h, pos uint64, entry []byte) {
+	if s.dir.recentOff() {
+		return
+	}
 	gen := s.dir.generation(h)
 	if j := journalFrom(ctx); j != nil {
 		j.remember(s.dir, h, pos, gen, entry)
@@ -333,6 +336,10 @@ func (s *logStore) Cached(ctx context.Context, p Probe, scope, key string) (Ref,
 	}
 	h := p.h // a probe of another key can only miss here: entries are verified
 	r := &s.dir.shard(h).recent
+	if s.dir.recentOff() {
+		r.misses.Add(1)
+		return Ref{}, nil, false
+	}
 	if v, ok := s.cachedAt(h, p.pos, scope, key); ok {
 		r.hits.Add(1)
 		return Ref{pos: p.pos}, v, true
@@ -548,6 +555,7 @@ func openLog(ctx context.Context, db *kv.DB, spec Spec, dir *directory) (*logSto
 	s := &logStore{spec: spec, log: spec.logNS(), tail: spec.tailNS(),
 		budget: tailBudget(db.PageSize()), dir: dir,
 		open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
+	dir.setRecentBytes(db.RecentCacheBytes())
 	// Until the rebuild has seen every counter in the log, a new position
 	// is looked up before it is used: a migration cut short by a crash left
 	// records at positions this process's counter would reach again (found

@@ -37,17 +37,36 @@ type modelRun struct {
 	t     *testing.T
 	path  string
 	keyed bool // the keyed layout (as on etcd) instead of the log
-	db    *kv.DB
-	s     Store
-	model map[[2]string]modelRec
-	ver   int
+	// uncached turns the cache of recent entries off (the log layout
+	// with kv.Options.RecentCacheBytes negative).
+	uncached bool
+	db       *kv.DB
+	s        Store
+	model    map[[2]string]modelRec
+	ver      int
 }
+
+// modelLayout is a store the model plays against: the log, the log with
+// its cache of recent entries off, or the keyed layout.
+type modelLayout int
+
+const (
+	modelLog modelLayout = iota
+	modelUncached
+	modelKeyed
+)
+
+var modelLayouts = []modelLayout{modelLog, modelUncached, modelKeyed}
 
 // modelMask leaves four hashes for the eight identities.
 const modelMask = 3
 
 func (m *modelRun) open() {
-	db, err := kv.Open(m.path, &kv.Options{NoSync: true})
+	opts := &kv.Options{NoSync: true}
+	if m.uncached {
+		opts.RecentCacheBytes = -1
+	}
+	db, err := kv.Open(m.path, opts)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -172,8 +191,9 @@ var errModelRollback = errors.New("roll back")
 
 // playModel runs ops; each op takes the bytes after it as arguments (0
 // when the input ends).
-func playModel(t *testing.T, ops []byte, keyed bool) {
-	m := &modelRun{t: t, path: filepath.Join(t.TempDir(), "m.db"), model: map[[2]string]modelRec{}, keyed: keyed}
+func playModel(t *testing.T, ops []byte, l modelLayout) {
+	m := &modelRun{t: t, path: filepath.Join(t.TempDir(), "m.db"), model: map[[2]string]modelRec{},
+		keyed: l == modelKeyed, uncached: l == modelUncached}
 	m.open()
 	defer func() { _ = m.db.Close() }()
 	arg := func() int {
@@ -314,8 +334,9 @@ func FuzzStoreAgainstAModel(f *testing.F) {
 	f.Add([]byte{2, 1, 1, 1, 3, 2, 2, 2, 0, 1, 3, 3, 0x81, 0, 0, 5, 2, 1, 0, 0})
 	f.Add([]byte{31, 0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 31, 4, 1, 0, 5, 1, 0, 6, 1, 0, 7, 1, 0, 4, 2, 5})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		playModel(t, ops, false)
-		playModel(t, ops, true)
+		for _, l := range modelLayouts {
+			playModel(t, ops, l)
+		}
 	})
 }
 
@@ -329,7 +350,7 @@ func TestStoreAgainstAModel(t *testing.T) {
 		x = x*1664525 + 1013904223
 		ops = append(ops, byte(x>>24))
 	}
-	for _, keyed := range []bool{false, true} {
-		playModel(t, ops, keyed)
+	for _, l := range modelLayouts {
+		playModel(t, ops, l)
 	}
 }

@@ -36,15 +36,21 @@ import (
 // the log is. The cache holds what this process wrote: a process that
 // opens an existing file starts with it empty, and writes made to the
 // file behind oncekv's back (raw bbolt) are not seen by it.
-const (
-	// recentBytes bounds the cache of one kind in one database.
-	recentBytes = 16 << 20
-	// recentShardBytes bounds one shard: oldest entries are evicted first.
-	recentShardBytes = recentBytes / dirShards
-	// recentMaxEntry is the largest entry kept: a huge response would
-	// evict a shard's worth of small ones.
-	recentMaxEntry = recentShardBytes / 4
-)
+// The cache's bound (kv.Options.RecentCacheBytes) is split evenly among
+// the directory's shards; a shard evicts its oldest entries first, and an
+// entry over a quarter of a shard's bound is not kept (a huge response
+// would evict a shard's worth of small ones). A bound of 0 turns the cache
+// off: nothing is remembered, and the write path skips the shard's lock.
+
+// setRecentBytes sets the cache's bound for the whole directory; 0 turns
+// it off. It is set once, before the directory is used.
+func (d *directory) setRecentBytes(n int) {
+	d.recentShardBytes = max(n, 0) / dirShards
+	d.recentMaxEntry = d.recentShardBytes / 4
+}
+
+// recentOff reports whether the cache is off.
+func (d *directory) recentOff() bool { return d.recentShardBytes == 0 }
 
 // recentShard is one shard's cache, beside (not under) the directory's
 // lock: adds come after commits, outside the writer's critical section.
@@ -78,7 +84,7 @@ func (d *directory) generation(h uint64) uint64 { return d.shard(h).recent.gen.L
 // remember adds the entry committed at pos, unless a position of the
 // shard changed since gen was taken (inside the writing transaction).
 func (d *directory) remember(h, pos, gen uint64, entry []byte) {
-	if len(entry) > recentMaxEntry {
+	if len(entry) > d.recentMaxEntry || d.recentOff() {
 		return
 	}
 	r := &d.shard(h).recent
@@ -96,7 +102,7 @@ func (d *directory) remember(h, pos, gen uint64, entry []byte) {
 	r.entries[pos] = entry
 	r.order = append(r.order, pos)
 	r.bytes += cap(entry) // what it holds: an entry encoded in a buffer allocated ahead has room to spare
-	for r.bytes > recentShardBytes && r.head < len(r.order) {
+	for r.bytes > d.recentShardBytes && r.head < len(r.order) {
 		p := r.order[r.head]
 		r.head++
 		if e, ok := r.entries[p]; ok {
@@ -110,6 +116,9 @@ func (d *directory) remember(h, pos, gen uint64, entry []byte) {
 // forget removes pos and counts a change, inside the transaction that
 // changes it.
 func (d *directory) forget(h, pos uint64) {
+	if d.recentOff() {
+		return // nothing cached, and nothing to refuse: remember adds nothing
+	}
 	r := &d.shard(h).recent
 	r.mu.Lock()
 	r.gen.Add(1)

@@ -3,6 +3,7 @@ package recstore
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -187,10 +188,10 @@ func TestRecentCacheIsBounded(t *testing.T) {
 	sh := &s.dir.shards[0].recent
 	h := uint64(0) // shard 0
 	entry := make([]byte, 1000)
-	n := 3 * recentShardBytes / len(entry)
+	n := 3 * s.dir.recentShardBytes / len(entry)
 	for i := 1; i <= n; i++ {
 		s.dir.remember(h, uint64(i), s.dir.generation(h), entry)
-		require.LessOrEqual(t, sh.bytes, recentShardBytes)
+		require.LessOrEqual(t, sh.bytes, s.dir.recentShardBytes)
 	}
 	require.Nil(t, s.dir.cached(h, 1), "the oldest entry is still cached")
 	require.NotNil(t, s.dir.cached(h, uint64(n)), "the newest entry was evicted")
@@ -205,7 +206,7 @@ func TestRecentCacheIsBounded(t *testing.T) {
 	// The entries still held are the newest of the first run; filled to
 	// the bound again, every entry added evicts exactly the oldest held.
 	next := uint64(30 * n)
-	for (len(sh.entries)+1)*len(entry) <= recentShardBytes {
+	for (len(sh.entries)+1)*len(entry) <= s.dir.recentShardBytes {
 		next++
 		s.dir.remember(h, next, s.dir.generation(h), entry)
 	}
@@ -222,9 +223,9 @@ func TestRecentCacheIsBounded(t *testing.T) {
 		}
 	}
 
-	s.dir.remember(h, 1<<40, s.dir.generation(h), make([]byte, recentMaxEntry+1))
+	s.dir.remember(h, 1<<40, s.dir.generation(h), make([]byte, s.dir.recentMaxEntry+1))
 	require.Nil(t, s.dir.cached(h, 1<<40), "an entry over the size limit is cached")
-	s.dir.remember(h, 1<<41, s.dir.generation(h), make([]byte, recentMaxEntry))
+	s.dir.remember(h, 1<<41, s.dir.generation(h), make([]byte, s.dir.recentMaxEntry))
 	require.NotNil(t, s.dir.cached(h, 1<<41), "an entry of the size limit is not cached")
 }
 
@@ -232,13 +233,13 @@ func TestRecentCacheIsBounded(t *testing.T) {
 func TestRecentCacheHoldsItsWholeBound(t *testing.T) {
 	_, s := open(t)
 	h := uint64(1) << 58 // shard 1
-	entry := make([]byte, recentShardBytes/8)
+	entry := make([]byte, s.dir.recentShardBytes/8)
 	for i := 1; i <= 8; i++ {
 		s.dir.remember(h, uint64(i), s.dir.generation(h), entry)
 	}
 	n, bytes, _, _ := s.dir.recentStats()
 	require.Equal(t, 8, n)
-	require.Equal(t, recentShardBytes, bytes)
+	require.Equal(t, s.dir.recentShardBytes, bytes)
 	s.dir.remember(h, 9, s.dir.generation(h), entry)
 	require.Nil(t, s.dir.cached(h, 1), "one over the bound evicts the oldest")
 	require.NotNil(t, s.dir.cached(h, 2))
@@ -351,4 +352,77 @@ func TestJournalAddsEntriesAfterTheCall(t *testing.T) {
 		require.True(t, ok, k)
 		require.Equal(t, value(k), v)
 	}
+}
+
+// kv.Options.RecentCacheBytes sets the cache's bound, split among the
+// shards, and the largest entry kept; negative turns it off, and the
+// store works as before from the file, through overwrites, deletes and a
+// managed call's journal.
+func TestRecentCacheFollowsItsOption(t *testing.T) {
+	openWith := func(t *testing.T, bytes int) (*kv.DB, *logStore) {
+		db, err := kv.Open(filepath.Join(t.TempDir(), "r.db"), &kv.Options{NoSync: true, RecentCacheBytes: bytes})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		st, err := Open(ctx, db, spec)
+		require.NoError(t, err)
+		return db, st.(*logStore)
+	}
+	put := func(t *testing.T, db *kv.DB, s *logStore, key string, v []byte) {
+		j := &Journal{}
+		jctx := WithJournal(ctx, j)
+		require.NoError(t, db.Update(jctx, func(tx kv.Tx) error {
+			ref, _, err := s.Get(tx, "s", key)
+			if err != nil {
+				return err
+			}
+			_, err = s.Put(jctx, tx, "s", key, ref, time.Time{}, t0.Add(time.Hour), v)
+			return err
+		}))
+		j.Committed()
+	}
+
+	t.Run("bounded", func(t *testing.T) {
+		const bound = 64 * 4096 // 4 KiB a shard: entries up to 1 KiB
+		db, s := openWith(t, bound)
+		require.Equal(t, bound, db.RecentCacheBytes())
+		require.Equal(t, 4096, s.dir.recentShardBytes)
+		require.Equal(t, 1024, s.dir.recentMaxEntry)
+		small, large := value("small"), value(string(make([]byte, 1100)))
+		put(t, db, s, "small", small)
+		put(t, db, s, "large", large)
+		v, ok := cachedValue(s, "s", "small")
+		require.True(t, ok)
+		require.Equal(t, small, v)
+		_, ok = cachedValue(s, "s", "large")
+		require.False(t, ok, "an entry over a quarter of a shard's bound is cached")
+		for i := range 2000 { // 1 MB of entries of 500 bytes
+			put(t, db, s, fmt.Sprint("k", i), value(fmt.Sprintf("value %d %0490d", i, 0)))
+		}
+		st := s.Stats()
+		require.LessOrEqual(t, st.CachedBytes, bound)
+		require.Positive(t, st.Cached)
+		require.Less(t, st.Cached, 2000, "every entry is still cached: the bound is not kept")
+	})
+
+	t.Run("off", func(t *testing.T) {
+		db, s := openWith(t, -1)
+		require.Zero(t, db.RecentCacheBytes())
+		put(t, db, s, "k", value("v1"))
+		put(t, db, s, "k", value("v2")) // overwritten in place
+		_, ok := cachedValue(s, "s", "k")
+		require.False(t, ok, "a record is cached with the cache off")
+		require.Equal(t, value("v2"), get(t, db, s, "s", "k"))
+		st := s.Stats()
+		require.Zero(t, st.Cached)
+		require.Zero(t, st.CacheHits)
+		require.Equal(t, uint64(1), st.CacheMisses, "the look-up that read the file is not counted")
+		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+			ref, _, err := s.Get(tx, "s", "k")
+			if err != nil {
+				return err
+			}
+			return s.Delete(tx, "s", "k", ref, t0.Add(time.Hour))
+		}))
+		require.Nil(t, get(t, db, s, "s", "k"))
+	})
 }

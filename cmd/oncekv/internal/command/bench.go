@@ -216,6 +216,7 @@ workload at each client count.`,
 	f.BoolVar(&cfg.BoltBatch, "bolt-batch", false, "commit both main workloads through bbolt's own DB.Batch (10ms delay by default)")
 	f.BoolVar(&cfg.BareBoltBatch, "bare-bolt-batch", false, "add the bare write through bbolt's own DB.Batch as a workload")
 	f.BoolVar(&cfg.Encrypted, "encrypted", false, "add the ledger with encryption at rest (a random key): its ratio to oncekv is the cost of sealing")
+	f.BoolVar(&cfg.Uncached, "uncached", false, "add the ledger with its cache of recent records off (kv.Options.RecentCacheBytes): its ratio to oncekv is what the cache costs")
 	f.BoolVar(&cfg.Keyed, "keyed", false, "add the ledger on its format-1 layout (records under their keys), as before the record log")
 	f.BoolVar(&cfg.Floor, "floor", false, "add the floor: the business write plus a record-sized Put at the tail of a second bucket, raw bbolt, the least a durable record costs")
 	f.StringVar(&postgres, "against-postgres", "", "add the classic PostgreSQL pattern on this server (a pgx DSN; tables oncekv_bench_* are created and emptied)")

@@ -61,6 +61,14 @@ func TestBench(t *testing.T) {
 		require.GreaterOrEqual(t, r.Batch, 1.0, r.Name)
 		require.LessOrEqual(t, r.Batch, 4.0, r.Name)
 	}
+	// --uncached adds the ledger with its cache of recent records off.
+	out, stderr, code = run("bench", "--duration", "200ms", "--clients", "2", "--sync=false", "--uncached", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Len(t, res.Results, 3)
+	require.Equal(t, "oncekv-uncached", res.Results[2].Name)
+	require.Positive(t, res.Results[2].Ops)
+
 	_, _, code = run("bench", "--gather", "--batch-delay", "1ms")
 	require.NotZero(t, code, "gathering and a fixed delay exclude each other")
 
