@@ -3,6 +3,7 @@ package recstore
 import (
 	"hash/maphash"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -75,7 +76,10 @@ func newDirectory(sizeHint int) *directory {
 
 // shard returns the shard of hash h. The top bits choose it: the maps
 // index by the low ones.
-func (d *directory) shard(h uint64) *dirShard { return &d.shards[h>>(64-6)] }
+func (d *directory) shard(h uint64) *dirShard { return &d.shards[shardOf(h)] }
+
+// shardOf returns the index of hash h's shard.
+func shardOf(h uint64) int { return int(h >> (64 - 6)) }
 
 // hash is keyed per process (maphash's random seed), so a client cannot
 // choose keys that collide. Scope and key are hashed apart and mixed, so
@@ -133,6 +137,12 @@ func (d *directory) add(h, pos uint64) {
 	sh := d.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.put(h, pos)
+	d.adds[h&(dirSlots-1)].Add(1)
+}
+
+// put records pos under h, once, in a shard whose lock the caller holds.
+func (sh *dirShard) put(h, pos uint64) {
 	p, ok := sh.one[h]
 	switch {
 	case !ok:
@@ -141,7 +151,42 @@ func (d *directory) add(h, pos uint64) {
 	default:
 		sh.more[h] = append(sh.more[h], pos)
 	}
-	d.adds[h&(dirSlots-1)].Add(1)
+}
+
+// hashPos is a position found under a hash, for load.
+type hashPos struct{ h, pos uint64 }
+
+// load records the positions of a rebuild, gathered by shard (found[i]
+// holds shard i's, in log order), as add would one at a time. Each
+// shard's map is sized once for its positions instead of growing, and the
+// shards are filled by up to GOMAXPROCS goroutines: at a million records
+// the inserts, each a cache miss in a large map, were most of an open's
+// time. It counts no adds: load runs before the directory is published,
+// so no look-up is in flight to be told of them (unchanged).
+func (d *directory) load(found *[dirShards][]hashPos) {
+	var next atomic.Int32
+	fill := func() {
+		for i := int(next.Add(1) - 1); i < dirShards; i = int(next.Add(1) - 1) {
+			d.shards[i].load(found[i])
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), dirShards) - 1 {
+		wg.Go(fill)
+	}
+	fill()
+	wg.Wait()
+}
+
+func (sh *dirShard) load(found []hashPos) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if len(sh.one) == 0 {
+		sh.one = make(map[uint64]uint64, len(found))
+	}
+	for _, f := range found {
+		sh.put(f.h, f.pos)
+	}
 }
 
 // remove forgets pos under h.

@@ -84,6 +84,36 @@ func TestDirectorySeveralPositionsPerHash(t *testing.T) {
 	require.Zero(t, n)
 }
 
+// An open's rebuild loads the directory in bulk, shards in parallel: the
+// directory it leaves is the one adding each position in log order would,
+// collisions, repeats and positions already there included.
+func TestDirectoryLoadIsAddInBulk(t *testing.T) {
+	added, loaded := newDirectory(0), newDirectory(0)
+	added.add(5<<58|9, 1) // already there before the load (a migration's)
+	loaded.add(5<<58|9, 1)
+	found := new([dirShards][]hashPos)
+	x := uint64(1)
+	for pos := uint64(2); pos < 5000; pos++ {
+		x = x*6364136223846793005 + 1442695040888963407
+		h := x&(7<<58) | x%13 // eight shards, thirteen hashes in each: many collisions
+		if pos%97 == 0 {
+			h = 5<<58 | 9 // beside the position added before
+		}
+		for range 1 + pos%3/2 { // every third position twice
+			added.add(h, pos)
+			found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, pos})
+		}
+	}
+	loaded.load(found)
+	for i := range dirShards {
+		require.Equal(t, added.shards[i].one, loaded.shards[i].one, "shard %d", i)
+		require.Equal(t, added.shards[i].more, loaded.shards[i].more, "shard %d", i)
+	}
+	n, extra := loaded.len()
+	require.Equal(t, 4999, n)
+	require.Positive(t, extra)
+}
+
 // Hashes that differ only in the bits that choose a shard live in
 // different shards, and each keeps its own positions; len counts them all.
 func TestDirectoryShards(t *testing.T) {

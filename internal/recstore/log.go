@@ -436,6 +436,7 @@ func scanLog(tx kv.Tx, log, tail keyspace.Namespace, prefix string, verify bool,
 func (s *logStore) rebuild(tx kv.Tx) {
 	start := time.Now()
 	n := 0
+	var found [dirShards][]hashPos
 	if b := s.both(tx); b != nil {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -457,10 +458,12 @@ func (s *logStore) rebuild(tx kv.Tx) {
 					continue
 				}
 			}
-			s.dir.add(s.dir.hashBytes(sc, ky), pos)
+			h := s.dir.hashBytes(sc, ky)
+			found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, pos})
 			n++
 		}
 	}
+	s.dir.load(&found)
 	failpoint.Inject(failpoint.RecstoreRebuilt)
 	s.rebuilt, s.rebuildTime = n, time.Since(start)
 	s.wrapped.Store(s.ctr.Load() >= ctrMask) // the counter now starts above every position

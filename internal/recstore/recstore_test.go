@@ -457,24 +457,38 @@ func TestKeyedLayout(t *testing.T) {
 }
 
 // BenchmarkDirectoryHeap measures the directory's heap per record: a
-// million entries in a directory of its own.
+// million entries in a directory of its own, added one by one as writes
+// add them, or loaded as an open's rebuild loads them.
 func BenchmarkDirectoryHeap(b *testing.B) {
 	const n = 1_000_000
-	var perEntry float64
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		d := newDirectory(0)
-		for i := range uint64(n) {
-			d.add(d.hash("acme|POST /v1/orders", strconv.FormatUint(i, 16)), i<<ctrBits|i)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		perEntry = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
-		runtime.KeepAlive(d)
+	for _, via := range []string{"add", "load"} {
+		b.Run("via="+via, func(b *testing.B) {
+			var perEntry float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				d := newDirectory(0)
+				if via == "add" { // as writes add entries
+					for i := range uint64(n) {
+						d.add(d.hash("acme|POST /v1/orders", strconv.FormatUint(i, 16)), i<<ctrBits|i)
+					}
+				} else { // as an open's rebuild loads them
+					found := new([dirShards][]hashPos)
+					for i := range uint64(n) {
+						h := d.hash("acme|POST /v1/orders", strconv.FormatUint(i, 16))
+						found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, i<<ctrBits | i})
+					}
+					d.load(found)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perEntry = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+				runtime.KeepAlive(d)
+			}
+			b.ReportMetric(perEntry, "heap-B/record")
+		})
 	}
-	b.ReportMetric(perEntry, "heap-B/record")
 }
 
 // A value encoded after Frame's head and stored with PutFramed is stored
