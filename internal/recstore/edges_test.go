@@ -114,6 +114,37 @@ func TestDirectoryLoadIsAddInBulk(t *testing.T) {
 	require.Positive(t, extra)
 }
 
+// A log of more positions than a rebuild gathers at once loads in several
+// chunks, and the directory is the one a single load leaves, whatever
+// chunk the positions fall in (a record in the tail too).
+func TestRebuildInChunks(t *testing.T) {
+	db, s := open(t)
+	for i := range 50 {
+		put(t, db, s, "s", fmt.Sprint("k", i), t0.Add(time.Duration(i%3)*time.Hour), value(fmt.Sprint("v", i)))
+	}
+	rebuild := func(chunk int) *directory {
+		defer func(was int) { rebuildChunk = was }(rebuildChunk)
+		rebuildChunk = chunk
+		d := newDirectory(0)
+		d.seed = s.dir.seed // the same hashes as the open store's
+		rs, err := openLog(ctx, db, spec, d)
+		require.NoError(t, err)
+		require.Equal(t, 50, rs.Stats().Rebuilt)
+		return d
+	}
+	whole := rebuild(1 << 22)
+	for _, chunk := range []int{1, 7, 50} {
+		d := rebuild(chunk)
+		for i := range dirShards {
+			require.Equal(t, whole.shards[i].one, d.shards[i].one, "chunk %d, shard %d", chunk, i)
+			require.Equal(t, whole.shards[i].more, d.shards[i].more, "chunk %d, shard %d", chunk, i)
+		}
+	}
+	for i := range dirShards {
+		require.Equal(t, s.dir.shards[i].one, whole.shards[i].one, "the rebuild differs from the directory the writes left")
+	}
+}
+
 // Hashes that differ only in the bits that choose a shard live in
 // different shards, and each keeps its own positions; len counts them all.
 func TestDirectoryShards(t *testing.T) {

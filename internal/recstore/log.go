@@ -437,6 +437,7 @@ func (s *logStore) rebuild(tx kv.Tx) {
 	start := time.Now()
 	n := 0
 	var found [dirShards][]hashPos
+	gathered := 0
 	if b := s.both(tx); b != nil {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -461,6 +462,13 @@ func (s *logStore) rebuild(tx kv.Tx) {
 			h := s.dir.hashBytes(sc, ky)
 			found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, pos})
 			n++
+			if gathered++; gathered == rebuildChunk {
+				s.dir.load(&found)
+				for i := range found {
+					found[i] = found[i][:0]
+				}
+				gathered = 0
+			}
 		}
 	}
 	s.dir.load(&found)
@@ -468,6 +476,12 @@ func (s *logStore) rebuild(tx kv.Tx) {
 	s.rebuilt, s.rebuildTime = n, time.Since(start)
 	s.wrapped.Store(s.ctr.Load() >= ctrMask) // the counter now starts above every position
 }
+
+// rebuildChunk bounds the positions a rebuild gathers before it loads
+// them into the directory (16 bytes each: 64 MiB, and append's slack,
+// beside the directory while a large log is read). A log of more loads in
+// several chunks, the shards' maps sized for the first and growing after.
+var rebuildChunk = 1 << 22
 
 // The log stores of every open bbolt database, by handle and kind: every
 // Ledger (and every inbox) over one database shares one directory, and the
