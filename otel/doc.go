@@ -34,6 +34,20 @@
 //	oncekv.outbox.quarantined      gauge      {event}
 //	oncekv.inbox.messages          counter    {message}     oncekv.consumer, oncekv.duplicate
 //
+// ObserveLedger adds, read from ledger.Stats at each collection, the
+// figures of the ledger's record store in this process:
+//
+//	instrument                                 kind               unit      attributes
+//	oncekv.ledger.directory.records            gauge              {record}
+//	oncekv.ledger.directory.size               gauge              By
+//	oncekv.ledger.directory.rebuild.duration   gauge              s         (at open)
+//	oncekv.ledger.cache.records                gauge              {record}
+//	oncekv.ledger.cache.size                   gauge              By
+//	oncekv.ledger.cache.lookups                counter            {lookup}  oncekv.cache.result (hit, miss)
+//
+// Many misses for retries mean the cache of recent records is too small
+// for how long your clients take to retry (kv.Options.RecentCacheBytes).
+//
 // Tenants are left out of the request attributes by default: their number
 // is the caller's, and every value is a time series.
 //

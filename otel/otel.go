@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/observe"
 )
 
@@ -167,4 +168,58 @@ func (in *instruments) observer(tracer trace.Tracer, tenants bool) *observe.Obse
 			}
 		},
 	}
+}
+
+// ObserveLedger reports the figures of l's record store in this process
+// (ledger.Stats) as observable instruments, read at each collection: the
+// key directory's records and heap, its rebuild time at open, and the
+// cache of recent records (records, bytes, look-ups answered and missed),
+// which says whether kv.Options.RecentCacheBytes keeps your clients'
+// retries in memory. Every ledger over one database shares one store:
+// observe one of them. Unregister the registration when the ledger's
+// database closes.
+func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error) {
+	mp := otel.GetMeterProvider()
+	if opts != nil && opts.MeterProvider != nil {
+		mp = opts.MeterProvider
+	}
+	m := mp.Meter(ScopeName)
+	var err error
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		var g metric.Int64ObservableGauge
+		if err == nil {
+			g, err = m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		}
+		return g
+	}
+	records := gauge("oncekv.ledger.directory.records", "{record}", "Record positions the ledger's in-memory key directory holds.")
+	dirBytes := gauge("oncekv.ledger.directory.size", "By", "Estimated heap of the ledger's key directory.")
+	cached := gauge("oncekv.ledger.cache.records", "{record}", "Records in the cache of recent records.")
+	cachedBytes := gauge("oncekv.ledger.cache.size", "By", "Bytes of the records in the cache of recent records.")
+	var lookups metric.Int64ObservableCounter
+	var rebuild metric.Float64ObservableGauge
+	if err == nil {
+		lookups, err = m.Int64ObservableCounter("oncekv.ledger.cache.lookups", metric.WithUnit("{lookup}"),
+			metric.WithDescription("Look-ups of a known key answered from the cache of recent records (hit) or read from the file (miss)."))
+	}
+	if err == nil {
+		rebuild, err = m.Float64ObservableGauge("oncekv.ledger.directory.rebuild.duration", metric.WithUnit("s"),
+			metric.WithDescription("Time the key directory took to rebuild when this process opened the database."))
+	}
+	if err != nil {
+		return nil, err
+	}
+	hit := metric.WithAttributes(attribute.String("oncekv.cache.result", "hit"))
+	miss := metric.WithAttributes(attribute.String("oncekv.cache.result", "miss"))
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := l.Stats()
+		o.ObserveInt64(records, int64(st.Records))
+		o.ObserveInt64(dirBytes, st.DirectoryBytes)
+		o.ObserveInt64(cached, int64(st.Cached))
+		o.ObserveInt64(cachedBytes, st.CachedBytes)
+		o.ObserveInt64(lookups, int64(st.CacheHits), hit)    // #nosec G115 -- a count since open
+		o.ObserveInt64(lookups, int64(st.CacheMisses), miss) // #nosec G115 -- a count since open
+		o.ObserveFloat64(rebuild, st.RebuildTime.Seconds())
+		return nil
+	}, records, dirBytes, cached, cachedBytes, lookups, rebuild)
 }

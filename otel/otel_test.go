@@ -197,3 +197,82 @@ func TestOutboxGauges(t *testing.T) {
 	}
 	require.Equal(t, map[string]int64{"oncekv.outbox.pending": 0, "oncekv.outbox.quarantined": 0, "oncekv.outbox.damaged": 1}, got)
 }
+
+// ObserveLedger reports the ledger's Stats at each collection: the
+// directory's records and heap, its rebuild time, and the cache of recent
+// records with its hits and misses; with the cache off every look-up is a
+// miss. After Unregister the instruments report nothing.
+func TestObserveLedger(t *testing.T) {
+	ctx := context.Background()
+	for _, off := range []bool{false, true} {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		opts := &kv.Options{NoSync: true}
+		if off {
+			opts.RecentCacheBytes = -1
+		}
+		db, err := kv.Open(filepath.Join(t.TempDir(), "l.db"), opts)
+		require.NoError(t, err)
+		l, err := ledger.New(db, nil)
+		require.NoError(t, err)
+		reg, err := oncekvotel.ObserveLedger(l, &oncekvotel.Options{MeterProvider: mp})
+		require.NoError(t, err)
+		do := func(key string) {
+			_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: key, Fingerprint: ledger.Fingerprint{1}},
+				func(kv.Tx) (ledger.Response, error) {
+					return ledger.Response{Status: 201, Body: []byte(`{"id":"x"}`)}, nil
+				})
+			require.NoError(t, err)
+		}
+		for _, k := range []string{"a", "b", "c", "a", "b"} { // three new, two replays
+			do(k)
+		}
+		collect := func() (map[string]int64, map[string]int64, bool) {
+			var rm metricdata.ResourceMetrics
+			require.NoError(t, reader.Collect(ctx, &rm))
+			gauges, lookups, rebuild := map[string]int64{}, map[string]int64{}, false
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					switch d := m.Data.(type) {
+					case metricdata.Gauge[int64]:
+						gauges[m.Name] = d.DataPoints[0].Value
+					case metricdata.Sum[int64]:
+						require.True(t, d.IsMonotonic, m.Name)
+						for _, p := range d.DataPoints {
+							r, _ := p.Attributes.Value("oncekv.cache.result")
+							lookups[r.AsString()] = p.Value
+						}
+					case metricdata.Gauge[float64]:
+						rebuild = m.Name == "oncekv.ledger.directory.rebuild.duration" && d.DataPoints[0].Value >= 0
+					}
+				}
+			}
+			return gauges, lookups, rebuild
+		}
+		gauges, lookups, rebuild := collect()
+		st := l.Stats()
+		want := map[string]int64{
+			"oncekv.ledger.directory.records": 3,
+			"oncekv.ledger.directory.size":    3 * ledger.DirectoryBytesPerRecord,
+			"oncekv.ledger.cache.records":     3,
+			"oncekv.ledger.cache.size":        st.CachedBytes,
+		}
+		wantLookups := map[string]int64{"hit": 2, "miss": 0}
+		if off {
+			want["oncekv.ledger.cache.records"], want["oncekv.ledger.cache.size"] = 0, 0
+			wantLookups = map[string]int64{"hit": 0, "miss": 2}
+		} else {
+			require.Positive(t, st.CachedBytes)
+		}
+		require.Equal(t, want, gauges, "cache off: %t", off)
+		require.Equal(t, wantLookups, lookups, "cache off: %t", off)
+		require.True(t, rebuild, "the rebuild's duration is reported")
+
+		require.NoError(t, reg.Unregister())
+		gauges, lookups, _ = collect()
+		require.Empty(t, gauges)
+		require.Empty(t, lookups)
+		require.NoError(t, mp.Shutdown(ctx))
+		require.NoError(t, db.Close())
+	}
+}

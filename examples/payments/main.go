@@ -43,6 +43,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/oncekv/oncekv/inspect"
@@ -117,13 +118,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg := app.Config{DBPath: *dbPath, ProviderURL: *providerURL, APIKeys: keys, Logger: logger, Webhook: *webhook,
 		Lease: *lease, CallTimeout: *callTimeout, MaxAttempts: *maxAttempts, Cipher: ring}
 	var metricsHandler http.Handler
+	var meters metric.MeterProvider
 	if *metrics {
-		obs, h, shutdown, err := prometheusObserver()
+		obs, h, mp, shutdown, err := prometheusObserver()
 		if err != nil {
 			return err
 		}
 		defer shutdown()
-		cfg.Observer, metricsHandler = obs, h
+		cfg.Observer, metricsHandler, meters = obs, h, mp
 	}
 	store := *dbPath
 	if *etcd != "" {
@@ -141,6 +143,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer func() { _ = a.Close() }()
+	if meters != nil {
+		reg, err := oncekvotel.ObserveLedger(a.Ledger, &oncekvotel.Options{MeterProvider: meters})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = reg.Unregister() }()
+	}
 	wg.Go(func() {
 		if err := a.Run(ctx); err != nil {
 			logger.Error("reconciler stopped", "error", err)
@@ -231,20 +240,20 @@ func loadKeys(list string) (*seal.Ring, bool, error) {
 }
 
 // prometheusObserver returns oncekv's OpenTelemetry observer, read by a
-// Prometheus exporter on a registry of its own, and the /metrics handler
-// that serves it.
-func prometheusObserver() (*observe.Observer, http.Handler, func(), error) {
+// Prometheus exporter on a registry of its own, the /metrics handler that
+// serves it, and its meter provider (for oncekvotel.ObserveLedger).
+func prometheusObserver() (*observe.Observer, http.Handler, metric.MeterProvider, func(), error) {
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	obs, err := oncekvotel.New(&oncekvotel.Options{MeterProvider: mp})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return obs, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), func() { _ = mp.Shutdown(context.Background()) }, nil
+	return obs, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), mp, func() { _ = mp.Shutdown(context.Background()) }, nil
 }
 
 // startProvider runs the fake provider in this process on a loopback port.

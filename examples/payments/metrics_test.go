@@ -68,6 +68,13 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.Equal(t, 1.0, counter(fams, "oncekv_request_outcomes_total", map[string]string{"oncekv_call": "http", "oncekv_outcome": "replay"}))
 	require.Equal(t, 1.0, counter(fams, "oncekv_intent_transitions_total", map[string]string{"oncekv_intent_kind": "charge", "oncekv_intent_state": "succeeded"}))
 	require.Equal(t, 1.0, counter(fams, "oncekv_provider_calls_total", map[string]string{"oncekv_provider_op": "do", "oncekv_outcome": "succeeded"}))
+	// The ledger's own figures (oncekvotel.ObserveLedger): the retry was
+	// answered from the cache of recent records, and the directory holds
+	// the records written.
+	require.GreaterOrEqual(t, counter(fams, "oncekv_ledger_cache_lookups_total", map[string]string{"oncekv_cache_result": "hit"}), 1.0)
+	records := fams["oncekv_ledger_directory_records"]
+	require.NotNil(t, records, "the directory's records are exported")
+	require.GreaterOrEqual(t, records.GetMetric()[0].GetGauge().GetValue(), 2.0, "the create and the payment")
 	h := fams["oncekv_commit_duration_seconds"]
 	require.NotNil(t, h, "the commit histogram is exported in seconds")
 	var commits uint64
