@@ -176,8 +176,9 @@ func (in *instruments) observer(tracer trace.Tracer, tenants bool) *observe.Obse
 // cache of recent records (records, bytes, look-ups answered and missed),
 // which says whether kv.Options.RecentCacheBytes keeps your clients'
 // retries in memory. Every ledger over one database shares one store:
-// observe one of them. Unregister the registration when the ledger's
-// database closes.
+// observe one of them. On a backend with several writers (etcd: the keyed
+// layout, no directory and no cache) the figures are zero. Unregister the
+// registration when the ledger's database closes.
 func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error) {
 	mp := otel.GetMeterProvider()
 	if opts != nil && opts.MeterProvider != nil {
