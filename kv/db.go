@@ -144,11 +144,8 @@ func (o *Options) withDefaults() Options {
 	if r.FileMode == 0 {
 		r.FileMode = defaultFileMode
 	}
-	switch {
-	case r.RecentCacheBytes == 0:
-		r.RecentCacheBytes = DefaultRecentCacheBytes
-	case r.RecentCacheBytes < 0:
-		r.RecentCacheBytes = -1
+	if r.RecentCacheBytes == 0 {
+		r.RecentCacheBytes = DefaultRecentCacheBytes // negative stays: off (DB.RecentCacheBytes)
 	}
 	return r
 }

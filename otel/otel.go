@@ -26,6 +26,19 @@ type Options struct {
 	TenantAttribute bool
 }
 
+// withDefaults returns a copy of o (nil: all defaults) with the global
+// meter provider where none is set.
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.MeterProvider == nil {
+		r.MeterProvider = otel.GetMeterProvider()
+	}
+	return r
+}
+
 type instruments struct {
 	requests, sweepDeleted, transitions, providerCalls, publishes, messages metric.Int64Counter
 	requestDur, commitDur, writeDur, sweepDur, providerDur                  metric.Float64Histogram
@@ -37,13 +50,7 @@ type instruments struct {
 // New returns an observer that records oncekv's metrics and spans. Set it
 // in kv.Options.Observer.
 func New(opts *Options) (*observe.Observer, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.MeterProvider == nil {
-		o.MeterProvider = otel.GetMeterProvider()
-	}
+	o := opts.withDefaults()
 	if o.TracerProvider == nil {
 		o.TracerProvider = otel.GetTracerProvider()
 	}
@@ -180,11 +187,7 @@ func (in *instruments) observer(tracer trace.Tracer, tenants bool) *observe.Obse
 // layout, no directory and no cache) the figures are zero. Unregister the
 // registration when the ledger's database closes.
 func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error) {
-	mp := otel.GetMeterProvider()
-	if opts != nil && opts.MeterProvider != nil {
-		mp = opts.MeterProvider
-	}
-	m := mp.Meter(ScopeName)
+	m := opts.withDefaults().MeterProvider.Meter(ScopeName)
 	var err error
 	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
 		var g metric.Int64ObservableGauge

@@ -437,7 +437,6 @@ func (s *logStore) rebuild(tx kv.Tx) {
 	start := time.Now()
 	n := 0
 	var found [dirShards][]hashPos
-	gathered := 0
 	if b := s.both(tx); b != nil {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -461,13 +460,11 @@ func (s *logStore) rebuild(tx kv.Tx) {
 			}
 			h := s.dir.hashBytes(sc, ky)
 			found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, pos})
-			n++
-			if gathered++; gathered == rebuildChunk {
+			if n++; n%rebuildChunk == 0 {
 				s.dir.load(&found)
 				for i := range found {
 					found[i] = found[i][:0]
 				}
-				gathered = 0
 			}
 		}
 	}

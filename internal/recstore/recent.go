@@ -84,7 +84,7 @@ func (d *directory) generation(h uint64) uint64 { return d.shard(h).recent.gen.L
 // remember adds the entry committed at pos, unless a position of the
 // shard changed since gen was taken (inside the writing transaction).
 func (d *directory) remember(h, pos, gen uint64, entry []byte) {
-	if len(entry) > d.recentMaxEntry || d.recentOff() {
+	if len(entry) > d.recentMaxEntry { // every entry, with the cache off (0)
 		return
 	}
 	r := &d.shard(h).recent
