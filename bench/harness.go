@@ -96,6 +96,10 @@ type Workload struct {
 	Op func(ctx context.Context, key []byte, payload, response []byte) error
 	// Close releases the workload's resources (may be nil).
 	Close func() error
+	// CacheBytes is the bound of the cache of recent records the
+	// workload's ledger runs with (kv.DB.RecentCacheBytes): 0 for a
+	// workload without a ledger, or with the cache off.
+	CacheBytes int
 }
 
 // Result is one workload's measurements.
@@ -126,6 +130,9 @@ type Result struct {
 	CommitUs float64 `json:"commit_us,omitempty"`
 	WriteUs  float64 `json:"write_us,omitempty"`
 	Pages    float64 `json:"pages,omitempty"`
+	// CacheBytes is the workload's Workload.CacheBytes: which ledger, the
+	// cache of recent records on or off, the figures are of.
+	CacheBytes int `json:"cache_bytes,omitempty"`
 }
 
 // Report is a harness run: the bare workload first, then oncekv, then the
@@ -393,6 +400,7 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	rep := Report{Config: cfg}
 	for i, w := range workloads {
 		res := summarize(w.Name, &recs[i], took[i])
+		res.CacheBytes = w.CacheBytes
 		if cs := commits[w.Name]; cs != nil {
 			cs.fill(&res)
 		}
@@ -531,7 +539,8 @@ func LedgerWorkload(ctx context.Context, name string, cfg HarnessConfig, open fu
 			}
 			return ldb.Update(ctx, func(tx kv.Tx) error { _, err := l.DoTx(ctx, tx, request(k), work); return err })
 		},
-		Close: ldb.Close,
+		Close:      ldb.Close,
+		CacheBytes: ldb.RecentCacheBytes(),
 	}, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
 )
 
 func TestBench(t *testing.T) {
@@ -27,6 +29,7 @@ func TestBench(t *testing.T) {
 			Ratio     float64 `json:"ratio_to_bare"`
 			RatioMin  float64 `json:"ratio_min"`
 			RatioMax  float64 `json:"ratio_max"`
+			Cache     int     `json:"cache_bytes"`
 		} `json:"results"`
 		Ratio float64 `json:"ratio"`
 	}
@@ -68,6 +71,11 @@ func TestBench(t *testing.T) {
 	require.Len(t, res.Results, 3)
 	require.Equal(t, "oncekv-uncached", res.Results[2].Name)
 	require.Positive(t, res.Results[2].Ops)
+	// Each ledger says which cache it ran with: the figures of
+	// oncekv-uncached are of a ledger whose cache is off.
+	require.Zero(t, res.Results[0].Cache, "bare has no ledger")
+	require.Equal(t, kv.DefaultRecentCacheBytes, res.Results[1].Cache)
+	require.Zero(t, res.Results[2].Cache, "oncekv-uncached")
 
 	_, _, code = run("bench", "--gather", "--batch-delay", "1ms")
 	require.NotZero(t, code, "gathering and a fixed delay exclude each other")
