@@ -37,6 +37,9 @@ lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 	go vet $(MODULES)
 	golangci-lint run $(MODULES)
 
+goals: ## measure the hot path's goals beside their floors, one table (about 3 minutes; a quiet machine)
+	go run ./bench/goals -out $${TMPDIR:-/tmp}/oncekv-goals.md
+
 mutate: ## mutation testing with gremlins over the library packages (slow: about an hour)
 	./scripts/mutate.sh
 
@@ -53,4 +56,4 @@ docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md fr
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench lint mutate chart bench-postgres docs-graph etcd-long ci
+.PHONY: help test race fuzz-smoke fuzz-long crash crash-long bench goals lint mutate chart bench-postgres docs-graph etcd-long ci

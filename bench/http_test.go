@@ -123,6 +123,13 @@ func BenchmarkMiddleware(b *testing.B) {
 // value as large as the middleware's log entry at the tail of a second
 // bucket (raw bbolt, no fingerprint, no look-up, no encoding).
 func BenchmarkFloorMiddleware(b *testing.B) {
+	size := middlewareEntrySize(b)
+	httpPairs(b, func(_ *testing.B, db *kv.DB) http.Handler { return orderHandlerWith(db, floorRecord(size)) })
+}
+
+// middlewareEntrySize returns the size of the log entry the middleware
+// stores for an order (measured on a scratch file).
+func middlewareEntrySize(b *testing.B) int {
 	req := ledger.Request{Scope: "acme|POST /v1/orders", Key: "key-1000000", Fingerprint: ledger.Fingerprint{1}}
 	resp := ledger.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: fmt.Appendf(nil, `{"id":%q,"bytes":%d}`, key("ord", 1000000), len(orderValue))}
@@ -130,7 +137,7 @@ func BenchmarkFloorMiddleware(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	httpPairs(b, func(_ *testing.B, db *kv.DB) http.Handler { return orderHandlerWith(db, floorRecord(size)) })
+	return size
 }
 
 // httpPairs runs, durable or not and at 1 and 16 clients, the plain
