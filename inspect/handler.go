@@ -360,7 +360,8 @@ func (c *Client) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 		p.Set("limit", strconv.Itoa(q.Limit))
 	}
 	var out []Key
-	return out, c.get(ctx, "/keys", p, &out)
+	err := c.get(ctx, "/keys", p, &out) // before out is read: the order of a return's operands is not specified
+	return out, err
 }
 
 // Get implements Source.
@@ -370,7 +371,8 @@ func (c *Client) Get(ctx context.Context, scope, key string, body bool) (Record,
 		p.Set("body", "1")
 	}
 	var out Record
-	return out, c.get(ctx, "/get", p, &out)
+	err := c.get(ctx, "/get", p, &out)
+	return out, err
 }
 
 // Intents implements Source.
@@ -378,13 +380,15 @@ func (c *Client) Intents(ctx context.Context, state string) ([]Intent, error) {
 	p := url.Values{}
 	set(p, "state", state)
 	var out []Intent
-	return out, c.get(ctx, "/intents", p, &out)
+	err := c.get(ctx, "/intents", p, &out)
+	return out, err
 }
 
 // Outbox implements Source.
 func (c *Client) Outbox(ctx context.Context) (Outbox, error) {
 	var out Outbox
-	return out, c.get(ctx, "/outbox", nil, &out)
+	err := c.get(ctx, "/outbox", nil, &out)
+	return out, err
 }
 
 // Inbox implements Source.
@@ -395,25 +399,29 @@ func (c *Client) Inbox(ctx context.Context, consumer string, limit int) ([]Inbox
 		p.Set("limit", strconv.Itoa(limit))
 	}
 	var out []InboxEntry
-	return out, c.get(ctx, "/inbox", p, &out)
+	err := c.get(ctx, "/inbox", p, &out)
+	return out, err
 }
 
 // Stats implements Source.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	var out Stats
-	return out, c.get(ctx, "/stats", nil, &out)
+	err := c.get(ctx, "/stats", nil, &out)
+	return out, err
 }
 
 // Check implements Source.
 func (c *Client) Check(ctx context.Context) ([]Problem, error) {
 	var out []Problem
-	return out, c.get(ctx, "/check", nil, &out)
+	err := c.get(ctx, "/check", nil, &out)
+	return out, err
 }
 
 // Requeue implements Operator.
 func (c *Client) Requeue(ctx context.Context, id string) (Intent, error) {
 	var out Intent
-	return out, c.call(ctx, http.MethodPost, "/intents/requeue", url.Values{"id": {id}}, &out)
+	err := c.call(ctx, http.MethodPost, "/intents/requeue", url.Values{"id": {id}}, &out)
+	return out, err
 }
 
 // Resolve implements Operator.
@@ -422,17 +430,20 @@ func (c *Client) Resolve(ctx context.Context, id string, state sideeffect.State,
 	set(p, "result", string(result))
 	set(p, "reason", reason)
 	var out Intent
-	return out, c.call(ctx, http.MethodPost, "/intents/resolve", p, &out)
+	err := c.call(ctx, http.MethodPost, "/intents/resolve", p, &out)
+	return out, err
 }
 
 // RecountUsage implements Operator.
 func (c *Client) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
 	var out []UsageRecount
-	return out, c.call(ctx, http.MethodPost, "/usage/recount", nil, &out)
+	err := c.call(ctx, http.MethodPost, "/usage/recount", nil, &out)
+	return out, err
 }
 
 // DropDamaged implements Operator.
 func (c *Client) DropDamaged(ctx context.Context, kind, entry string) (Dropped, error) {
 	var out Dropped
-	return out, c.call(ctx, http.MethodPost, "/drop", url.Values{"kind": {kind}, "entry": {entry}}, &out)
+	err := c.call(ctx, http.MethodPost, "/drop", url.Values{"kind": {kind}, "entry": {entry}}, &out)
+	return out, err
 }

@@ -328,5 +328,6 @@ func providerCharges(base string) ([]httpprovider.Charge, error) {
 	}
 	defer resp.Body.Close()
 	var cs []httpprovider.Charge
-	return cs, json.NewDecoder(resp.Body).Decode(&cs)
+	err = json.NewDecoder(resp.Body).Decode(&cs) // before cs is read: the order of a return's operands is not specified
+	return cs, err
 }
