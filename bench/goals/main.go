@@ -52,6 +52,7 @@ type config struct {
 	quick, skipOpen bool
 	runs            int
 	out             string
+	goTool          string // the go command ("go"; tests give a fake)
 }
 
 // run measures every goal and prints the table to stdout, the steps'
@@ -64,11 +65,14 @@ func run(cfg config, stdout, stderr io.Writer) error {
 	if cfg.quick {
 		s = settings{duration: "300ms", rounds: "1", preload: "2000", count: "1", writes: "500x", requests: "100x", opens: "1x"}
 	}
+	if cfg.goTool == "" {
+		cfg.goTool = "go"
+	}
 	m := measured{preload: s.preload}
 	started := time.Now()
 	step := func(name string, env []string, args ...string) ([]byte, error) {
 		fmt.Fprintf(stderr, "goals: %s: %s\n", name, strings.Join(args, " "))
-		cmd := exec.Command(args[0], args[1:]...)
+		cmd := exec.Command(cfg.goTool, args[1:]...) //nolint:gosec // the go tool, with the steps' own arguments
 		cmd.Env = append(os.Environ(), env...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, stderr
@@ -78,7 +82,7 @@ func run(cfg config, stdout, stderr io.Writer) error {
 		return out.Bytes(), nil
 	}
 
-	bench := func(name, pkg, pattern, benchtime, count string, env ...string) error {
+	bench := func(name, pkg, pattern, benchtime, count string, env []string) error {
 		out, err := step(name, env, "go", "test", pkg, "-run", "^$", "-bench", pattern, "-benchtime", benchtime, "-count", count)
 		if err != nil {
 			return err
@@ -96,25 +100,25 @@ func run(cfg config, stdout, stderr io.Writer) error {
 			return err
 		}
 		m.sweeps = append(m.sweeps, sweep)
-		if err := bench("single writes and replays", "./bench", "^Benchmark(Floor)?SingleTx$|^BenchmarkReplayHit$|^BenchmarkFloorReplay$", s.writes, s.count); err != nil {
+		if err := bench("single writes and replays", "./bench", "^Benchmark(Floor)?SingleTx$|^BenchmarkReplayHit$|^BenchmarkFloorReplay$", s.writes, s.count, nil); err != nil {
 			return err
 		}
-		if err := bench("middleware", "./bench", "^Benchmark(Floor)?Middleware/durable=true/clients=(1|16)$", s.requests, s.count); err != nil {
+		if err := bench("middleware", "./bench", "^Benchmark(Floor)?Middleware/durable=true/clients=(1|16)$", s.requests, s.count, nil); err != nil {
 			return err
 		}
 	}
 	openRecords := 0
 	if !cfg.skipOpen {
 		openRecords = 1_000_000
-		pattern, env := "^BenchmarkOpen/records=1000000/", "ONCEKV_BENCH_BIG=1"
+		pattern, env := "^BenchmarkOpen/records=1000000/", []string{"ONCEKV_BENCH_BIG=1"}
 		if cfg.quick {
-			openRecords, pattern, env = 100_000, "^BenchmarkOpen/records=100000/", ""
+			openRecords, pattern, env = 100_000, "^BenchmarkOpen/records=100000/", nil
 		}
 		if err := bench("open", "./bench", pattern, s.opens, "1", env); err != nil {
 			return err
 		}
 	}
-	if err := bench("directory heap", "./internal/recstore", "^BenchmarkDirectoryHeap$", "1x", "1"); err != nil {
+	if err := bench("directory heap", "./internal/recstore", "^BenchmarkDirectoryHeap$", "1x", "1", nil); err != nil {
 		return err
 	}
 
