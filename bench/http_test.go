@@ -104,18 +104,20 @@ func load(b *testing.B, url string, n, c int, seq *atomic.Int64) time.Duration {
 // BenchmarkMiddleware compares the latency of POST /v1/orders through the
 // idempotency middleware with the same handler without it, on real loopback
 // servers, at the same concurrency, alternating rounds in one run.
-func BenchmarkMiddleware(b *testing.B) {
-	httpPairs(b, func(b *testing.B, db *kv.DB) http.Handler {
-		l, err := ledger.New(db, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return mw.Wrap(orderHandler(db))
-	})
+func BenchmarkMiddleware(b *testing.B) { httpPairs(b, protectedOrders) }
+
+// protectedOrders is the order handler behind the idempotency middleware,
+// on a ledger over db.
+func protectedOrders(b *testing.B, db *kv.DB) http.Handler {
+	l, err := ledger.New(db, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mw.Wrap(orderHandler(db))
 }
 
 // BenchmarkFloorMiddleware is the floor under BenchmarkMiddleware: the

@@ -7,9 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
-	"github.com/oncekv/oncekv/ledger"
 )
 
 // BenchmarkMiddlewareInProcess is BenchmarkMiddleware without the network
@@ -20,19 +18,7 @@ import (
 // ledger's (look-up, record, directory, usage counter), beside the record's
 // pages. Its profile (-cpuprofile) is the middleware's without the noise
 // of sockets and fsync.
-func BenchmarkMiddlewareInProcess(b *testing.B) {
-	inProcessPairs(b, func(b *testing.B, db *kv.DB) http.Handler {
-		l, err := ledger.New(db, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return mw.Wrap(orderHandler(db))
-	})
-}
+func BenchmarkMiddlewareInProcess(b *testing.B) { inProcessPairs(b, protectedOrders) }
 
 // BenchmarkFloorMiddlewareInProcess is the floor under
 // BenchmarkMiddlewareInProcess, as BenchmarkFloorMiddleware is under
