@@ -70,9 +70,10 @@ func run(cfg config, stdout, stderr io.Writer) error {
 	}
 	m := measured{preload: s.preload}
 	started := time.Now()
+	// step runs the go tool with args (env added to this process's).
 	step := func(name string, env []string, args ...string) ([]byte, error) {
-		fmt.Fprintf(stderr, "goals: %s: %s\n", name, strings.Join(args, " "))
-		cmd := exec.Command(cfg.goTool, args[1:]...) //nolint:gosec // the go tool, with the steps' own arguments
+		fmt.Fprintf(stderr, "goals: %s: go %s\n", name, strings.Join(args, " "))
+		cmd := exec.Command(cfg.goTool, args...) //nolint:gosec // the go tool, with the steps' own arguments
 		cmd.Env = append(os.Environ(), env...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, stderr
@@ -83,14 +84,14 @@ func run(cfg config, stdout, stderr io.Writer) error {
 	}
 
 	bench := func(name, pkg, pattern, benchtime, count string, env []string) error {
-		out, err := step(name, env, "go", "test", pkg, "-run", "^$", "-bench", pattern, "-benchtime", benchtime, "-count", count)
+		out, err := step(name, env, "test", pkg, "-run", "^$", "-bench", pattern, "-benchtime", benchtime, "-count", count)
 		if err != nil {
 			return err
 		}
 		return m.benchmarks.add(out)
 	}
 	for range max(cfg.runs, 1) {
-		out, err := step("throughput", nil, "go", "run", "./cmd/oncekv", "bench", "--clients-list", "1,16,64",
+		out, err := step("throughput", nil, "run", "./cmd/oncekv", "bench", "--clients-list", "1,16,64",
 			"--preload", s.preload, "--duration", s.duration, "--rounds", s.rounds, "--floor", "--json")
 		if err != nil {
 			return err
