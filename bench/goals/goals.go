@@ -98,7 +98,6 @@ type goal struct {
 	// where there is none.
 	measured, floor []float64
 	unit            string // printed after each figure
-	scale           float64
 	// atLeast: the goal is a lower bound (throughput), else an upper
 	// bound (cost).
 	atLeast bool
@@ -145,57 +144,63 @@ func mean(vs []float64) float64 {
 // the open measured (0: none).
 func (m measured) goals(openRecords int) []goal {
 	var gs []goal
-	// ratio returns the named workload's ratio in each sweep, and the
-	// lowest and highest of their rounds' ratios.
-	ratio := func(clients int, name string) (got []float64, spread [2]float64) {
-		for _, sweep := range m.sweeps {
-			for _, r := range sweep[clients] {
-				if r.Name != name {
-					continue
+	// sweep returns the named workload's result at clients in each sweep.
+	sweep := func(clients int, name string) []bench.Result {
+		var rs []bench.Result
+		for _, sw := range m.sweeps {
+			for _, r := range sw[clients] {
+				if r.Name == name {
+					rs = append(rs, r)
 				}
-				if len(got) == 0 || r.RatioMin < spread[0] {
-					spread[0] = r.RatioMin
-				}
-				spread[1] = max(spread[1], r.RatioMax)
-				got = append(got, r.RatioToBare)
 			}
 		}
-		return got, spread
+		return rs
+	}
+	ratios := func(rs []bench.Result) []float64 {
+		vs := make([]float64, 0, len(rs))
+		for _, r := range rs {
+			vs = append(vs, r.RatioToBare)
+		}
+		return vs
 	}
 	for _, c := range []struct {
 		clients int
 		bound   float64
 	}{{64, 0.90}, {16, 0.85}, {1, 0.85}} {
-		got, spread := ratio(c.clients, "oncekv")
-		floor, _ := ratio(c.clients, "floor")
+		got := sweep(c.clients, "oncekv")
+		var spread [2]float64 // the lowest and highest of the rounds' ratios
+		for i, r := range got {
+			if i == 0 || r.RatioMin < spread[0] {
+				spread[0] = r.RatioMin
+			}
+			spread[1] = max(spread[1], r.RatioMax)
+		}
 		clients := fmt.Sprintf("%d clients", c.clients)
 		if c.clients == 1 {
 			clients = "1 client"
 		}
 		gs = append(gs, goal{name: fmt.Sprintf("throughput against bare, %s, durable, %s rows preloaded", clients, m.preload),
-			target: fmt.Sprintf("≥ %.2f", c.bound), measured: got, floor: floor, scale: 1, atLeast: true, bound: c.bound, spread: spread})
+			target: fmt.Sprintf("≥ %.2f", c.bound), measured: ratios(got), floor: ratios(sweep(c.clients, "floor")), atLeast: true, bound: c.bound, spread: spread})
 		if c.clients == 64 {
 			var ops []float64
-			for _, sweep := range m.sweeps {
-				for _, r := range sweep[64] {
-					if r.Name == "oncekv" {
-						ops = append(ops, r.OpsPerSec)
-					}
-				}
+			for _, r := range got {
+				ops = append(ops, r.OpsPerSec)
 			}
-			gs = append(gs, goal{name: "oncekv's throughput, 64 clients", target: "≥ 10,000 ops/s", measured: ops, unit: " ops/s", scale: 1, atLeast: true, bound: 10000})
+			gs = append(gs, goal{name: "oncekv's throughput, 64 clients", target: "≥ 10,000 ops/s", measured: ops, unit: " ops/s", atLeast: true, bound: 10000})
 		}
 	}
-	pairs := []struct{ name, bench, floor, target string }{
-		{"`BenchmarkSingleTx` (NoSync, one write a transaction)", "BenchmarkSingleTx", "BenchmarkFloorSingleTx", "≤ 1.25x"},
-		{"`BenchmarkReplayHit`", "BenchmarkReplayHit", "BenchmarkFloorReplay", "≤ 1.25x"},
-		{"middleware, durable, 1 client", "BenchmarkMiddleware/durable=true/clients=1", "BenchmarkFloorMiddleware/durable=true/clients=1", "≤ 1.10x"},
-		{"middleware, durable, 16 clients", "BenchmarkMiddleware/durable=true/clients=16", "BenchmarkFloorMiddleware/durable=true/clients=16", "≤ 1.10x"},
+	pairs := []struct {
+		name, bench, floor string
+		bound              float64
+	}{
+		{"`BenchmarkSingleTx` (NoSync, one write a transaction)", "BenchmarkSingleTx", "BenchmarkFloorSingleTx", 1.25},
+		{"`BenchmarkReplayHit`", "BenchmarkReplayHit", "BenchmarkFloorReplay", 1.25},
+		{"middleware, durable, 1 client", "BenchmarkMiddleware/durable=true/clients=1", "BenchmarkFloorMiddleware/durable=true/clients=1", 1.10},
+		{"middleware, durable, 16 clients", "BenchmarkMiddleware/durable=true/clients=16", "BenchmarkFloorMiddleware/durable=true/clients=16", 1.10},
 	}
 	for _, p := range pairs {
-		bound, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(p.target, "≤ "), "x"), 64)
-		gs = append(gs, goal{name: p.name, target: p.target, measured: m.benchmarks.values(p.bench, "ratio"),
-			floor: m.benchmarks.values(p.floor, "ratio"), unit: "x", scale: 1, bound: bound})
+		gs = append(gs, goal{name: p.name, target: fmt.Sprintf("≤ %.2fx", p.bound), measured: m.benchmarks.values(p.bench, "ratio"),
+			floor: m.benchmarks.values(p.floor, "ratio"), unit: "x", bound: p.bound})
 	}
 	if openRecords > 0 {
 		target, bound := "≤ 1 s", 1.0
@@ -203,14 +208,17 @@ func (m measured) goals(openRecords int) []goal {
 			target, bound = "(the goal is for 1M)", math.Inf(1)
 		}
 		for _, after := range []string{"close", "crash"} {
-			name := fmt.Sprintf("BenchmarkOpen/records=%d/after=%s", openRecords, after)
+			var secs []float64
+			for _, ns := range m.benchmarks.values(fmt.Sprintf("BenchmarkOpen/records=%d/after=%s", openRecords, after), "ns/op") {
+				secs = append(secs, ns/1e9)
+			}
 			gs = append(gs, goal{name: fmt.Sprintf("open with %d live records, after a %s", openRecords, after), target: target,
-				measured: m.benchmarks.values(name, "ns/op"), unit: " s", scale: 1e-9, bound: bound / 1e-9})
+				measured: secs, unit: " s", bound: bound})
 		}
 	}
 	gs = append(gs, goal{name: "the key directory's heap per live record (1M)", target: "≤ 40 bytes",
 		measured: append(m.benchmarks.values("BenchmarkDirectoryHeap/via=add", "heap-B/record"), m.benchmarks.values("BenchmarkDirectoryHeap/via=load", "heap-B/record")...),
-		unit:     " B", scale: 1, bound: 40})
+		unit:     " B", bound: 40})
 	return gs
 }
 
@@ -219,26 +227,25 @@ func writeTable(w io.Writer, gs []goal) {
 	fmt.Fprintln(w, "| goal | target | measured | floor (same run) | |")
 	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for _, g := range gs {
-		got := figures(g.measured, g.scale, g.unit)
+		got := figures(g.measured, g.unit)
 		if g.spread[1] > 0 {
 			got += fmt.Sprintf(" (rounds %.2f–%.2f)", g.spread[0], g.spread[1])
 		}
 		floor := "—"
 		if len(g.floor) > 0 {
-			floor = figures(g.floor, g.scale, g.unit)
+			floor = figures(g.floor, g.unit)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", g.name, g.target, got, floor, g.verdict())
 	}
 }
 
-// figures prints each run's value, scaled, with the unit after each.
-func figures(vs []float64, scale float64, unit string) string {
+// figures prints each run's value with the unit after each.
+func figures(vs []float64, unit string) string {
 	if len(vs) == 0 {
 		return "—"
 	}
 	s := make([]string, len(vs))
 	for i, v := range vs {
-		v *= scale
 		switch unit {
 		case " ops/s":
 			s[i] = strconv.FormatFloat(math.Round(v), 'f', 0, 64) + unit

@@ -93,7 +93,7 @@ func TestRunQuickSkipAndFailure(t *testing.T) {
 	require.Contains(t, string(calls), "--preload 2000 --duration 300ms --rounds 1")
 	require.Contains(t, string(calls), "-bench ^BenchmarkOpen/records=100000/ -benchtime 1x -count 1 BIG=\n")
 	require.Contains(t, stdout.String(), "-quick (not figures to quote)")
-	require.Contains(t, stdout.String(), "rows preloaded", "2000 rows preloaded")
+	require.Contains(t, stdout.String(), "| throughput against bare, 64 clients, durable, 2000 rows preloaded |")
 	require.Contains(t, stdout.String(), "| open with 100000 live records, after a close | (the goal is for 1M) | — | — | not measured |")
 
 	tool, log = fakeGo(t, "")

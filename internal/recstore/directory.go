@@ -156,6 +156,22 @@ func (sh *dirShard) put(h, pos uint64) {
 // hashPos is a position found under a hash, for load.
 type hashPos struct{ h, pos uint64 }
 
+// gathered holds the positions a rebuild found, by shard, in log order.
+type gathered [dirShards][]hashPos
+
+// add appends pos, found under h, to h's shard.
+func (g *gathered) add(h, pos uint64) {
+	i := shardOf(h)
+	g[i] = append(g[i], hashPos{h, pos})
+}
+
+// reset empties every shard, keeping its room.
+func (g *gathered) reset() {
+	for i := range g {
+		g[i] = g[i][:0]
+	}
+}
+
 // load records the positions of a rebuild, gathered by shard (found[i]
 // holds shard i's, in log order), as add would one at a time. Each
 // shard's map is sized once for its positions instead of growing, and the
@@ -163,7 +179,7 @@ type hashPos struct{ h, pos uint64 }
 // the inserts, each a cache miss in a large map, were most of an open's
 // time. It counts no adds: load runs before the directory is published,
 // so no look-up is in flight to be told of them (unchanged).
-func (d *directory) load(found *[dirShards][]hashPos) {
+func (d *directory) load(found *gathered) {
 	var next atomic.Int32
 	fill := func() {
 		for i := int(next.Add(1) - 1); i < dirShards; i = int(next.Add(1) - 1) {

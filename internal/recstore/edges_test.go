@@ -91,7 +91,7 @@ func TestDirectoryLoadIsAddInBulk(t *testing.T) {
 	added, loaded := newDirectory(0), newDirectory(0)
 	added.add(5<<58|9, 1) // already there before the load (a migration's)
 	loaded.add(5<<58|9, 1)
-	found := new([dirShards][]hashPos)
+	found := new(gathered)
 	x := uint64(1)
 	for pos := uint64(2); pos < 5000; pos++ {
 		x = x*6364136223846793005 + 1442695040888963407
@@ -101,7 +101,7 @@ func TestDirectoryLoadIsAddInBulk(t *testing.T) {
 		}
 		for range 1 + pos%3/2 { // every third position twice
 			added.add(h, pos)
-			found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, pos})
+			found.add(h, pos)
 		}
 	}
 	loaded.load(found)

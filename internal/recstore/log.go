@@ -436,7 +436,7 @@ func scanLog(tx kv.Tx, log, tail keyspace.Namespace, prefix string, verify bool,
 func (s *logStore) rebuild(tx kv.Tx) {
 	start := time.Now()
 	n := 0
-	var found [dirShards][]hashPos
+	var found gathered
 	if b := s.both(tx); b != nil {
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -458,13 +458,10 @@ func (s *logStore) rebuild(tx kv.Tx) {
 					continue
 				}
 			}
-			h := s.dir.hashBytes(sc, ky)
-			found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, pos})
+			found.add(s.dir.hashBytes(sc, ky), pos)
 			if n++; n%rebuildChunk == 0 {
 				s.dir.load(&found)
-				for i := range found {
-					found[i] = found[i][:0]
-				}
+				found.reset()
 			}
 		}
 	}

@@ -474,10 +474,9 @@ func BenchmarkDirectoryHeap(b *testing.B) {
 						d.add(d.hash("acme|POST /v1/orders", strconv.FormatUint(i, 16)), i<<ctrBits|i)
 					}
 				} else { // as an open's rebuild loads them
-					found := new([dirShards][]hashPos)
+					found := new(gathered)
 					for i := range uint64(n) {
-						h := d.hash("acme|POST /v1/orders", strconv.FormatUint(i, 16))
-						found[shardOf(h)] = append(found[shardOf(h)], hashPos{h, i<<ctrBits | i})
+						found.add(d.hash("acme|POST /v1/orders", strconv.FormatUint(i, 16)), i<<ctrBits|i)
 					}
 					d.load(found)
 				}
