@@ -104,14 +104,19 @@ type Workload struct {
 
 // Result is one workload's measurements.
 type Result struct {
-	Name        string  `json:"name"`
-	Ops         int64   `json:"ops"`
-	Seconds     float64 `json:"seconds"`
-	OpsPerSec   float64 `json:"ops_per_sec"`
-	P50us       float64 `json:"p50_us"`
-	P99us       float64 `json:"p99_us"`
-	P999us      float64 `json:"p999_us"`
-	RatioToBare float64 `json:"ratio_to_bare"` // throughput of this workload / bare
+	Name    string  `json:"name"`
+	Ops     int64   `json:"ops"`
+	Seconds float64 `json:"seconds"`
+	// OpsPerSec is the mean of the workload's throughputs in its rounds
+	// (each round runs for the same planned time).
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+	P999us    float64 `json:"p999_us"`
+	// RatioToBare is this workload's throughput over the bare
+	// workload's, round for round: the sum of its rounds' throughputs
+	// over the sum of bare's. It lies between RatioMin and RatioMax.
+	RatioToBare float64 `json:"ratio_to_bare"`
 	// RatioMin and RatioMax are the lowest and highest of the ratios
 	// measured round by round (this workload's throughput in a round over
 	// the bare workload's in the same round): how far one run's ratio
@@ -400,19 +405,13 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	rep := Report{Config: cfg}
 	for i, w := range workloads {
 		res := summarize(w.Name, &recs[i], took[i])
+		res.OpsPerSec = meanRate(rate, i)
+		res.RatioToBare, res.RatioMin, res.RatioMax = roundRatios(rate, i)
 		res.CacheBytes = w.CacheBytes
 		if cs := commits[w.Name]; cs != nil {
 			cs.fill(&res)
 		}
 		rep.Results = append(rep.Results, res)
-	}
-	if bareOps := rep.Results[0].OpsPerSec; bareOps > 0 {
-		for i := range rep.Results {
-			rep.Results[i].RatioToBare = rep.Results[i].OpsPerSec / bareOps
-		}
-	}
-	for i := range rep.Results {
-		rep.Results[i].RatioMin, rep.Results[i].RatioMax = roundRatios(rate, i)
 	}
 	return rep, nil
 }
@@ -709,15 +708,37 @@ func drive(ctx context.Context, c int, d time.Duration, op func() error, rec *re
 	return time.Since(start), ctx.Err()
 }
 
-// roundRatios returns the lowest and highest ratio of workload i's
-// throughput to the bare workload's (index 0) over the rounds of rate
-// where both did something.
-func roundRatios(rate [][]float64, i int) (lo, hi float64) {
+// meanRate is workload i's throughput over the run: the mean of its
+// rounds' throughputs, each round running for the same planned time.
+// (Its operations over its time would weigh a round by how long its
+// last operations took to finish after the round's end, and the run's
+// ratio could then fall outside its rounds'.)
+func meanRate(rate [][]float64, i int) float64 {
+	if len(rate) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, r := range rate {
+		sum += r[i]
+	}
+	return sum / float64(len(rate))
+}
+
+// roundRatios returns the ratio of workload i's throughput to the bare
+// workload's (index 0) over the rounds of rate in which the bare
+// workload did something, and the lowest and highest of those rounds'
+// own ratios. The run's ratio is the sum of i's throughputs over the sum
+// of bare's (their means' ratio when bare ran every round), so it lies
+// between the lowest and the highest.
+func roundRatios(rate [][]float64, i int) (ratio, lo, hi float64) {
 	first := true
+	var sum, bare float64
 	for _, r := range rate {
 		if r[0] <= 0 {
 			continue
 		}
+		sum += r[i]
+		bare += r[0]
 		v := r[i] / r[0]
 		if first || v < lo {
 			lo = v
@@ -727,15 +748,14 @@ func roundRatios(rate [][]float64, i int) (lo, hi float64) {
 		}
 		first = false
 	}
-	return lo, hi
+	if bare > 0 {
+		ratio = sum / bare
+	}
+	return ratio, lo, hi
 }
 
 func summarize(name string, r *recorder, took time.Duration) Result {
 	slices.Sort(r.lats)
-	res := Result{Name: name, Ops: r.ops.Load(), Seconds: took.Seconds(),
+	return Result{Name: name, Ops: r.ops.Load(), Seconds: took.Seconds(),
 		P50us: pct(r.lats, 0.50), P99us: pct(r.lats, 0.99), P999us: pct(r.lats, 0.999)}
-	if took > 0 {
-		res.OpsPerSec = float64(res.Ops) / took.Seconds()
-	}
-	return res
 }

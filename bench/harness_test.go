@@ -179,9 +179,33 @@ func TestRoundsRotateAndReportTheirRatios(t *testing.T) {
 	for _, r := range rep.Results {
 		require.Positive(t, r.RatioMin, r.Name)
 		require.LessOrEqual(t, r.RatioMin, r.RatioMax, r.Name)
-		require.GreaterOrEqual(t, r.RatioToBare, r.RatioMin*0.99, r.Name)
-		require.LessOrEqual(t, r.RatioToBare, r.RatioMax*1.01, r.Name)
+		require.GreaterOrEqual(t, r.RatioToBare, r.RatioMin*(1-1e-12), r.Name)
+		require.LessOrEqual(t, r.RatioToBare, r.RatioMax*(1+1e-12), r.Name)
+		require.InDelta(t, r.OpsPerSec/rep.Results[0].OpsPerSec, r.RatioToBare, 1e-9, r.Name)
 	}
 	require.Equal(t, 1.0, rep.Results[0].RatioMin)
 	require.Equal(t, 1.0, rep.Results[0].RatioMax)
+}
+
+// A run's throughput is the mean of its rounds', and its ratio the sum of
+// its rounds' throughputs over bare's in the same rounds: it lies between
+// the rounds' own ratios however the rounds differ. A round in which the
+// bare write did nothing counts in neither.
+func TestRunRatioLiesBetweenItsRounds(t *testing.T) {
+	// Rounds of bare and one workload: the second round is ten times as
+	// fast as the first, and the workload falls from 0.9 to 0.5 of bare.
+	rate := [][]float64{{100, 90}, {1000, 500}, {0, 7}}
+	ratio, lo, hi := roundRatios(rate, 1)
+	require.InDelta(t, 590.0/1100.0, ratio, 1e-12)
+	require.InDelta(t, 0.5, lo, 1e-12)
+	require.InDelta(t, 0.9, hi, 1e-12)
+	require.InDelta(t, 597.0/3, meanRate(rate, 1), 1e-9)
+	require.InDelta(t, 1100.0/3, meanRate(rate, 0), 1e-9)
+
+	ratio, lo, hi = roundRatios(rate, 0)
+	require.Equal(t, []float64{1, 1, 1}, []float64{ratio, lo, hi})
+
+	ratio, lo, hi = roundRatios([][]float64{{0, 5}}, 1)
+	require.Zero(t, ratio+lo+hi, "no round in which bare did something")
+	require.Zero(t, meanRate(nil, 0))
 }
