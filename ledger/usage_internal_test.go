@@ -279,11 +279,17 @@ func TestRecountUsageMendsTheCounters(t *testing.T) {
 			require.EqualValues(t, 4, u.Records)
 
 			// A file whose usage was never counted (counted at the next
-			// writable open): the recount marks it counted.
-			require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return usageNS.Bucket(tx).Delete(usageComplete) }))
+			// writable open), with a counter that drifted: the recount
+			// mends and reports it, and marks the file counted.
+			require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+				if err := usageNS.Bucket(tx).Delete(usageComplete); err != nil {
+					return err
+				}
+				return account(tx, several, "globex|POST /x", "g-1", 1, 7)
+			}))
 			mended, err = RecountUsage(ctx, db)
 			require.NoError(t, err)
-			require.Empty(t, mended)
+			require.Equal(t, []UsageRecount{{Tenant: "globex", Was: Usage{Records: globex.Records + 1, Bytes: globex.Bytes + 7}, Now: globex}}, mended)
 			require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 				require.NotNil(t, usageNS.Bucket(tx).Get(usageComplete))
 				return nil
