@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +113,59 @@ func TestMisuseErrorsSayWhatHappened(t *testing.T) {
 
 	_, err = ledger.Scope("ac|me", "POST", "/x")
 	require.ErrorContains(t, err, "scope separator")
+}
+
+// The rejections a caller meets name the key, the scope and what to do,
+// each as it is met: a key in progress, a claim released or superseded
+// before its Complete, a tenant at its quota. Status names round-trip.
+func TestRejectionsSayWhatHappened(t *testing.T) {
+	t.Parallel()
+	var limit atomic.Int64 // the tenant's quota of records, lowered below its usage below
+	limit.Store(5)
+	l, b := setup(t, &ledger.Config{Quota: &ledger.Quota{RetryAfter: time.Minute,
+		For: func(string) (int64, int64) { return limit.Load(), 0 }}})
+
+	first, err := l.Claim(ctx, req("busy", "b"))
+	require.NoError(t, err)
+	_, err = l.Do(ctx, req("busy", "b"), order("o1", nil))
+	require.ErrorIs(t, err, ledger.ErrInProgress)
+	require.EqualError(t, err, fmt.Sprintf(`ledger: idempotency key "busy" in scope "acme|POST /v1/orders" is in progress (version 1, lease until %s); retry after 1s`,
+		t0.Add(ledger.DefaultLease).Format(time.RFC3339Nano)))
+
+	// The lease runs out and another attempt takes the claim over: the
+	// first one's Complete is refused, naming the version that replaced it.
+	b.clock.Advance(ledger.DefaultLease + time.Second)
+	second, err := l.Claim(ctx, req("busy", "b"))
+	require.NoError(t, err)
+	require.True(t, second.Claim.Takeover)
+	_, err = l.Complete(ctx, first.Claim, ledger.Response{Status: 200}, nil)
+	require.ErrorIs(t, err, ledger.ErrLeaseLost)
+	require.EqualError(t, err, `ledger: claim on key "busy" in scope "acme|POST /v1/orders" (version 1) was superseded: now version 2, in_progress`)
+
+	// Released, the record is gone.
+	require.NoError(t, l.Release(ctx, second.Claim))
+	_, err = l.Complete(ctx, second.Claim, ledger.Response{Status: 200}, nil)
+	require.ErrorIs(t, err, ledger.ErrLeaseLost)
+	require.EqualError(t, err, `ledger: claim on key "busy" in scope "acme|POST /v1/orders" (version 2) is gone`)
+
+	for i := range 3 {
+		_, err = l.Do(ctx, req(fmt.Sprint("q", i), "b"), order(fmt.Sprint("q", i), nil))
+		require.NoError(t, err)
+	}
+	limit.Store(2)
+	_, err = l.Do(ctx, req("q3", "b"), order("q3", nil))
+	require.ErrorIs(t, err, ledger.ErrQuotaExceeded)
+	var qe *ledger.QuotaError
+	require.ErrorAs(t, err, &qe)
+	require.Equal(t, time.Minute, qe.RetryAfter)
+	require.Regexp(t, `^ledger: tenant "acme" is at its quota: 3 records \(limit 2\), [1-9][0-9]* bytes \(limit 0\)$`, err.Error())
+
+	for _, s := range []ledger.Status{ledger.StatusInProgress, ledger.StatusCompleted} {
+		got, err := ledger.ParseStatus(s.String())
+		require.NoError(t, err)
+		require.Equal(t, s, got)
+	}
+	require.Equal(t, "status(7)", ledger.Status(7).String())
+	_, err = ledger.ParseStatus("done")
+	require.EqualError(t, err, `ledger: unknown status "done" (want in_progress or completed)`)
 }
