@@ -137,6 +137,74 @@ func TestTrailersFollowTheBody(t *testing.T) {
 	}
 }
 
+// A handler that flushes in the middle of its answer sends nothing before
+// its transaction commits: Flush is accepted (no error from
+// http.ResponseController) and ignored, so an attempt that fails after it
+// leaks none of its bytes, and a retry with the same key runs again.
+func TestFlushSendsNothingBeforeTheCommit(t *testing.T) {
+	t.Parallel()
+	var flushErrs []error
+	var mu sync.Mutex
+	db, srv := wrapped(t, nil, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		if !writeOrder(w, r, []byte("ord_1")) {
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "part,")
+		err := http.NewResponseController(w).Flush()
+		mu.Lock()
+		flushErrs = append(flushErrs, err)
+		mu.Unlock()
+		if r.Header.Get("X-Fail") != "" {
+			panic("after the flush")
+		}
+		fmt.Fprint(w, "rest")
+	})
+	send := func(fail bool) (int, string, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k")
+		if fail {
+			req.Header.Set("X-Fail", "1")
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body), resp.Header.Get(idemhttp.HeaderReplayed)
+	}
+	orders := func() (n int) {
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			if b := tx.Bucket([]byte("orders")); b != nil {
+				c := b.Cursor()
+				for k, _ := c.First(); k != nil; k, _ = c.Next() {
+					n++
+				}
+			}
+			return nil
+		}))
+		return n
+	}
+
+	status, body, _ := send(true)
+	require.Equal(t, http.StatusInternalServerError, status)
+	require.NotContains(t, body, "part,", "nothing the failed attempt wrote left before the rollback")
+	require.Zero(t, orders())
+
+	status, body, replayed := send(false)
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, "part,rest", body, "the key runs again, and its whole answer is sent")
+	require.Empty(t, replayed)
+	status, body, replayed = send(false)
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, "part,rest", body)
+	require.Equal(t, "true", replayed)
+	require.Equal(t, 1, orders())
+	require.Equal(t, []error{nil, nil}, flushErrs, "two runs flushed, without an error; the replay ran nothing")
+}
+
 // A replay says it is one even when the handler set Idempotent-Replayed
 // itself and KeepHeaders names it: that field is never stored.
 func TestReplayedHeaderIsNeverStored(t *testing.T) {
