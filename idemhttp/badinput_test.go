@@ -55,6 +55,24 @@ func rawPost(key, auth, body string, extra ...string) string {
 	return b.String()
 }
 
+// rawChunked is rawPost with a chunked body, given as it goes on the wire.
+func rawChunked(key, wire string) string {
+	return "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+		"Authorization: Bearer sk_acme\r\nIdempotency-Key: " + key + "\r\nTransfer-Encoding: chunked\r\n\r\n" + wire
+}
+
+// chunked encodes body as chunks of at most n bytes and the last chunk.
+func chunked(body string, n int) string {
+	var b strings.Builder
+	for len(body) > 0 {
+		c := body[:min(n, len(body))]
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", len(c), c)
+		body = body[len(c):]
+	}
+	b.WriteString("0\r\n\r\n")
+	return b.String()
+}
+
 // TestBadInputs sends every kind of malformed request the middleware must
 // survive: each gets a clear answer (a problem with a stable type, or
 // net/http's own refusal), nothing partial is written, and the database
@@ -112,6 +130,10 @@ func TestBadInputs(t *testing.T) {
 		{"empty JSON body", rawPost("empty", "sk_acme", ""), 400, ""}, // the handler's own 400: stored
 		{"3000 headers of 400 bytes", rawPost("hdrs", "sk_acme", order, manyHeaders(3000, 400)...), 431, ""},
 		{"200 small headers", rawPost("hdrs-ok", "sk_acme", order, manyHeaders(200, 20)...), 201, ""},
+		{"chunked body", rawChunked("ch-1", chunked(order, 7)), 201, ""},
+		{"chunked body over the limit", rawChunked("ch-2", chunked(at(4097), 1000)), 413, idemhttp.ProblemBodyTooLarge},
+		{"chunk size not hex", rawChunked("ch-3", "zz\r\n{}\r\n0\r\n\r\n"), 400, idemhttp.ProblemInvalidBody},
+		{"chunk longer than its size", rawChunked("ch-4", "2\r\n{}}\r\n0\r\n\r\n"), 400, idemhttp.ProblemInvalidBody},
 		{"reused key, other body", rawPost("k", "sk_acme", strings.Replace(order, "2500", "1", 1)), 422, idemhttp.ProblemKeyReused},
 		{"GET with a key", "GET /v1/orders/1 HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \x01\r\nConnection: close\r\n\r\n", 400, ""},
 		{"GET without a key", "GET /v1/orders/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 200, ""},
