@@ -230,3 +230,38 @@ func TestExternalResponseTooLargeIsAProblem(t *testing.T) {
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Len(t, e.fake.Charges(), 1)
 }
+
+// A key reused to pay another order on an external route is a mismatch
+// (422) answered before the handler runs: the provider is not called for
+// the other order, no intent is recorded for it, and the first order's
+// answer is not replayed. The first order's retry is still a replay, and
+// the other order pays under a key of its own.
+func TestExternalKeyReusedOnAnotherResourceIsRejected(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, nil)
+	a := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 200, a.status, a.body)
+	require.Equal(t, "succeeded ch_0001", a.body)
+
+	b := postPay(t, e.srv, "/v1/orders/B/pay", "K")
+	require.Equal(t, 422, b.status, b.body)
+	require.Equal(t, idemhttp.ProblemKeyReused, problemType(t, b))
+	require.Empty(t, b.header.Get(idemhttp.HeaderReplayed))
+	require.NotContains(t, b.body, "ch_0001", "the first order's answer is not handed out")
+	require.True(t, e.wrote.Load(), "the handler did not run for B: what Perform last returned is still A's")
+	require.Len(t, e.fake.Charges(), 1, "order B was not charged")
+	require.Empty(t, e.fake.Ops(sideeffect.DownstreamKey("acme", "B", "charge")))
+	_, err := e.x.Get(ctx, sideeffect.DownstreamKey("acme", "A", "charge"))
+	require.NoError(t, err, "order A's intent")
+	_, err = e.x.Get(ctx, sideeffect.DownstreamKey("acme", "B", "charge"))
+	require.ErrorIs(t, err, sideeffect.ErrNotFound, "no intent for order B")
+
+	again := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, "true", again.header.Get(idemhttp.HeaderReplayed))
+	require.Equal(t, a.body, again.body)
+
+	own := postPay(t, e.srv, "/v1/orders/B/pay", "K2")
+	require.Equal(t, 200, own.status, own.body)
+	require.Equal(t, "succeeded ch_0002", own.body)
+	require.Len(t, e.fake.Charges(), 2)
+}
