@@ -265,3 +265,32 @@ func TestExternalKeyReusedOnAnotherResourceIsRejected(t *testing.T) {
 	require.Equal(t, "succeeded ch_0002", own.body)
 	require.Len(t, e.fake.Charges(), 2)
 }
+
+// Perform outside a handler wrapped by WrapExternal (here: not wrapped
+// at all, and wrapped by Wrap) calls nothing and answers a 500 problem
+// that says how to use it.
+func TestPerformOutsideWrapExternalIsAProblem(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, nil)
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: e.l, Executor: e.x, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	var performed atomic.Int32
+	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/X", Scope: "acme", Key: "X", Purpose: "charge"},
+			func(kv.Tx, *sideeffect.Intent) (ledger.Response, error) { return ledger.Response{Status: 200}, nil }) {
+			performed.Add(1)
+		}
+	})
+	for name, h := range map[string]http.Handler{"unwrapped": pay, "Wrap": mw.Wrap(pay)} {
+		srv := httptest.NewServer(h)
+		r := postPay(t, srv, "/", "P-"+name)
+		srv.Close()
+		require.Equal(t, 500, r.status, name)
+		require.Equal(t, idemhttp.ProblemInternal, problemType(t, r), name)
+		require.Contains(t, r.body, "idemhttp.Perform needs a handler wrapped by WrapExternal", name)
+	}
+	require.Zero(t, performed.Load())
+	require.Empty(t, e.fake.Charges())
+	_, err = e.x.Get(ctx, sideeffect.DownstreamKey("acme", "X", "charge"))
+	require.ErrorIs(t, err, sideeffect.ErrNotFound)
+}
