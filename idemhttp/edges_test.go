@@ -175,23 +175,11 @@ func TestFlushSendsNothingBeforeTheCommit(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, string(body), resp.Header.Get(idemhttp.HeaderReplayed)
 	}
-	orders := func() (n int) {
-		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
-			if b := tx.Bucket([]byte("orders")); b != nil {
-				c := b.Cursor()
-				for k, _ := c.First(); k != nil; k, _ = c.Next() {
-					n++
-				}
-			}
-			return nil
-		}))
-		return n
-	}
 
 	status, body, _ := send(true)
 	require.Equal(t, http.StatusInternalServerError, status)
 	require.NotContains(t, body, "part,", "nothing the failed attempt wrote left before the rollback")
-	require.Zero(t, orders())
+	require.Zero(t, countOrders(t, db))
 
 	status, body, replayed := send(false)
 	require.Equal(t, http.StatusCreated, status)
@@ -201,7 +189,7 @@ func TestFlushSendsNothingBeforeTheCommit(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	require.Equal(t, "part,rest", body)
 	require.Equal(t, "true", replayed)
-	require.Equal(t, 1, orders())
+	require.Equal(t, 1, countOrders(t, db))
 	require.Equal(t, []error{nil, nil}, flushErrs, "two runs flushed, without an error; the replay ran nothing")
 }
 

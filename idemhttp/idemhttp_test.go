@@ -153,9 +153,13 @@ func (b *bundle) post(t *testing.T, apiKey, key, body string, extra ...string) r
 	return reply{resp.StatusCode, resp.Header, string(data)}
 }
 
-func (b *bundle) orderCount(t *testing.T) int {
+func (b *bundle) orderCount(t *testing.T) int { return countOrders(t, b.db) }
+
+// countOrders counts the keys of db's orders bucket (0 without one).
+func countOrders(t *testing.T, db *kv.DB) int {
+	t.Helper()
 	n := 0
-	require.NoError(t, b.db.View(ctx, func(tx kv.Tx) error {
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 		if bk := tx.Bucket([]byte("orders")); bk != nil {
 			c := bk.Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
