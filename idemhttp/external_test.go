@@ -294,3 +294,41 @@ func TestPerformOutsideWrapExternalIsAProblem(t *testing.T) {
 	_, err = e.x.Get(ctx, sideeffect.DownstreamKey("acme", "X", "charge"))
 	require.ErrorIs(t, err, sideeffect.ErrNotFound)
 }
+
+// A Respond whose status cannot be stored (a service's bug) is a 500
+// problem that says so, and the provider is charged once. The claim stays
+// until its lease ends (a retry meanwhile is told the request is in
+// progress); each later attempt takes it over, finds the payment done and
+// answers the same 500; once the service answers a storable status, the
+// retry gets the one charge's answer, stored.
+func TestExternalAnswerThatCannotBeStoredChargesOnce(t *testing.T) {
+	t.Parallel()
+	e := setupExternal(t, nil)
+	e.status.Store(1000)
+	cannot := func() {
+		t.Helper()
+		r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+		require.Equal(t, 500, r.status, r.body)
+		require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
+		require.Contains(t, r.body, "a status that cannot be stored (a stored answer's status is 200-999); nothing was stored")
+		require.False(t, e.wrote.Load())
+	}
+	cannot()
+	busy := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 409, busy.status, busy.body)
+	require.Equal(t, idemhttp.ProblemInProgress, problemType(t, busy))
+	require.NotEmpty(t, busy.header.Get("Retry-After"))
+	for range 2 {
+		e.clock.Advance(2 * time.Minute) // past the claim's lease
+		cannot()
+	}
+	require.Len(t, e.fake.Charges(), 1)
+
+	e.status.Store(200)
+	e.clock.Advance(2 * time.Minute)
+	r := postPay(t, e.srv, "/v1/orders/A/pay", "K")
+	require.Equal(t, 200, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Equal(t, "true", postPay(t, e.srv, "/v1/orders/A/pay", "K").header.Get(idemhttp.HeaderReplayed))
+	require.Len(t, e.fake.Charges(), 1)
+}
