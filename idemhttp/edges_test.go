@@ -145,6 +145,7 @@ func TestFlushSendsNothingBeforeTheCommit(t *testing.T) {
 	t.Parallel()
 	var flushErrs []error
 	var mu sync.Mutex
+	var fail atomic.Bool // the next run panics after its flush
 	db, srv := wrapped(t, nil, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
 		if !writeOrder(w, r, []byte("ord_1")) {
 			return
@@ -155,40 +156,27 @@ func TestFlushSendsNothingBeforeTheCommit(t *testing.T) {
 		mu.Lock()
 		flushErrs = append(flushErrs, err)
 		mu.Unlock()
-		if r.Header.Get("X-Fail") != "" {
+		if fail.Load() {
 			panic("after the flush")
 		}
 		fmt.Fprint(w, "rest")
 	})
-	send := func(fail bool) (int, string, string) {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", "k")
-		if fail {
-			req.Header.Set("X-Fail", "1")
-		}
-		resp, err := srv.Client().Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(body), resp.Header.Get(idemhttp.HeaderReplayed)
-	}
 
-	status, body, _ := send(true)
-	require.Equal(t, http.StatusInternalServerError, status)
-	require.NotContains(t, body, "part,", "nothing the failed attempt wrote left before the rollback")
+	fail.Store(true)
+	r := postPay(t, srv, "/", "k")
+	require.Equal(t, http.StatusInternalServerError, r.status)
+	require.NotContains(t, r.body, "part,", "nothing the failed attempt wrote left before the rollback")
 	require.Zero(t, countOrders(t, db))
 
-	status, body, replayed := send(false)
-	require.Equal(t, http.StatusCreated, status)
-	require.Equal(t, "part,rest", body, "the key runs again, and its whole answer is sent")
-	require.Empty(t, replayed)
-	status, body, replayed = send(false)
-	require.Equal(t, http.StatusCreated, status)
-	require.Equal(t, "part,rest", body)
-	require.Equal(t, "true", replayed)
+	fail.Store(false)
+	r = postPay(t, srv, "/", "k")
+	require.Equal(t, http.StatusCreated, r.status)
+	require.Equal(t, "part,rest", r.body, "the key runs again, and its whole answer is sent")
+	require.Empty(t, r.header.Get(idemhttp.HeaderReplayed))
+	r = postPay(t, srv, "/", "k")
+	require.Equal(t, http.StatusCreated, r.status)
+	require.Equal(t, "part,rest", r.body)
+	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed))
 	require.Equal(t, 1, countOrders(t, db))
 	require.Equal(t, []error{nil, nil}, flushErrs, "two runs flushed, without an error; the replay ran nothing")
 }

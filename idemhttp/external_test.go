@@ -23,6 +23,7 @@ type external struct {
 	clock *kvtest.ManualClock
 	l     *ledger.Ledger
 	x     *sideeffect.Executor
+	mw    *idemhttp.Middleware
 	fake  *providertest.Fake
 	srv   *httptest.Server
 	wrote atomic.Bool // what the last Perform returned: true when it wrote a stored answer
@@ -54,10 +55,10 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	mw, err := idemhttp.New(&cfg)
+	e.mw, err = idemhttp.New(&cfg)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/orders/{id}/pay", mw.WrapExternal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /v1/orders/{id}/pay", e.mw.WrapExternal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		e.wrote.Store(idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
 			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
@@ -272,8 +273,6 @@ func TestExternalKeyReusedOnAnotherResourceIsRejected(t *testing.T) {
 func TestPerformOutsideWrapExternalIsAProblem(t *testing.T) {
 	t.Parallel()
 	e := setupExternal(t, nil)
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: e.l, Executor: e.x, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
 	var performed atomic.Int32
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/X", Scope: "acme", Key: "X", Purpose: "charge"},
@@ -281,7 +280,7 @@ func TestPerformOutsideWrapExternalIsAProblem(t *testing.T) {
 			performed.Add(1)
 		}
 	})
-	for name, h := range map[string]http.Handler{"unwrapped": pay, "Wrap": mw.Wrap(pay)} {
+	for name, h := range map[string]http.Handler{"unwrapped": pay, "Wrap": e.mw.Wrap(pay)} {
 		srv := httptest.NewServer(h)
 		r := postPay(t, srv, "/", "P-"+name)
 		srv.Close()
@@ -291,7 +290,7 @@ func TestPerformOutsideWrapExternalIsAProblem(t *testing.T) {
 	}
 	require.Zero(t, performed.Load())
 	require.Empty(t, e.fake.Charges())
-	_, err = e.x.Get(ctx, sideeffect.DownstreamKey("acme", "X", "charge"))
+	_, err := e.x.Get(ctx, sideeffect.DownstreamKey("acme", "X", "charge"))
 	require.ErrorIs(t, err, sideeffect.ErrNotFound)
 }
 
