@@ -298,8 +298,13 @@ type Client struct {
 
 var _ Source = (*Client)(nil)
 
-func (c *Client) get(ctx context.Context, path string, params url.Values, v any) error {
-	return c.call(ctx, http.MethodGet, path, params, v)
+// fetch calls the admin API's method on path with params and decodes its
+// answer into a T, which it returns filled (the decode is done before
+// the result is read, whatever the order of a return's operands).
+func fetch[T any](ctx context.Context, c *Client, method, path string, params url.Values) (T, error) {
+	var out T
+	err := c.call(ctx, method, path, params, &out)
+	return out, err
 }
 
 func (c *Client) call(ctx context.Context, method, path string, params url.Values, v any) error {
@@ -359,9 +364,7 @@ func (c *Client) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 	if q.Limit > 0 {
 		p.Set("limit", strconv.Itoa(q.Limit))
 	}
-	var out []Key
-	err := c.get(ctx, "/keys", p, &out) // before out is read: the order of a return's operands is not specified
-	return out, err
+	return fetch[[]Key](ctx, c, http.MethodGet, "/keys", p)
 }
 
 // Get implements Source.
@@ -370,25 +373,19 @@ func (c *Client) Get(ctx context.Context, scope, key string, body bool) (Record,
 	if body {
 		p.Set("body", "1")
 	}
-	var out Record
-	err := c.get(ctx, "/get", p, &out)
-	return out, err
+	return fetch[Record](ctx, c, http.MethodGet, "/get", p)
 }
 
 // Intents implements Source.
 func (c *Client) Intents(ctx context.Context, state string) ([]Intent, error) {
 	p := url.Values{}
 	set(p, "state", state)
-	var out []Intent
-	err := c.get(ctx, "/intents", p, &out)
-	return out, err
+	return fetch[[]Intent](ctx, c, http.MethodGet, "/intents", p)
 }
 
 // Outbox implements Source.
 func (c *Client) Outbox(ctx context.Context) (Outbox, error) {
-	var out Outbox
-	err := c.get(ctx, "/outbox", nil, &out)
-	return out, err
+	return fetch[Outbox](ctx, c, http.MethodGet, "/outbox", nil)
 }
 
 // Inbox implements Source.
@@ -398,30 +395,22 @@ func (c *Client) Inbox(ctx context.Context, consumer string, limit int) ([]Inbox
 	if limit > 0 {
 		p.Set("limit", strconv.Itoa(limit))
 	}
-	var out []InboxEntry
-	err := c.get(ctx, "/inbox", p, &out)
-	return out, err
+	return fetch[[]InboxEntry](ctx, c, http.MethodGet, "/inbox", p)
 }
 
 // Stats implements Source.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
-	var out Stats
-	err := c.get(ctx, "/stats", nil, &out)
-	return out, err
+	return fetch[Stats](ctx, c, http.MethodGet, "/stats", nil)
 }
 
 // Check implements Source.
 func (c *Client) Check(ctx context.Context) ([]Problem, error) {
-	var out []Problem
-	err := c.get(ctx, "/check", nil, &out)
-	return out, err
+	return fetch[[]Problem](ctx, c, http.MethodGet, "/check", nil)
 }
 
 // Requeue implements Operator.
 func (c *Client) Requeue(ctx context.Context, id string) (Intent, error) {
-	var out Intent
-	err := c.call(ctx, http.MethodPost, "/intents/requeue", url.Values{"id": {id}}, &out)
-	return out, err
+	return fetch[Intent](ctx, c, http.MethodPost, "/intents/requeue", url.Values{"id": {id}})
 }
 
 // Resolve implements Operator.
@@ -429,21 +418,15 @@ func (c *Client) Resolve(ctx context.Context, id string, state sideeffect.State,
 	p := url.Values{"id": {id}, "state": {state.String()}}
 	set(p, "result", string(result))
 	set(p, "reason", reason)
-	var out Intent
-	err := c.call(ctx, http.MethodPost, "/intents/resolve", p, &out)
-	return out, err
+	return fetch[Intent](ctx, c, http.MethodPost, "/intents/resolve", p)
 }
 
 // RecountUsage implements Operator.
 func (c *Client) RecountUsage(ctx context.Context) ([]UsageRecount, error) {
-	var out []UsageRecount
-	err := c.call(ctx, http.MethodPost, "/usage/recount", nil, &out)
-	return out, err
+	return fetch[[]UsageRecount](ctx, c, http.MethodPost, "/usage/recount", nil)
 }
 
 // DropDamaged implements Operator.
 func (c *Client) DropDamaged(ctx context.Context, kind, entry string) (Dropped, error) {
-	var out Dropped
-	err := c.call(ctx, http.MethodPost, "/drop", url.Values{"kind": {kind}, "entry": {entry}}, &out)
-	return out, err
+	return fetch[Dropped](ctx, c, http.MethodPost, "/drop", url.Values{"kind": {kind}, "entry": {entry}})
 }
