@@ -4,16 +4,21 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -157,4 +162,105 @@ func manyHeaders(n, size int) []string {
 		out[i] = fmt.Sprintf("X-Pad-%d: %s", i, strings.Repeat("a", size))
 	}
 	return out
+}
+
+// lockedBuffer is a log sink the server's goroutines write while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// Wrapped without a ServeMux pattern (another router, or a whole mux), the
+// middleware scopes a key by the URL path, which the client writes. A path
+// that cannot be part of a scope (a NUL byte, a kilobyte of path) is the
+// client's bad request, answered 400 before the handler runs, with nothing
+// stored and nothing logged as the service's error. A tenant that cannot be
+// part of one is the service's own fault: 500, logged.
+func TestPathThatCannotScopeAKeyIsABadRequest(t *testing.T) {
+	t.Parallel()
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	logs := &lockedBuffer{}
+	var runs atomic.Int32
+	mw, err := idemhttp.New(&idemhttp.Config{
+		Ledger: l,
+		// A service's bug, for the last case: a tenant the scope cannot hold.
+		Tenant: func(r *http.Request) (string, error) { return "acme" + r.Header.Get("X-Tenant-Suffix"), nil },
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})))
+	t.Cleanup(srv.Close)
+	post := func(base, path string, header ...string) (int, string) {
+		req := "POST " + path + " HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Length: 0\r\nConnection: close\r\n"
+		for _, h := range header {
+			req += h + "\r\n"
+		}
+		return raw(t, base, req+"\r\n")
+	}
+	long := "/" + strings.Repeat("a", ledger.MaxScopeLen)
+	for _, c := range []struct{ path, detail string }{
+		{"/v1/orders%00x", `"detail":"the path contains a NUL byte (%00)"`},
+		{"/v1/%00", `"detail":"the path contains a NUL byte (%00)"`},
+		{long, fmt.Sprintf(`"detail":"the path is %d bytes; the scope it is part of holds at most %d with the tenant and method"`, len(long), ledger.MaxScopeLen)},
+	} {
+		status, body := post(srv.URL, c.path)
+		require.Equal(t, http.StatusBadRequest, status, "%.40s: %s", c.path, body)
+		require.Contains(t, body, `"type":"`+idemhttp.ProblemPathInvalid+`"`)
+		require.Contains(t, body, c.detail)
+	}
+	require.Zero(t, runs.Load(), "the handler did not run")
+	require.NotContains(t, logs.String(), "level=ERROR", "a client's bad path is not the service's error")
+	require.Contains(t, logs.String(), "outcome=rejected scope=\"\" key=\"\" status=400")
+
+	// The longest path that fits is served: "acme|POST " is 10 bytes.
+	fits := "/" + strings.Repeat("b", ledger.MaxScopeLen-len("acme|POST /"))
+	status, body := post(srv.URL, fits)
+	require.Equal(t, http.StatusCreated, status, body)
+	status, _ = post(srv.URL, "/v1/%0a") // a decoded newline is a byte like any other
+	require.Equal(t, http.StatusCreated, status)
+	require.EqualValues(t, 2, runs.Load())
+
+	status, body = post(srv.URL, "/v1/orders", "X-Tenant-Suffix: |globex")
+	require.Equal(t, http.StatusInternalServerError, status, body)
+	require.Contains(t, body, `"type":"`+idemhttp.ProblemInternal+`"`)
+	require.Contains(t, logs.String(), `level=ERROR msg="idempotency scope"`, "the service's bad tenant is logged as its error")
+	require.EqualValues(t, 2, runs.Load())
+
+	// A route named by Config.Route is the service's: one that cannot be
+	// part of a scope is its error, not the client's.
+	named, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil },
+		Route: func(r *http.Request) string { return "orders " + r.URL.Path }})
+	require.NoError(t, err)
+	srv2 := httptest.NewServer(named.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })))
+	t.Cleanup(srv2.Close)
+	status, body = post(srv2.URL, "/v1/%00")
+	require.Equal(t, http.StatusInternalServerError, status, body)
+	status, _ = post(srv2.URL, "/v1/named")
+	require.Equal(t, http.StatusAccepted, status)
+
+	var scopes []string
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		for rec, err := range l.Records(tx, ledger.ListOptions{}) {
+			if err != nil {
+				return err
+			}
+			scopes = append(scopes, rec.Scope)
+		}
+		return nil
+	}))
+	require.ElementsMatch(t, []string{"acme|POST " + fits, "acme|POST /v1/\n", "acme|POST orders /v1/named"}, scopes, "only the served requests were stored, under their routes")
 }

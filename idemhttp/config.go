@@ -48,7 +48,12 @@ type Config struct {
 	KeyOptional bool
 
 	// Route names the endpoint in the scope. nil means the ServeMux pattern
-	// (r.Pattern, without its method), or the URL path when there is none.
+	// (r.Pattern, without its method), or the URL path when there is none:
+	// then a path that cannot be part of a scope (a NUL byte; over
+	// ledger.MaxScopeLen with the tenant and method) is answered 400
+	// (ProblemPathInvalid). A name Route returns that cannot is the
+	// service's error: 500, logged. Name routes by their pattern (the
+	// router's, say) so that a key's scope does not vary with the resource.
 	Route func(r *http.Request) string
 
 	// MaxBodyBytes bounds the request body. 0 means DefaultMaxBodyBytes.

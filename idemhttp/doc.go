@@ -13,7 +13,11 @@
 // Wrap each route's handler (not the whole mux), so the ServeMux pattern is
 // known: the scope of a key is the tenant from your own authentication plus
 // the method and route pattern, so two tenants never collide and a refund key
-// never matches a charge.
+// never matches a charge. Where no pattern names the route (another router,
+// a wrapped mux) and Config.Route is nil, the URL path is the route: the
+// client writes it, so a path that cannot be part of a scope is its bad
+// request (400), while a tenant or a Config.Route name that cannot is the
+// service's error (500, logged).
 //
 // # Behaviour
 //
@@ -25,6 +29,8 @@
 //	same key, different request                422
 //	same key, still in progress                409 with Retry-After (or wait: Config.Wait)
 //	body over Config.MaxBodyBytes (1 MiB)      413
+//	URL path that cannot be part of a scope    400 request-path-invalid (only where
+//	(NUL byte, about 1 KiB), no route pattern  the path is the route, see above)
 //	handler panics or answers 5xx              nothing stored, writes rolled back;
 //	                                           a retry runs again
 //	4xx from a handler that wrote nothing      nothing stored (Stripe's rule: rejected

@@ -71,17 +71,20 @@ func (m *Middleware) WrapExternal(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, h, true) })
 }
 
-func (m *Middleware) route(r *http.Request) string {
+// route names the endpoint in the scope: Config.Route's name, the
+// ServeMux pattern without its method, or else the URL path, which the
+// client chose (fromPath).
+func (m *Middleware) route(r *http.Request) (route string, fromPath bool) {
 	if m.cfg.Route != nil {
-		return m.cfg.Route(r)
+		return m.cfg.Route(r), false
 	}
 	if p := r.Pattern; p != "" {
 		if method, rest, ok := strings.Cut(p, " "); ok && method == r.Method {
-			return rest
+			return rest, false
 		}
-		return p
+		return p, false
 	}
-	return r.URL.Path
+	return r.URL.Path, true
 }
 
 func (m *Middleware) reject(w http.ResponseWriter, start time.Time, status int, typ, title, detail string) {
@@ -112,8 +115,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 			h.ServeHTTP(w, r)
 			return
 		}
+		route, _ := m.route(r)
 		m.reject(w, start, http.StatusBadRequest, ProblemKeyMissing, "Idempotency-Key header required",
-			fmt.Sprintf("%s %s requires an Idempotency-Key header", r.Method, m.route(r)))
+			fmt.Sprintf("%s %s requires an Idempotency-Key header", r.Method, route))
 		return
 	}
 	if len(raw) != 1 {
@@ -129,7 +133,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 	if !ok {
 		return
 	}
-	route := m.route(r)
+	route, fromPath := m.route(r)
 	// The scope names the endpoint (route pattern); the fingerprint names the
 	// concrete resource (escaped path and raw query), so a key reused on
 	// another order is a mismatch, not a replay of the first order's answer.
@@ -140,6 +144,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 	}
 	scope, err := ledger.Scope(tenant, r.Method, route)
 	if err != nil {
+		if _, tenantErr := ledger.Scope(tenant, r.Method, "/"); fromPath && tenantErr == nil {
+			// The client's path, not the service, made the scope unusable
+			// (a NUL byte, a path of a kilobyte): its request is at fault.
+			m.reject(w, start, http.StatusBadRequest, ProblemPathInvalid, "Request path cannot scope an Idempotency-Key", pathProblem(route))
+			return
+		}
 		m.log.Error("idempotency scope", "error", err)
 		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
 		return
@@ -151,6 +161,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handle
 		return
 	}
 	m.serveTx(w, r, h, req, body, ev, start)
+}
+
+// pathProblem says why a path cannot be part of a scope (see ledger.Scope).
+func pathProblem(path string) string {
+	if strings.IndexByte(path, 0) >= 0 {
+		return "the path contains a NUL byte (%00)"
+	}
+	return fmt.Sprintf("the path is %d bytes; the scope it is part of holds at most %d with the tenant and method", len(path), ledger.MaxScopeLen)
 }
 
 // readBody reads the request body, up to MaxBodyBytes, before any

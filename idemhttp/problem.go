@@ -21,6 +21,7 @@ const (
 	ProblemInProgress      = ProblemBase + "request-in-progress"
 	ProblemBodyTooLarge    = ProblemBase + "body-too-large"
 	ProblemInvalidBody     = ProblemBase + "invalid-body"
+	ProblemPathInvalid     = ProblemBase + "request-path-invalid" // the URL path, taken as the route, cannot be part of a scope
 	ProblemUnauthenticated = ProblemBase + "unauthenticated"
 	ProblemOutcomePending  = ProblemBase + "outcome-pending"
 	ProblemQuota           = ProblemBase + "tenant-quota-exceeded"
