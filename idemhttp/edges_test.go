@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -638,5 +639,78 @@ func TestHeaderChangesAfterTheStatusAreDropped(t *testing.T) {
 			require.Equal(t, want.header.Values("X-Before"), got.header.Values("X-Before"), "response %d", i)
 			require.NotContains(t, got.header, "X-After", "response %d", i)
 		}
+	}
+}
+
+// A handler that panics, with a key or without one (KeyOptional), rolls
+// its writes back and answers a 500 problem; the panic and its stack go to
+// the log as the service's error, and a retry with the key runs again. A
+// panic with http.ErrAbortHandler aborts the response as net/http does:
+// the client gets no answer, nothing is written, and nothing is logged.
+func TestHandlerPanicsRollBackAndAreLogged(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	var runs atomic.Int32
+	var mode atomic.Value // "boom", "abort" or ""
+	mode.Store("")
+	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if !writeOrder(w, r, []byte(fmt.Sprintf("ord_%d", runs.Load()))) {
+				return
+			}
+			switch mode.Load() {
+			case "boom":
+				panic("boom in the order handler")
+			case "abort":
+				panic(http.ErrAbortHandler)
+			}
+			w.WriteHeader(http.StatusCreated)
+		})
+	send := func(key string) (reply, error) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/orders", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			return reply{}, err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return reply{resp.StatusCode, resp.Header, string(body)}, nil
+	}
+	for _, key := range []string{"k-panic", ""} {
+		name := map[bool]string{true: "keyed", false: "unkeyed"}[key != ""]
+		runsBefore, orders, mark := runs.Load(), countOrders(t, db), len(logs.String())
+
+		mode.Store("boom")
+		r, err := send(key)
+		require.NoError(t, err, name)
+		require.Equal(t, http.StatusInternalServerError, r.status, name)
+		require.Equal(t, idemhttp.ProblemInternal, problemType(t, r), name)
+		require.Equal(t, orders, countOrders(t, db), "%s: the panicking run's order was rolled back", name)
+		log := logs.String()[mark:]
+		require.Equal(t, 1, strings.Count(log, "level=ERROR"), name)
+		require.Contains(t, log, `level=ERROR msg="handler panicked; transaction rolled back"`, name)
+		require.Contains(t, log, `panic="boom in the order handler"`, name)
+		require.Contains(t, log, "TestHandlerPanicsRollBackAndAreLogged", "%s: the stack names the handler", name)
+
+		mode.Store("abort")
+		_, err = send(key)
+		require.Error(t, err, "%s: an aborted response reaches the client as a broken connection", name)
+		require.Equal(t, orders, countOrders(t, db), name)
+		require.Equal(t, 1, strings.Count(logs.String()[mark:], "level=ERROR"), "%s: an abort is not logged as an error", name)
+
+		mode.Store("")
+		r, err = send(key)
+		require.NoError(t, err, name)
+		require.Equal(t, http.StatusCreated, r.status, "%s: the retry runs again", name)
+		require.Empty(t, r.header.Get(idemhttp.HeaderReplayed), name)
+		// net/http's client sends a request with an Idempotency-Key again
+		// when its connection breaks: the abort may have run twice.
+		require.GreaterOrEqual(t, runs.Load(), runsBefore+3, name)
+		require.Equal(t, orders+1, countOrders(t, db), name)
 	}
 }

@@ -221,7 +221,11 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 		last.writeTo(w)
 	case errors.As(err, &ns) && ns.release:
 		panic(ns.panic)
-	case errors.As(err, &ns) && ns.panic == nil:
+	case errors.As(err, &ns) && ns.panic != nil:
+		route, _ := m.route(r)
+		m.log.Error("handler panicked; transaction rolled back", "method", r.Method, "route", route, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
+	case errors.As(err, &ns):
 		ns.c.writeTo(w)
 	default:
 		m.log.Error("unkeyed request failed", "error", err)
