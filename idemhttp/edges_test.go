@@ -69,21 +69,37 @@ func TestStatusEdges(t *testing.T) {
 
 // A handler answering a status no stored answer can have (a 101, which
 // hands the connection to another protocol; one outside 100-999, on
-// which net/http panics) gets a 500 problem naming it: its writes roll
-// back, nothing is stored, and the retry runs again.
+// which net/http panics) gets a 500 problem naming it, with a key or
+// without one (KeyOptional): its writes roll back, nothing is stored, the
+// service's log says which status, and the retry runs again.
 func TestStatusThatCannotBeStoredIsAProblem(t *testing.T) {
-	b := setup(t, nil)
-	for i, code := range []int32{http.StatusSwitchingProtocols, 1000} {
-		b.fail.Store(code)
-		key := fmt.Sprint("k-", code)
-		for try := range 2 {
-			r := b.post(t, "sk_acme", key, `{"amount_cents":1}`)
-			require.Equal(t, 500, r.status, r.body)
-			require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
-			require.Contains(t, r.body, fmt.Sprintf("status %d, which cannot be stored", code))
-			require.EqualValues(t, 2*i+try+1, b.runs.Load(), "the retry ran again")
+	for _, keyed := range []bool{true, false} {
+		logs := &lockedBuffer{}
+		b := setup(t, func(c *idemhttp.Config) {
+			c.KeyOptional = !keyed
+			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		})
+		logged := `level=ERROR msg="handler wrote an invalid status; transaction rolled back" method=POST route=/v1/orders status=`
+		if keyed {
+			logged = `level=ERROR msg="handler wrote an invalid status; transaction rolled back" scope="acme|POST /v1/orders" key=k-`
 		}
-		require.Zero(t, b.orderCount(t), "the handler's writes rolled back")
+		for i, code := range []int32{http.StatusSwitchingProtocols, 1000} {
+			b.fail.Store(code)
+			key := ""
+			if keyed {
+				key = fmt.Sprint("k-", code)
+			}
+			for try := range 2 {
+				r := b.post(t, "sk_acme", key, `{"amount_cents":1}`)
+				require.Equal(t, 500, r.status, r.body)
+				require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
+				require.Contains(t, r.body, fmt.Sprintf("status %d, which cannot be stored", code))
+				require.EqualValues(t, 2*i+try+1, b.runs.Load(), "the retry ran again")
+			}
+			require.Zero(t, b.orderCount(t), "the handler's writes rolled back")
+			require.Equal(t, 2*(i+1), strings.Count(logs.String(), logged), logs.String())
+			require.Contains(t, logs.String(), fmt.Sprintf("status=%d\n", code))
+		}
 	}
 }
 

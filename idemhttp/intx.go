@@ -78,29 +78,13 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		}
 	case errors.As(err, &ns):
 		ev.Kind = EventNotStored
-		switch {
-		case ns.release:
+		if ns.release {
 			m.event(ev)
 			panic(ns.panic)
-		case ns.panic != nil:
-			m.log.Error("handler panicked; transaction rolled back", "scope", req.Scope, "key", req.Key, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))
-			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
-			ev.Status = http.StatusInternalServerError
-		case ns.badStatus != 0:
-			m.log.Error("handler wrote an invalid status; transaction rolled back", "scope", req.Scope, "key", req.Key, "status", ns.badStatus)
-			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
-				Detail: fmt.Sprintf("the handler answered status %d, which cannot be stored: a stored answer's status is 200-999", ns.badStatus)}, 0)
-			ev.Status = http.StatusInternalServerError
-		case ns.tooBig:
-			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
-				Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
-			ev.Status = http.StatusInternalServerError
-		default:
-			ns.c.writeTo(w)
-			ev.Status = ns.c.statusCode()
-			if ns.rejected {
-				ev.Kind = EventRejected
-			}
+		}
+		ev.Status = m.answerNotStored(w, ns, "scope", req.Scope, "key", req.Key)
+		if ns.rejected {
+			ev.Kind = EventRejected
 		}
 	default:
 		ev.Kind, ev.Status = m.writeLedgerError(w, err)
@@ -111,3 +95,28 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 
 // serveUnkeyed runs an in-transaction handler for a request without a key
 // (Config.KeyOptional): the same transaction and rollback rules, no record.
+
+// answerNotStored answers a run of a handler whose response was not
+// stored, and returns the status sent. A panic, a status that cannot be
+// stored and a response too large are the service's errors: a 500 problem,
+// the first two logged with attrs (the request's scope and key, or its
+// method and route). Any other response (a 5xx, a 4xx that wrote nothing)
+// is sent as the handler wrote it.
+func (m *Middleware) answerNotStored(w http.ResponseWriter, ns *notStored, attrs ...any) int {
+	switch {
+	case ns.panic != nil:
+		m.log.Error("handler panicked; transaction rolled back", append(attrs, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))...)
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
+	case ns.badStatus != 0:
+		m.log.Error("handler wrote an invalid status; transaction rolled back", append(attrs, "status", ns.badStatus)...)
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+			Detail: fmt.Sprintf("the handler answered status %d, which cannot be stored: a stored answer's status is 200-999", ns.badStatus)}, 0)
+	case ns.tooBig:
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
+			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
+	default:
+		ns.c.writeTo(w)
+		return ns.c.statusCode()
+	}
+	return http.StatusInternalServerError
+}

@@ -210,6 +210,9 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 		if ns := runHandler(h, c, withBody(context.WithValue(r.Context(), txKey, tx), r, body)); ns != nil {
 			return ns
 		}
+		if c.badStatus != 0 {
+			return &notStored{c: c, badStatus: c.badStatus}
+		}
 		if c.statusCode() >= 500 {
 			return &notStored{c: c}
 		}
@@ -221,12 +224,9 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 		last.writeTo(w)
 	case errors.As(err, &ns) && ns.release:
 		panic(ns.panic)
-	case errors.As(err, &ns) && ns.panic != nil:
-		route, _ := m.route(r)
-		m.log.Error("handler panicked; transaction rolled back", "method", r.Method, "route", route, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
 	case errors.As(err, &ns):
-		ns.c.writeTo(w)
+		route, _ := m.route(r)
+		m.answerNotStored(w, ns, "method", r.Method, "route", route)
 	default:
 		m.log.Error("unkeyed request failed", "error", err)
 		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
