@@ -683,20 +683,7 @@ func TestHandlerPanicsRollBackAndAreLogged(t *testing.T) {
 			}
 			w.WriteHeader(http.StatusCreated)
 		})
-	send := func(key string) (reply, error) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/orders", strings.NewReader(`{}`))
-		require.NoError(t, err)
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			return reply{}, err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return reply{resp.StatusCode, resp.Header, string(body)}, nil
-	}
+	send := func(key string) (reply, error) { return tryPost(t, srv, "/v1/orders", key, `{}`) }
 	for _, key := range []string{"k-panic", ""} {
 		name := map[bool]string{true: "keyed", false: "unkeyed"}[key != ""]
 		runsBefore, orders, mark := runs.Load(), countOrders(t, db), len(logs.String())
@@ -729,4 +716,54 @@ func TestHandlerPanicsRollBackAndAreLogged(t *testing.T) {
 		require.GreaterOrEqual(t, runs.Load(), runsBefore+3, name)
 		require.Equal(t, orders+1, countOrders(t, db), name)
 	}
+}
+
+// A request the service could not run because its database is closed (a
+// shutdown under way) or its deadline passed while it waited is a 503 with
+// Retry-After, on every kind of route: nothing ran, so the same key may be
+// sent again. Neither is logged as the service's error.
+func TestRequestNotRunIsServiceUnavailable(t *testing.T) {
+	t.Parallel()
+	check := func(name string, r reply) {
+		t.Helper()
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s: %s", name, r.body)
+		require.Equal(t, idemhttp.ProblemUnavailable, problemType(t, r), name)
+		require.Equal(t, "1", r.header.Get("Retry-After"), name)
+	}
+
+	// A deadline that passed before the transaction: keyed and unkeyed.
+	logs := &lockedBuffer{}
+	var runs atomic.Int32
+	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			if writeOrder(w, r, []byte(fmt.Sprint("ord_", runs.Load()))) {
+				w.WriteHeader(http.StatusCreated)
+			}
+		})
+	late := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithDeadline(r.Context(), time.Now().Add(-time.Second))
+		defer cancel()
+		srv.Config.Handler.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	t.Cleanup(late.Close)
+	check("keyed, past its deadline", postPay(t, late, "/", "k-late"))
+	check("unkeyed, past its deadline", postPay(t, late, "/", ""))
+	require.Zero(t, runs.Load())
+
+	r := postPay(t, srv, "/", "k-late")
+	require.Equal(t, http.StatusCreated, r.status, "the key sent again runs")
+
+	// The database closed under the server.
+	require.NoError(t, db.Close())
+	check("keyed, database closed", postPay(t, srv, "/", "k-closed"))
+	check("unkeyed, database closed", postPay(t, srv, "/", ""))
+	check("a stored key, database closed", postPay(t, srv, "/", "k-late"))
+	require.EqualValues(t, 1, runs.Load())
+	require.NotContains(t, logs.String(), "level=ERROR")
+
+	e := setupExternal(t, nil)
+	require.NoError(t, e.db.Close())
+	check("external, database closed", postPay(t, e.srv, "/v1/orders/A/pay", "k-pay"))
+	require.Empty(t, e.fake.Log(), "no provider was called")
 }

@@ -228,8 +228,7 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 		route, _ := m.route(r)
 		m.answerNotStored(w, ns, "method", r.Method, "route", route)
 	default:
-		m.log.Error("unkeyed request failed", "error", err)
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
+		m.writeLedgerError(w, err)
 	}
 }
 
@@ -277,7 +276,9 @@ func writeStored(w http.ResponseWriter, resp ledger.Response, replayed bool) int
 	return status
 }
 
-// writeLedgerError maps the ledger's rejections to problems.
+// writeLedgerError answers the error of a request that did not run to a
+// stored answer: the ledger's rejections, a side effect's state, a closed
+// database, or an unexpected failure (500, logged).
 func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKind, int) {
 	var me *ledger.MismatchError
 	var ip *ledger.InProgressError
@@ -311,6 +312,14 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 		return EventPending, http.StatusConflict
 	case errors.Is(err, context.Canceled):
 		return EventNotStored, 499
+	case errors.Is(err, kv.ErrClosed), errors.Is(err, context.DeadlineExceeded):
+		// Nothing ran to a commit: the database is closed (the service is
+		// shutting down) or the request's deadline passed while it waited
+		// for its transaction. The same key may be sent again.
+		m.log.Warn("idempotent request not run", "error", err)
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the request was not run (the service is shutting down, or its deadline passed first); retry with the same Idempotency-Key"}, time.Second)
+		return EventNotStored, http.StatusServiceUnavailable
 	case errors.Is(err, ledger.ErrInvalidResponse):
 		// A Respond (external route) or work answered a status the ledger
 		// does not store: the log has the status.
