@@ -71,6 +71,11 @@
 // intent, and the completion committed only if the claim is still current.
 // A request interrupted after the provider acted is finished by asking the
 // provider (the retry, or the reconciler), never by calling it blindly again.
+// A provider call that outlives the claim's lease (ledger.Config.Lease) lets
+// a retry take the key and the intent over and finish them; the first
+// attempt's own result is then discarded, and its client gets what the
+// retry stored, as a replay, or 409 with Retry-After while the retry runs.
+// The log warns each time: the lease is shorter than the work.
 //
 // # Caveats
 //

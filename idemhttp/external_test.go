@@ -1,7 +1,9 @@
 package idemhttp_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -330,4 +332,96 @@ func TestExternalAnswerThatCannotBeStoredChargesOnce(t *testing.T) {
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Equal(t, "true", postPay(t, e.srv, "/v1/orders/A/pay", "K").header.Get(idemhttp.HeaderReplayed))
 	require.Len(t, e.fake.Charges(), 1)
+}
+
+// heldProvider holds the Do calls it is told to (numbered from 1) until
+// their channel closes, telling entered which call it holds.
+type heldProvider struct {
+	sideeffect.Provider
+	calls   atomic.Int32
+	hold    map[int32]chan struct{}
+	entered chan int32
+}
+
+func (h *heldProvider) Do(ctx context.Context, c sideeffect.Call) (sideeffect.Report, error) {
+	n := h.calls.Add(1)
+	if ch, ok := h.hold[n]; ok {
+		h.entered <- n
+		<-ch
+	}
+	return h.Provider.Do(ctx, c)
+}
+
+// A payment whose provider call outlives the claim's lease is taken over
+// by the client's retry, which finishes it; the first attempt's own result
+// is discarded. Its client got a 500 for a payment that went through. It
+// now gets the retry's stored answer as a replay, or, while the retry is
+// still running, 409 with Retry-After; the provider charges once, and the
+// service's log warns that the lease is shorter than the work.
+func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
+	t.Parallel()
+	setup := func(hold ...int32) (*external, *heldProvider, *lockedBuffer) {
+		h := &heldProvider{Provider: providertest.New(providertest.Rates{}, 1), hold: map[int32]chan struct{}{}, entered: make(chan int32, 2)}
+		for _, n := range hold {
+			h.hold[n] = make(chan struct{})
+		}
+		logs := &lockedBuffer{}
+		e := setupExternal(t, func(c *idemhttp.Config) {
+			x, err := sideeffect.New(c.Ledger.DB(), &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: h}}, MaxAttempts: 3})
+			require.NoError(t, err)
+			c.Executor = x
+			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		})
+		e.fake = h.Provider.(*providertest.Fake)
+		return e, h, logs
+	}
+	pay := func(e *external) chan reply {
+		out := make(chan reply, 1)
+		go func() { out <- postPay(t, e.srv, "/v1/orders/A/pay", "k-slow") }()
+		return out
+	}
+	overtaken := `level=WARN msg="idempotent request overtaken: a retry took its key over when its lease ran out (ledger.Config.Lease is shorter than the work)" scope="acme|POST /v1/orders/{id}/pay" key=k-slow`
+
+	// The retry finishes first: the first attempt answers its answer.
+	e, h, logs := setup(1)
+	first := pay(e)
+	require.EqualValues(t, 1, <-h.entered)
+	e.clock.Advance(2 * time.Minute) // past the one-minute lease
+	retry := postPay(t, e.srv, "/v1/orders/A/pay", "k-slow")
+	require.Equal(t, http.StatusOK, retry.status, retry.body)
+	require.Equal(t, "succeeded ch_0001", retry.body)
+	require.Empty(t, retry.header.Get(idemhttp.HeaderReplayed))
+	close(h.hold[1])
+	r := <-first
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed), "the answer the retry stored")
+	require.Len(t, e.fake.Charges(), 1)
+	require.Contains(t, logs.String(), overtaken)
+	require.NotContains(t, logs.String(), "level=ERROR")
+
+	// The first attempt finishes while the retry still runs: 409, then the
+	// retry's answer for the client's next retry.
+	e, h, logs = setup(1, 2)
+	first = pay(e)
+	require.EqualValues(t, 1, <-h.entered)
+	e.clock.Advance(2 * time.Minute)
+	second := pay(e)
+	require.EqualValues(t, 2, <-h.entered)
+	close(h.hold[1])
+	r = <-first
+	require.Equal(t, http.StatusConflict, r.status, r.body)
+	require.Equal(t, idemhttp.ProblemInProgress, problemType(t, r))
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	require.Contains(t, r.body, "a retry took this request's key over when its lease ran out")
+	close(h.hold[2])
+	r = <-second
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	r = postPay(t, e.srv, "/v1/orders/A/pay", "k-slow")
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed))
+	require.Len(t, e.fake.Charges(), 1)
+	require.Contains(t, logs.String(), overtaken)
+	require.NotContains(t, logs.String(), "level=ERROR")
 }
