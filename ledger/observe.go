@@ -33,6 +33,8 @@ func outcomeOf(err error, replayed, takeover, waited bool) observe.Outcome {
 		return observe.OutcomeInProgress
 	case errors.Is(err, ErrQuotaExceeded):
 		return observe.OutcomeQuota
+	case errors.Is(err, ErrLeaseLost):
+		return observe.OutcomeLeaseLost
 	}
 	return observe.OutcomeError
 }

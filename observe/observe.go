@@ -37,6 +37,7 @@ const (
 	OutcomeWaited     Outcome = "waited"      // waited for another attempt, then replayed its answer
 	OutcomeQuota      Outcome = "quota"       // the tenant is at its quota
 	OutcomeTakeover   Outcome = "takeover"    // an abandoned attempt's claim taken over
+	OutcomeLeaseLost  Outcome = "lease_lost"  // a Complete whose claim a retry took over after its lease: nothing stored
 	OutcomeRejected   Outcome = "rejected"    // refused before it wrote (idemhttp: 400, 401, 413, a 4xx not stored)
 	OutcomePending    Outcome = "pending"     // a side effect's outcome is unknown (idemhttp: 502)
 	OutcomeError      Outcome = "error"       // failed: the work's error, a conflict, a closed database

@@ -32,6 +32,7 @@ type recorder struct {
 	lags     []observe.OutboxLag
 	messages []observe.Message
 	spans    []string
+	spanErrs []error // as each span ended, in order
 }
 
 func (r *recorder) observer() *observe.Observer {
@@ -47,7 +48,7 @@ func (r *recorder) observer() *observe.Observer {
 		Message:      func(_ context.Context, e observe.Message) { lock(func() { r.messages = append(r.messages, e) }) },
 		Span: func(ctx context.Context, name string, _ ...observe.Attr) (context.Context, func(error)) {
 			lock(func() { r.spans = append(r.spans, name) })
-			return ctx, func(error) {}
+			return ctx, func(err error) { lock(func() { r.spanErrs = append(r.spanErrs, err) }) }
 		},
 	}
 }
@@ -175,4 +176,68 @@ func TestNilObserverIsSafe(t *testing.T) {
 	require.NotNil(t, ctx)
 	require.False(t, o.Tracing())
 	require.False(t, (&observe.Observer{}).Tracing())
+}
+
+// The two-phase calls report as Do does: a Claim that claims, replays, is
+// refused (in progress, mismatch) or takes an abandoned claim over; a
+// Complete that stores (with the record's size) or finds its claim taken
+// over (lease_lost: its lease was too short for the work). Each has its
+// span, ended without an error for a refusal, which is an answer.
+func TestTwoPhaseCallsReport(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := &recorder{}
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	db := kvtest.Open(t, &kv.Options{Observer: rec.observer(), Clock: clock})
+	l, err := ledger.New(db, &ledger.Config{Lease: time.Minute})
+	require.NoError(t, err)
+	req := func(key string, fp byte) ledger.Request {
+		return ledger.Request{Scope: "acme|POST /v1/orders/pay", Key: key, Fingerprint: ledger.Fingerprint{fp}}
+	}
+	resp := ledger.Response{Status: 200, Body: []byte(`{"paid":true}`)}
+
+	out, err := l.Claim(ctx, req("a", 1))
+	require.NoError(t, err)
+	_, err = l.Claim(ctx, req("a", 1))
+	require.ErrorIs(t, err, ledger.ErrInProgress)
+	_, err = l.Complete(ctx, out.Claim, resp, nil)
+	require.NoError(t, err)
+	_, err = l.Claim(ctx, req("a", 1))
+	require.NoError(t, err)
+	_, err = l.Claim(ctx, req("a", 2))
+	require.ErrorIs(t, err, ledger.ErrMismatch)
+
+	first, err := l.Claim(ctx, req("b", 1))
+	require.NoError(t, err)
+	clock.Advance(2 * time.Minute)
+	_, err = l.Claim(ctx, req("b", 1))
+	require.NoError(t, err)
+	_, err = l.Complete(ctx, first.Claim, resp, nil)
+	require.ErrorIs(t, err, ledger.ErrLeaseLost)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	type seen struct {
+		Call    string
+		Outcome observe.Outcome
+		Stored  bool
+	}
+	var got []seen
+	for _, r := range rec.requests {
+		require.Equal(t, "acme", r.Tenant)
+		got = append(got, seen{r.Call, r.Outcome, r.RecordBytes > 0})
+	}
+	require.Equal(t, []seen{
+		{"claim", observe.OutcomeNew, false},
+		{"claim", observe.OutcomeInProgress, false},
+		{"complete", observe.OutcomeNew, true},
+		{"claim", observe.OutcomeReplay, false},
+		{"claim", observe.OutcomeMismatch, false},
+		{"claim", observe.OutcomeNew, false},
+		{"claim", observe.OutcomeTakeover, false},
+		{"complete", observe.OutcomeLeaseLost, false},
+	}, got)
+	require.Equal(t, 6, count(rec.spans, "oncekv.ledger.claim"))
+	require.Equal(t, 2, count(rec.spans, "oncekv.ledger.complete"))
+	require.Equal(t, []error{nil, nil, nil, nil, nil, nil, nil, nil}, rec.spanErrs, "refusals are answers, not failed calls")
 }
