@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -164,21 +163,6 @@ func manyHeaders(n, size int) []string {
 	return out
 }
 
-// lockedBuffer is a log sink the server's goroutines write while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // Wrapped without a ServeMux pattern (another router, or a whole mux), the
 // middleware scopes a key by the URL path, which the client writes. A path
 // that cannot be part of a scope (a NUL byte, a kilobyte of path) is the
@@ -190,13 +174,13 @@ func TestPathThatCannotScopeAKeyIsABadRequest(t *testing.T) {
 	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
-	logs := &lockedBuffer{}
+	logger, logs := testlog.New()
 	var runs atomic.Int32
 	mw, err := idemhttp.New(&idemhttp.Config{
 		Ledger: l,
 		// A service's bug, for the last case: a tenant the scope cannot hold.
 		Tenant: func(r *http.Request) (string, error) { return "acme" + r.Header.Get("X-Tenant-Suffix"), nil },
-		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Logger: logger,
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -74,10 +74,10 @@ func TestStatusEdges(t *testing.T) {
 // service's log says which status, and the retry runs again.
 func TestStatusThatCannotBeStoredIsAProblem(t *testing.T) {
 	for _, keyed := range []bool{true, false} {
-		logs := &lockedBuffer{}
+		logger, logs := testlog.New()
 		b := setup(t, func(c *idemhttp.Config) {
 			c.KeyOptional = !keyed
-			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			c.Logger = logger
 		})
 		logged := `level=ERROR msg="handler wrote an invalid status; transaction rolled back" method=POST route=/v1/orders status=`
 		if keyed {
@@ -665,11 +665,11 @@ func TestHeaderChangesAfterTheStatusAreDropped(t *testing.T) {
 // the client gets no answer, nothing is written, and nothing is logged.
 func TestHandlerPanicsRollBackAndAreLogged(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logger, logs := testlog.New()
 	var runs atomic.Int32
 	var mode atomic.Value // "boom", "abort" or ""
 	mode.Store("")
-	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: logger},
 		func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			if !writeOrder(w, r, []byte(fmt.Sprintf("ord_%d", runs.Load()))) {
@@ -732,9 +732,9 @@ func TestRequestNotRunIsServiceUnavailable(t *testing.T) {
 	}
 
 	// A deadline that passed before the transaction: keyed and unkeyed.
-	logs := &lockedBuffer{}
+	logger, logs := testlog.New()
 	var runs atomic.Int32
-	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: logger},
 		func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			if writeOrder(w, r, []byte(fmt.Sprint("ord_", runs.Load()))) {

@@ -3,7 +3,6 @@ package idemhttp_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -360,17 +360,17 @@ func (h *heldProvider) Do(ctx context.Context, c sideeffect.Call) (sideeffect.Re
 // service's log warns that the lease is shorter than the work.
 func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 	t.Parallel()
-	setup := func(hold ...int32) (*external, *heldProvider, *lockedBuffer) {
+	setup := func(hold ...int32) (*external, *heldProvider, *testlog.Buffer) {
 		h := &heldProvider{Provider: providertest.New(providertest.Rates{}, 1), hold: map[int32]chan struct{}{}, entered: make(chan int32, 2)}
 		for _, n := range hold {
 			h.hold[n] = make(chan struct{})
 		}
-		logs := &lockedBuffer{}
+		logger, logs := testlog.New()
 		e := setupExternal(t, func(c *idemhttp.Config) {
 			x, err := sideeffect.New(c.Ledger.DB(), &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: h}}, MaxAttempts: 3})
 			require.NoError(t, err)
 			c.Executor = x
-			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			c.Logger = logger
 		})
 		e.fake = h.Provider.(*providertest.Fake)
 		return e, h, logs
