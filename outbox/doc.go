@@ -36,7 +36,10 @@
 // oncekv outbox). Published events are kept for RelayConfig.Retention (1 hour
 // by default) to dedupe late re-adds, then removed by retention.Sweep with
 // RecordKind. The WebhookPublisher posts JSON and never follows redirects: a
-// 3xx is a failed publish, not a success.
+// 3xx is a failed publish, not a success. A publisher's panic fails the
+// event it was publishing, logged with its stack (see Publisher), so an
+// event that makes the publisher panic is quarantined like any failing
+// one rather than ending the process at every restart.
 //
 // # Caveats
 //

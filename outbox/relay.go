@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -31,21 +32,48 @@ type Publisher interface {
 	// events[acked]; the events after it are not attempted. The relay
 	// takes a count out of range as the nearest bound; with every event
 	// acknowledged, an error is logged and the events are published; fewer
-	// than all without an error fails events[acked].
+	// than all without an error fails events[acked]. A panic is recovered
+	// and logged with its stack: having no count, the relay sends the batch
+	// again an event at a time, and the event that panics fails (and is
+	// quarantined after MaxAttempts, as any failing event is).
 	Publish(ctx context.Context, events []Event) (acked int, err error)
 }
 
 // PublishFunc adapts a function that publishes one event to a Publisher.
 type PublishFunc func(ctx context.Context, ev Event) error
 
-// Publish calls f for each event in order, stopping at the first error.
+// Publish calls f for each event in order, stopping at the first error. A
+// panic in f is that event's error (see Relay).
 func (f PublishFunc) Publish(ctx context.Context, events []Event) (int, error) {
 	for i, ev := range events {
-		if err := f(ctx, ev); err != nil {
+		if _, err := recovered(func() (int, error) { return 0, f(ctx, ev) }); err != nil {
+			if pe, ok := err.(*panicError); ok {
+				pe.event = true
+			}
 			return i, err
 		}
 	}
 	return len(events), nil
+}
+
+// panicError is a publisher's panic, recovered, with the stack it was
+// raised on.
+type panicError struct {
+	value any
+	stack []byte
+	event bool // raised publishing events[acked] (PublishFunc), not somewhere in the batch
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("outbox: publisher panicked: %v", e.value) }
+
+// recovered runs publish, turning a panic into a *panicError.
+func recovered(publish func() (int, error)) (acked int, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			acked, err = 0, &panicError{value: p, stack: debug.Stack()}
+		}
+	}()
+	return publish()
 }
 
 // Relay defaults.
@@ -179,11 +207,11 @@ func (r *Relay) RunOnce(ctx context.Context) (PassStats, error) {
 func (r *Relay) publish(ctx context.Context, batch []Event) (int, error) {
 	o := r.o.db.Observer()
 	if o == nil {
-		return r.cfg.Publisher.Publish(ctx, batch)
+		return recovered(func() (int, error) { return r.cfg.Publisher.Publish(ctx, batch) })
 	}
 	start := time.Now()
 	sctx, end := o.Start(ctx, "oncekv.outbox.publish", observe.Attr{Key: "oncekv.outbox.batch", Value: strconv.Itoa(len(batch))})
-	acked, err := r.cfg.Publisher.Publish(sctx, batch)
+	acked, err := recovered(func() (int, error) { return r.cfg.Publisher.Publish(sctx, batch) })
 	end(err)
 	if o.Publish != nil {
 		d := time.Since(start)
@@ -203,8 +231,9 @@ func (r *Relay) reportFailure(ctx context.Context, ev Event, quarantined bool) {
 
 func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 	var st PassStats
+	size := r.cfg.BatchSize
 	for ctx.Err() == nil {
-		batch, wait, damaged, err := r.due()
+		batch, wait, damaged, err := r.due(size)
 		st.Damaged = damaged
 		if err != nil {
 			return st, err
@@ -238,6 +267,20 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 		if perr == nil {
 			perr = errors.New("publisher acknowledged part of the batch without an error")
 		}
+		if pe, ok := errors.AsType[*panicError](perr); ok {
+			// Not the process's end: an event that makes the publisher panic
+			// would do it again after every restart. A panic leaves no count
+			// of acknowledgements: a batch is sent again an event at a time
+			// (at least once, as ever) to find the event, which fails this
+			// attempt and is quarantined after MaxAttempts like any other.
+			if !pe.event && len(batch) > 1 {
+				r.cfg.Logger.Warn("outbox publisher panicked with a batch; its events go one at a time this pass", "events", len(batch), "panic", fmt.Sprint(pe.value))
+				size = 1
+				continue
+			}
+			r.cfg.Logger.Error("outbox publisher panicked; the event fails this attempt", "id", batch[acked].ID, "topic", batch[acked].Topic,
+				"panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
+		}
 		if ctx.Err() != nil {
 			return st, ctx.Err() // shutting down: not the event's fault
 		}
@@ -251,7 +294,7 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 			st.Quarantined++
 			continue
 		}
-		_, st.Wait, st.Damaged, err = r.due()
+		_, st.Wait, st.Damaged, err = r.due(size)
 		return st, err
 	}
 	return st, ctx.Err()
@@ -259,7 +302,7 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 
 // due returns the next batch of pending events if the head is due, else the
 // wait until it is.
-func (r *Relay) due() (batch []Event, wait time.Duration, damaged int, err error) {
+func (r *Relay) due(size int) (batch []Event, wait time.Duration, damaged int, err error) {
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
 		now := r.o.db.Clock().Now()
 		for ev, err := range pendingInOrder(tx, r.o.db.Traits().SingleWriter) {
@@ -278,7 +321,7 @@ func (r *Relay) due() (batch []Event, wait time.Duration, damaged int, err error
 				return nil
 			}
 			batch = append(batch, *ev)
-			if len(batch) >= r.cfg.BatchSize {
+			if len(batch) >= size {
 				return nil
 			}
 		}

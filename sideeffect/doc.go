@@ -41,6 +41,13 @@
 // of new intents, sleeping until the next one is due, polling only as a
 // fallback.
 //
+// A panic in your code does not end the process, which would meet the
+// same intent after every restart: a provider's panic is an unknown
+// outcome (it may have acted), a completion's (OnSucceeded, OnFailed)
+// rolls its transaction back, and any other in a pass is that intent's
+// error; each is logged with its stack, and the intent is tried again
+// when due, parked after MaxAttempts if it keeps failing.
+//
 // # Clients
 //
 // RetryPolicy is the client half: bounded attempts, an overall deadline,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -37,9 +38,12 @@ type Handler struct {
 	Provider Provider
 	// OnSucceeded runs in the transaction that marks the intent succeeded
 	// ("order paid", an outbox event). It may run more than once (group
-	// commit) and must write only through tx. May be nil.
+	// commit) and must write only through tx. May be nil. An error, or a
+	// panic (recovered and logged with its stack), rolls the transaction
+	// back: the intent is tried again when due.
 	OnSucceeded func(tx kv.Tx, in *Intent) error
-	// OnFailed runs in the transaction that marks the intent failed. May be nil.
+	// OnFailed runs in the transaction that marks the intent failed, as
+	// OnSucceeded does. May be nil.
 	OnFailed func(tx kv.Tx, in *Intent) error
 }
 
@@ -339,13 +343,13 @@ func (x *Executor) ask(ctx context.Context, op string, c Call, fn func(context.C
 	if o == nil {
 		cctx, cancel := context.WithTimeout(ctx, x.cfg.CallTimeout)
 		defer cancel()
-		return fn(cctx, c)
+		return x.callProvider(cctx, op, c, fn)
 	}
 	start := time.Now()
 	ctx, end := o.Start(ctx, "oncekv.provider."+op,
 		observe.Attr{Key: "oncekv.intent.kind", Value: c.Kind}, observe.Attr{Key: "oncekv.downstream_key", Value: c.DownstreamKey})
 	cctx, cancel := context.WithTimeout(ctx, x.cfg.CallTimeout)
-	rep, err := fn(cctx, c)
+	rep, err := x.callProvider(cctx, op, c, fn)
 	cancel()
 	end(err)
 	if o.ProviderCall != nil {
@@ -356,6 +360,21 @@ func (x *Executor) ask(ctx context.Context, op string, c Call, fn func(context.C
 		o.ProviderCall(ctx, observe.ProviderCall{Kind: c.Kind, Op: op, Outcome: outcome, Duration: time.Since(start)})
 	}
 	return rep, err
+}
+
+// callProvider calls fn, a provider's Do or Status, turning a panic into an
+// error: a provider that panics may have acted, so its outcome is unknown,
+// as a lost answer's is (the intent backs off, asks Status next, and parks
+// after MaxAttempts). It must not take the process down: the reconciler
+// would call it again after every restart.
+func (x *Executor) callProvider(ctx context.Context, op string, c Call, fn func(context.Context, Call) (Report, error)) (rep Report, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			x.cfg.Logger.Error("provider panicked", "id", c.IntentID, "kind", c.Kind, "op", op, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			rep, err = Report{}, fmt.Errorf("sideeffect: provider's %s panicked: %v", op, p)
+		}
+	}()
+	return fn(ctx, c)
 }
 
 // reportIntent tells the observer, once tx commits, that in entered its
@@ -408,9 +427,9 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 		}
 		switch {
 		case cur.State == StateSucceeded && a.handler.OnSucceeded != nil:
-			err = a.handler.OnSucceeded(tx, cur)
+			err = x.completion("OnSucceeded", a.handler.OnSucceeded, tx, cur)
 		case cur.State == StateFailed && a.handler.OnFailed != nil:
-			err = a.handler.OnFailed(tx, cur)
+			err = x.completion("OnFailed", a.handler.OnFailed, tx, cur)
 		}
 		if err != nil {
 			return fmt.Errorf("sideeffect: completion of intent %s (%s): %w", cur.ID, cur.State, err)
@@ -430,6 +449,23 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 			"attempt", out.Attempts, "state", out.State.String(), "error", out.LastError)
 	}
 	return out, err
+}
+
+// completion runs a handler's OnSucceeded or OnFailed (name), turning a
+// panic into the completion's error, logged with the stack it was raised
+// on: the transaction rolls back and the intent is tried again when due.
+// Raised through the batch instead, the panic would lose that stack, and
+// in the reconciler end the process, whose every restart meets the intent
+// again.
+func (x *Executor) completion(name string, hook func(kv.Tx, *Intent) error, tx kv.Tx, in *Intent) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			x.cfg.Logger.Error("intent completion panicked; its transaction rolled back", "id", in.ID, "kind", in.Kind, "hook", name,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%s panicked: %v", name, p)
+		}
+	}()
+	return hook(tx, in)
 }
 
 // isRejected reports errors that mean "nothing to do now" rather than failure.

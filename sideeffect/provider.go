@@ -12,11 +12,12 @@ import (
 type Provider interface {
 	// Do performs the call. A Report with State Succeeded or Failed is a
 	// definite outcome; an error means the outcome is unknown (the call may
-	// or may not have taken effect: a timeout, a dropped connection).
+	// or may not have taken effect: a timeout, a dropped connection). So
+	// does a panic, which the executor recovers and logs with its stack.
 	Do(ctx context.Context, c Call) (Report, error)
 	// Status reports what the provider knows about c.DownstreamKey:
 	// Succeeded, Failed, NotFound (never received: safe to send again) or
-	// Unknown. An error is treated as Unknown.
+	// Unknown. An error, or a panic, is treated as Unknown.
 	Status(ctx context.Context, c Call) (Report, error)
 }
 

@@ -3,6 +3,8 @@ package sideeffect
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -65,7 +67,7 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	for range min(x.cfg.Concurrency, len(ids)) {
 		wg.Go(func() {
 			for id := range work {
-				in, err := x.execute(ctx, id, true, nil)
+				in, err := x.reconcile(ctx, id)
 				mu.Lock()
 				switch {
 				case isRejected(err):
@@ -95,6 +97,22 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	close(work)
 	wg.Wait()
 	return stats, ctx.Err()
+}
+
+// reconcile runs one intent's attempt for RunOnce. A panic is the
+// attempt's error, logged: the process, whose every restart would meet the
+// same intent, goes on, and the intent is tried again when due. The
+// provider's and the completions' panics are errors before they get here
+// (callProvider, completion), logged with their own stacks; this catches
+// the rest (an observer's, say).
+func (x *Executor) reconcile(ctx context.Context, id string) (in *Intent, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			x.cfg.Logger.Error("reconcile intent panicked", "id", id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			in, err = nil, fmt.Errorf("sideeffect: reconciling intent %s panicked: %v", id, p)
+		}
+	}()
+	return x.execute(ctx, id, true, nil)
 }
 
 // Run is the background reconciler: it runs a pass, then sleeps until the

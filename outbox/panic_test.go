@@ -1,0 +1,89 @@
+package outbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/outbox"
+)
+
+// batchOf publishes a batch an event at a time through publish, as a
+// broker client that sends a batch would, panicking where publish does.
+type batchOf func(context.Context, outbox.Event) error
+
+func (b batchOf) Publish(ctx context.Context, events []outbox.Event) (int, error) {
+	for i, e := range events {
+		if err := b(ctx, e); err != nil {
+			return i, err
+		}
+	}
+	return len(events), nil
+}
+
+// An event that makes the publisher panic (a poison event) fails its
+// attempt as an error would, logged with the stack, and is quarantined
+// after MaxAttempts: it neither ends the process, which would meet it
+// again after every restart, nor holds back the events behind it for
+// longer than that. Through a PublishFunc the panic fails the event being
+// published. A Publisher that panics with a batch leaves no count of what
+// it acknowledged: the batch is sent again an event at a time (at least
+// once, as ever), so the poison event fails, not the first of the batch.
+func TestPublisherPanicFailsThePoisonEvent(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		o, db, clock := setupOutbox(t)
+		for _, id := range []string{"a", "poison", "c"} {
+			_, _, err := o.Add(ctx, ev(id))
+			require.NoError(t, err)
+		}
+		var mu sync.Mutex
+		var published []string
+		publish := func(_ context.Context, e outbox.Event) error {
+			if e.ID == "poison" {
+				panic("publisher: nil header map") // the publisher's bug
+			}
+			mu.Lock()
+			published = append(published, e.ID)
+			mu.Unlock()
+			return nil
+		}
+		var pub outbox.Publisher = outbox.PublishFunc(publish)
+		if batch {
+			pub = batchOf(publish)
+		}
+		logger, logs := testlog.New()
+		relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, MaxAttempts: 2,
+			Backoff: outbox.Backoff{Base: time.Minute, Cap: time.Minute}, Logger: logger})
+		require.NoError(t, err)
+
+		st, err := relay.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Positive(t, st.Wait, "the poison event backs off")
+		st.Wait = 0
+		require.Equal(t, outbox.PassStats{Published: 1, Failed: 1}, st, "batch=%v", batch)
+		require.Contains(t, logs.String(), `level=ERROR msg="outbox publisher panicked; the event fails this attempt" id=poison topic=order.paid panic="publisher: nil header map"`)
+		require.Contains(t, logs.String(), "TestPublisherPanicFailsThePoisonEvent", "the stack names the publisher")
+		want := []string{"a"}
+		oneAtATime := `level=WARN msg="outbox publisher panicked with a batch; its events go one at a time this pass" events=3`
+		if batch {
+			want = []string{"a", "a"} // the batch, then "a" alone
+			require.Contains(t, logs.String(), oneAtATime)
+		} else {
+			require.NotContains(t, logs.String(), "one at a time", "a PublishFunc knows which event panicked")
+		}
+		require.Equal(t, want, published)
+		require.Equal(t, []string{"poison", "c"}, pending(t, db))
+
+		clock.Advance(2 * time.Minute)
+		st, err = relay.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, outbox.PassStats{Published: 1, Failed: 1, Quarantined: 1}, st, "the second failure puts it aside")
+		require.Equal(t, append(want, "c"), published, "the event behind it went out")
+		require.Empty(t, pending(t, db))
+	}
+}

@@ -1,0 +1,202 @@
+package sideeffect_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/observe"
+	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest"
+)
+
+// panicky is a provider whose next calls panic: doPanics Do calls (after
+// the charge went through when afterCharge, as a client library that
+// panics decoding the answer would), statusPanics Status calls.
+type panicky struct {
+	*providertest.Fake
+	doPanics, statusPanics atomic.Int32
+	afterCharge            bool
+}
+
+func (p *panicky) Do(ctx context.Context, c sideeffect.Call) (sideeffect.Report, error) {
+	if p.doPanics.Add(-1) >= 0 {
+		if p.afterCharge {
+			_, _ = p.Fake.Do(ctx, c)
+		}
+		panic("provider client: nil map in the answer")
+	}
+	return p.Fake.Do(ctx, c)
+}
+
+func (p *panicky) Status(ctx context.Context, c sideeffect.Call) (sideeffect.Report, error) {
+	if p.statusPanics.Add(-1) >= 0 {
+		panic("provider client: status panicked")
+	}
+	return p.Fake.Status(ctx, c)
+}
+
+// A provider that panics may have acted: its outcome is unknown, as a lost
+// answer's is. The reconciler (and the request that performs it) must not
+// die with it: an intent that makes the provider panic would otherwise
+// take the service down again after every restart. The attempt is
+// recorded as unknown, logged with its stack, backed off; the next one
+// asks Status first and finds the charge that went through (one charge);
+// a provider that always panics parks the intent after MaxAttempts.
+func TestProviderPanicIsAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	p := &panicky{Fake: providertest.New(providertest.Rates{}, 1), afterCharge: true}
+	_, bb := setup(t, p)
+	logger, logs := testlog.New()
+	cfg := config(p, bb.comp)
+	cfg.Logger = logger
+	x, err := sideeffect.New(bb.db, &cfg)
+	require.NoError(t, err)
+
+	in, _, err := x.Create(ctx, spec("1"))
+	require.NoError(t, err)
+	bb.clock.Advance(time.Minute)
+	p.doPanics.Store(1)
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Unknown: 1}, st)
+	got, err := x.Get(ctx, in.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateUnknown, got.State)
+	require.Equal(t, 1, got.Attempts)
+	require.Contains(t, got.LastError, "sideeffect: provider's do panicked: provider client: nil map in the answer")
+	require.Contains(t, logs.String(), `level=ERROR msg="provider panicked" id=`+in.ID+` kind=charge op=do panic="provider client: nil map in the answer"`)
+	require.Contains(t, logs.String(), "panicky).Do", "the stack names the provider")
+	require.Len(t, p.Charges(), 1, "the charge went through before the panic")
+
+	// The next attempt asks first, and its Status panics too: still unknown.
+	bb.clock.Advance(time.Minute)
+	p.statusPanics.Store(1)
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Unknown)
+	got, err = x.Get(ctx, in.ID)
+	require.NoError(t, err)
+	require.Contains(t, got.LastError, "status: sideeffect: provider's status panicked")
+
+	// The one after finds the charge: succeeded, charged once.
+	bb.clock.Advance(time.Minute)
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Succeeded)
+	require.Len(t, p.Charges(), 1)
+	require.Equal(t, "paid:ch_0001", orderState(t, bb.db, "1"))
+
+	// A provider that always panics, before charging: parked after
+	// MaxAttempts (4), nothing charged, the service still up.
+	two, _, err := x.Create(ctx, spec("2"))
+	require.NoError(t, err)
+	p.afterCharge = false
+	p.doPanics.Store(1 << 20)
+	p.statusPanics.Store(1 << 20)
+	for range cfg.MaxAttempts {
+		bb.clock.Advance(time.Minute)
+		_, err := x.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	got, err = x.Get(ctx, two.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateNeedsAttention, got.State)
+	require.Equal(t, cfg.MaxAttempts, got.Attempts)
+	require.Len(t, p.Charges(), 1)
+}
+
+// A panic in a handler's OnSucceeded (run in the transaction that records
+// the outcome) during a reconciler pass rolls that transaction back and is
+// the pass's error for that intent, logged with its stack; the process and
+// the pass go on, and the intent completes once the handler is mended.
+func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	_, bb := setup(t, fake)
+	logger, logs := testlog.New()
+	var broken atomic.Bool
+	broken.Store(true)
+	cfg := config(fake, bb.comp)
+	cfg.Logger = logger
+	h := cfg.Handlers["charge"]
+	ok := h.OnSucceeded
+	h.OnSucceeded = func(tx kv.Tx, in *sideeffect.Intent) error {
+		if broken.Load() {
+			panic("completion: index out of range")
+		}
+		return ok(tx, in)
+	}
+	cfg.Handlers["charge"] = h
+	x, err := sideeffect.New(bb.db, &cfg)
+	require.NoError(t, err)
+
+	in, _, err := x.Create(ctx, spec("1"))
+	require.NoError(t, err)
+	bb.clock.Advance(time.Minute)
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	require.Contains(t, logs.String(), `level=ERROR msg="intent completion panicked; its transaction rolled back" id=`+in.ID+` kind=charge hook=OnSucceeded panic="completion: index out of range"`)
+	require.Contains(t, logs.String(), "TestReconcilerSurvivesAPanickingCompletion", "the stack names the handler")
+	require.Contains(t, logs.String(), `level=WARN msg="reconcile intent" id=`+in.ID+` error="sideeffect: completion of intent `+in.ID+` (succeeded): OnSucceeded panicked: completion: index out of range"`)
+	got, err := x.Get(ctx, in.ID)
+	require.NoError(t, err)
+	require.False(t, got.State.Final(), "nothing recorded")
+	require.Empty(t, orderState(t, bb.db, "1"))
+
+	broken.Store(false)
+	bb.clock.Advance(10 * time.Minute) // past the attempt's lease
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Succeeded)
+	require.Equal(t, "paid:ch_0001", orderState(t, bb.db, "1"))
+	require.Len(t, fake.Charges(), 1)
+}
+
+// Any other panic in a pass (here the observer's, a service's metrics
+// code) is that intent's error in the pass, logged: the pass and the
+// process go on, and the intent is tried again, and charged once, when it
+// is next due.
+func TestReconcilerSurvivesAPanickingObserver(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	var broken atomic.Bool
+	broken.Store(true)
+	clock := kvtest.NewManualClock(t0)
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock, Observer: &observe.Observer{
+		ProviderCall: func(context.Context, observe.ProviderCall) {
+			if broken.Load() {
+				panic("metrics: label cardinality exceeded")
+			}
+		},
+	}}, sideeffect.RecordKind)
+	logger, logs := testlog.New()
+	c := &completions{}
+	cfg := config(fake, c)
+	cfg.Logger = logger
+	x, err := sideeffect.New(db, &cfg)
+	require.NoError(t, err)
+	in, _, err := x.Create(ctx, spec("1"))
+	require.NoError(t, err)
+	clock.Advance(time.Minute)
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	require.Contains(t, logs.String(), `level=ERROR msg="reconcile intent panicked" id=`+in.ID+` panic="metrics: label cardinality exceeded"`)
+	require.Empty(t, fake.Charges(), "the reconciler asks Status first; its report panicked")
+
+	broken.Store(false)
+	clock.Advance(10 * time.Minute) // past the attempt's lease
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Succeeded)
+	require.Equal(t, "paid:ch_0001", orderState(t, db, "1"))
+	require.Len(t, fake.Charges(), 1)
+}
