@@ -50,8 +50,11 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 //
 // When the outcome is unknown (the provider failed or its answer was lost),
 // it answers 502 with Retry-After and stores nothing: a retry with the same
-// key asks the provider before calling it again. It returns true when it
-// wrote a stored (or replayed) response.
+// key asks the provider before calling it again. When the provider call
+// outlives the claim's lease and a retry takes the request over, the retry
+// finishes it: Perform answers what the retry stored, as a replay, or 409
+// with Retry-After while it runs. It returns true when it wrote a stored
+// (or replayed) response.
 func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respond sideeffect.Respond) bool {
 	ps, ok := r.Context().Value(performKey).(*performState)
 	if !ok || ps.used || ps.m.cfg.Executor == nil {
