@@ -30,12 +30,15 @@ type external struct {
 	srv   *httptest.Server
 	wrote atomic.Bool // what the last Perform returned: true when it wrote a stored answer
 	// status is the status the pay handler's Respond stores (200 unless
-	// a test sets it).
+	// a test sets it; respondPanics makes Respond panic).
 	status atomic.Int32
 	// pad is how many bytes the Respond adds to its body (0 unless a test
 	// sets it).
 	pad atomic.Int64
 }
+
+// respondPanics, as external.status, makes the pay handler's Respond panic.
+const respondPanics = -1
 
 // setupExternal serves POST /v1/orders/{id}/pay through WrapExternal: the
 // handler performs a "charge" intent per order against a fake provider.
@@ -64,6 +67,9 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 		id := r.PathValue("id")
 		e.wrote.Store(idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
 			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
+				if e.status.Load() == respondPanics {
+					panic("respond: nil order")
+				}
 				body := fmt.Appendf(nil, "%s %s", in.State, in.Result)
 				return ledger.Response{Status: int(e.status.Load()), Body: append(body, make([]byte, e.pad.Load())...)}, nil
 			}))
@@ -424,4 +430,28 @@ func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 	require.Len(t, e.fake.Charges(), 1)
 	require.Contains(t, logs.String(), overtaken)
 	require.NotContains(t, logs.String(), "level=ERROR")
+}
+
+// A Respond that panics (the service's bug, after the provider acted) is a
+// 500 problem, as an in-transaction handler's panic is, not a broken
+// connection, and logged; nothing is stored. Once Respond is mended, the retry after the intent's lease
+// answers the one charge.
+func TestExternalRespondThatPanicsIsAProblem(t *testing.T) {
+	t.Parallel()
+	logger, logs := testlog.New()
+	e := setupExternal(t, func(c *idemhttp.Config) { c.Logger = logger })
+	e.status.Store(respondPanics)
+	r := postPay(t, e.srv, "/v1/orders/A/pay", "k-respond")
+	require.Equal(t, http.StatusInternalServerError, r.status, r.body)
+	require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
+	require.Contains(t, logs.String(), `level=ERROR msg="idempotent request failed" error="Finish panicked: respond: nil order"`,
+		"the middleware's log; the executor's (sideeffect.Config.Logger) has the stack")
+	require.Len(t, e.fake.Charges(), 1)
+
+	e.status.Store(200)
+	e.clock.Advance(2 * sideeffect.DefaultLease)
+	r = postPay(t, e.srv, "/v1/orders/A/pay", "k-respond")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Len(t, e.fake.Charges(), 1)
 }

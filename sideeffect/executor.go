@@ -183,7 +183,8 @@ func (x *Executor) Wake() {
 
 // Finish is extra work done in the transaction that finishes an intent, on
 // top of the handler's completion: Perform uses it to complete the
-// idempotency record with the response.
+// idempotency record with the response. An error, or a panic (recovered
+// and logged with its stack), rolls the transaction back.
 type Finish func(tx kv.Tx, in *Intent) error
 
 // Execute runs one attempt of the intent: it takes the intent over (a new
@@ -296,7 +297,7 @@ func (x *Executor) run(ctx context.Context, a attempt, finish Finish) (*Intent, 
 	if a.finalized {
 		var err error
 		if finish != nil {
-			err = x.db.Batch(ctx, func(tx kv.Tx) error { return finish(tx, a.in) })
+			err = x.db.Batch(ctx, func(tx kv.Tx) error { return x.completion("Finish", finish, tx, a.in) })
 		}
 		return a.in, err
 	}
@@ -435,7 +436,7 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 			return fmt.Errorf("sideeffect: completion of intent %s (%s): %w", cur.ID, cur.State, err)
 		}
 		if finish != nil && cur.State.Final() {
-			if err := finish(tx, cur); err != nil {
+			if err := x.completion("Finish", finish, tx, cur); err != nil {
 				return err
 			}
 		}
@@ -451,9 +452,10 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 	return out, err
 }
 
-// completion runs a handler's OnSucceeded or OnFailed (name), turning a
-// panic into the completion's error, logged with the stack it was raised
-// on: the transaction rolls back and the intent is tried again when due.
+// completion runs a completion (name): a handler's OnSucceeded or
+// OnFailed, or a call's Finish (Perform's Respond), turning a panic into
+// the completion's error, logged with the stack it was raised on: the
+// transaction rolls back and the intent is tried again when due.
 // Raised through the batch instead, the panic would lose that stack, and
 // in the reconciler end the process, whose every restart meets the intent
 // again.

@@ -11,6 +11,7 @@ import (
 	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
@@ -199,4 +200,47 @@ func TestReconcilerSurvivesAPanickingObserver(t *testing.T) {
 	require.Equal(t, 1, st.Succeeded)
 	require.Equal(t, "paid:ch_0001", orderState(t, db, "1"))
 	require.Len(t, fake.Charges(), 1)
+}
+
+// A Respond (Perform's completion) that panics is the call's error, not a
+// panic through the caller: the transaction that would have stored the
+// answer rolls back, the key is given back, and the log has the panic with
+// Respond's stack. The provider acted, so the next attempt, once the
+// attempt's lease has run out, asks Status and answers the one charge.
+func TestPerformWithAPanickingRespond(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	_, bb := setup(t, fake)
+	logger, logs := testlog.New()
+	cfg := config(fake, bb.comp)
+	cfg.Logger = logger
+	x, err := sideeffect.New(bb.db, &cfg)
+	require.NoError(t, err)
+	l, err := ledger.New(bb.db, nil)
+	require.NoError(t, err)
+	var broken atomic.Bool
+	broken.Store(true)
+	answer := func(tx kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
+		if broken.Load() {
+			panic("respond: nil order")
+		}
+		return respond(tx, in)
+	}
+
+	_, err = x.Perform(ctx, l, payReq("1"), spec("1"), answer)
+	require.ErrorContains(t, err, "Finish panicked: respond: nil order")
+	require.Contains(t, logs.String(), `level=ERROR msg="intent completion panicked; its transaction rolled back"`)
+	require.Contains(t, logs.String(), "hook=Finish")
+	require.Contains(t, logs.String(), "TestPerformWithAPanickingRespond", "the stack names Respond")
+	require.Len(t, fake.Charges(), 1)
+	_, err = l.Get(ctx, payReq("1").Scope, payReq("1").Key)
+	require.ErrorIs(t, err, ledger.ErrNotFound, "the key was given back: nothing stored")
+
+	broken.Store(false)
+	bb.clock.Advance(2 * cfg.Lease)
+	res, err := x.Perform(ctx, l, payReq("1"), spec("1"), answer)
+	require.NoError(t, err)
+	require.Equal(t, `{"status":"paid","charge_id":"ch_0001"}`, string(res.Response.Body))
+	require.Len(t, fake.Charges(), 1)
+	require.Equal(t, "paid:ch_0001", orderState(t, bb.db, "1"))
 }

@@ -21,7 +21,9 @@ import (
 // 200-999, or 0 for a response that is not HTTP: another (an informational
 // 1xx included) fails the finishing transaction with
 // ledger.ErrInvalidResponse, and the intent is finished again, from the
-// provider's word, by the next retry or the reconciler.
+// provider's word, by the next retry or the reconciler. So does a panic,
+// which Perform returns as its error ("Finish panicked: ...", logged with
+// the stack), not raised through the caller.
 type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 
 // Perform runs an idempotent request whose work is one side effect,
