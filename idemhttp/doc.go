@@ -42,8 +42,8 @@
 //	                                           next attempt); no attempt is spent
 //	side effect parked (needs_attention)       409 naming the state, no Retry-After:
 //	                                           an operator requeues or resolves it
-//	database closed (shutting down), or the    503 with Retry-After, nothing run
-//	request's deadline passed before it ran    or stored; the same key may be resent
+//	database closed (shutting down), or the    503 with Retry-After, nothing stored;
+//	request's deadline passed before it ended  the same key may be resent
 //
 // Every problem body is RFC 9457 JSON with a stable type URI (the Problem*
 // constants). "The same request" means the same fingerprint: method, concrete

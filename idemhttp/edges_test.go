@@ -720,8 +720,8 @@ func TestHandlerPanicsRollBackAndAreLogged(t *testing.T) {
 
 // A request the service could not run because its database is closed (a
 // shutdown under way) or its deadline passed while it waited is a 503 with
-// Retry-After, on every kind of route: nothing ran, so the same key may be
-// sent again. Neither is logged as the service's error.
+// Retry-After, on every kind of route: nothing was stored, so the same key
+// may be sent again. Neither is logged as the service's error.
 func TestRequestNotRunIsServiceUnavailable(t *testing.T) {
 	t.Parallel()
 	check := func(name string, r reply) {

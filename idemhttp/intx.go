@@ -93,9 +93,6 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 	m.event(ev)
 }
 
-// serveUnkeyed runs an in-transaction handler for a request without a key
-// (Config.KeyOptional): the same transaction and rollback rules, no record.
-
 // answerNotStored answers a run of a handler whose response was not
 // stored, and returns the status sent. A panic, a status that cannot be
 // stored and a response too large are the service's errors: a 500 problem,

@@ -319,12 +319,13 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 	case errors.Is(err, context.Canceled):
 		return EventNotStored, 499
 	case errors.Is(err, kv.ErrClosed), errors.Is(err, context.DeadlineExceeded):
-		// Nothing ran to a commit: the database is closed (the service is
+		// Nothing was stored: the database is closed (the service is
 		// shutting down) or the request's deadline passed while it waited
-		// for its transaction. The same key may be sent again.
-		m.log.Warn("idempotent request not run", "error", err)
+		// for a transaction. A side effect it started (external routes) is
+		// recorded by its intent; the same key may be sent again.
+		m.log.Warn("idempotent request not finished", "error", err)
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
-			Detail: "the request was not run (the service is shutting down, or its deadline passed first); retry with the same Idempotency-Key"}, time.Second)
+			Detail: "the service is shutting down, or the request's deadline passed before it finished; retry with the same Idempotency-Key"}, time.Second)
 		return EventNotStored, http.StatusServiceUnavailable
 	case errors.Is(err, ledger.ErrInvalidResponse):
 		// A Respond (external route) or work answered a status the ledger

@@ -28,7 +28,7 @@ const (
 	ProblemBackoff         = ProblemBase + "side-effect-backoff"
 	ProblemNeedsAttention  = ProblemBase + "side-effect-needs-attention"
 	ProblemInternal        = ProblemBase + "internal-error"
-	ProblemUnavailable     = ProblemBase + "service-unavailable" // not run: the database closed, or the request's deadline passed
+	ProblemUnavailable     = ProblemBase + "service-unavailable" // not finished: the database closed, or the request's deadline passed
 )
 
 // MaxProblemDetail bounds the detail of a problem WriteProblem writes.
