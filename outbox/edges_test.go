@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/looptest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/observe"
@@ -162,4 +163,17 @@ func TestWebhookStatusEdges(t *testing.T) {
 		}
 		sink.Close()
 	}
+}
+
+// Run ends, with kv.ErrClosed, at its first pass after the database
+// closed, rather than polling a closed database until its context ends;
+// onPass has the error too.
+func TestRelayRunEndsWhenTheDatabaseCloses(t *testing.T) {
+	t.Parallel()
+	o, db, _ := setupOutbox(t)
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: &batches{ack: -1}, PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	looptest.EndsWhenClosed(t, db, func(ctx context.Context, onPass func(error)) error {
+		return relay.Run(ctx, func(_ outbox.PassStats, err error) { onPass(err) })
+	})
 }

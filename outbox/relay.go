@@ -461,8 +461,9 @@ func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
 
 // Run publishes until ctx ends, sleeping between passes until a commit adds
 // events, the head event's backoff ends, or PollInterval passes. It returns
-// ctx.Err() after the pass in progress has recorded what it published.
-// onPass, if set, receives each pass's stats (for metrics).
+// ctx.Err() after the pass in progress has recorded what it published, or
+// kv.ErrClosed from the first pass after the database closed. onPass, if
+// set, receives each pass's stats (for metrics).
 func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 	return loop.Run(ctx, r.o.wake, func(ctx context.Context) (PassStats, time.Duration, error) {
 		st, err := r.RunOnce(ctx)
@@ -471,7 +472,7 @@ func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 			wait = min(wait, st.Wait)
 		}
 		return st, wait, err
-	}, onPass)
+	}, onPass, kv.ErrClosed)
 }
 
 // Requeue moves a quarantined event back to the pending queue, with a

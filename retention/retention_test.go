@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/looptest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -410,6 +411,17 @@ func TestRunStopsWithContext(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.Error(t, retention.Run(ctx, db, nil, 0, nil, allKinds...))
+}
+
+// Run ends, with kv.ErrClosed, at its first sweep after the database
+// closed, rather than sweeping a closed database every interval until its
+// context ends; onSweep has the error too.
+func TestRunEndsWhenTheDatabaseCloses(t *testing.T) {
+	t.Parallel()
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, allChecks...)
+	looptest.EndsWhenClosed(t, db, func(ctx context.Context, onPass func(error)) error {
+		return retention.Run(ctx, db, nil, 10*time.Millisecond, func(_ retention.Stats, err error) { onPass(err) }, allKinds...)
+	})
 }
 
 // A policy's per-scope override, handed to the ledger, decides when a

@@ -211,7 +211,8 @@ func sweepKind(ctx context.Context, db *kv.DB, k kv.RecordKind, c Config, ks *Ki
 var errNoKinds = errors.New("retention: no record kinds to sweep (pass ledger.RecordKind, inbox.RecordKind, outbox.RecordKind, sideeffect.RecordKind)")
 
 // Run sweeps the given kinds every interval until ctx ends, passing each
-// sweep's stats to onSweep (for metrics; may be nil). It returns ctx.Err().
+// sweep's stats to onSweep (for metrics; may be nil). It returns ctx.Err(),
+// or kv.ErrClosed from the first sweep after the database closed.
 func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, onSweep func(Stats, error), kinds ...kv.RecordKind) error {
 	if interval <= 0 {
 		return fmt.Errorf("retention: interval %s must be positive", interval)
@@ -222,5 +223,5 @@ func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, on
 	return loop.Run(ctx, nil, func(ctx context.Context) (Stats, time.Duration, error) {
 		st, err := Sweep(ctx, db, cfg, kinds...)
 		return st, interval, err
-	}, onSweep)
+	}, onSweep, kv.ErrClosed)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/looptest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/observe"
@@ -252,4 +253,20 @@ func TestRetryPolicyEdges(t *testing.T) {
 	require.True(t, errors.As(err, &nr))
 	require.ErrorContains(t, err, "503")
 	_ = got.Body.Close()
+}
+
+// Run ends, with kv.ErrClosed, at its first pass after the database
+// closed, rather than polling a closed database until its context ends;
+// onPass has the error too.
+func TestReconcilerRunEndsWhenTheDatabaseCloses(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	_, bb := setup(t, fake)
+	cfg := config(fake, bb.comp)
+	cfg.PollInterval = 10 * time.Millisecond
+	x, err := sideeffect.New(bb.db, &cfg)
+	require.NoError(t, err)
+	looptest.EndsWhenClosed(t, bb.db, func(ctx context.Context, onPass func(error)) error {
+		return x.Run(ctx, func(_ sideeffect.RunStats, err error) { onPass(err) })
+	})
 }

@@ -118,8 +118,9 @@ func (x *Executor) reconcile(ctx context.Context, id string) (in *Intent, err er
 // Run is the background reconciler: it runs a pass, then sleeps until the
 // next intent is due, a new intent is committed (Wake), or PollInterval
 // passes, whichever is first. It returns when ctx ends (with ctx.Err()),
-// after the pass in progress finishes; it starts no goroutine that outlives
-// it. onPass, if not nil, receives each pass's stats (for metrics).
+// after the pass in progress finishes, or with kv.ErrClosed from the first
+// pass after the database closed; it starts no goroutine that outlives it.
+// onPass, if not nil, receives each pass's stats (for metrics).
 func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error {
 	return loop.Run(ctx, x.wake, func(ctx context.Context) (RunStats, time.Duration, error) {
 		stats, err := x.RunOnce(ctx)
@@ -136,5 +137,5 @@ func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error 
 			})
 		}
 		return stats, wait, err
-	}, onPass)
+	}, onPass, kv.ErrClosed)
 }

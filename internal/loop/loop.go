@@ -5,6 +5,7 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -12,8 +13,10 @@ import (
 // not nil). After each pass it waits for whichever comes first: the wait
 // the pass asked for (0 runs the next pass at once), a signal on wake (nil:
 // none), or the end of ctx. It returns ctx.Err(), after the pass in
-// progress finishes, and starts no goroutine.
-func Run[S any](ctx context.Context, wake <-chan struct{}, pass func(context.Context) (S, time.Duration, error), onPass func(S, error)) error {
+// progress finishes, or the error of a pass that is one of final (a closed
+// database: no later pass could do anything), after onPass has it. It
+// starts no goroutine.
+func Run[S any](ctx context.Context, wake <-chan struct{}, pass func(context.Context) (S, time.Duration, error), onPass func(S, error), final ...error) error {
 	for {
 		st, wait, err := pass(ctx)
 		if ctx.Err() != nil {
@@ -21,6 +24,11 @@ func Run[S any](ctx context.Context, wake <-chan struct{}, pass func(context.Con
 		}
 		if onPass != nil {
 			onPass(st, err)
+		}
+		for _, f := range final {
+			if errors.Is(err, f) {
+				return err
+			}
 		}
 		if wait <= 0 {
 			continue

@@ -1,0 +1,5 @@
+// Package looptest checks, for the tests of oncekv's background loops (the
+// outbox relay, the intent reconciler, the retention sweeper), what every
+// such loop promises: it ends, with kv.ErrClosed, at its first pass after
+// its database closed, and its pass callback has that error too.
+package looptest
