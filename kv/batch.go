@@ -31,9 +31,11 @@ import (
 //
 // If fn returns an error, it is returned and fn's writes are rolled back
 // (see Reject for outcomes that should not fail the batch); if
-// fn panics, the panic is re-raised in the calling goroutine. A ctx that ends
-// while the call waits for its batch cancels it before it runs; once running
-// it is not interrupted.
+// fn panics, the panic is re-raised in the calling goroutine, with its value
+// but not the stack it was raised on (as with bbolt's DB.Batch: the batch
+// recovers it to roll back and answer its other calls); recover inside fn
+// to log where it panicked. A ctx that ends while the call waits for its
+// batch cancels it before it runs; once running it is not interrupted.
 func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
