@@ -75,7 +75,9 @@
 // a retry take the key and the intent over and finish them; the first
 // attempt's own result is then discarded, and its client gets what the
 // retry stored, as a replay, or 409 with Retry-After while the retry runs.
-// The log warns each time: the lease is shorter than the work.
+// The log warns each time: the lease is shorter than the work. A handler
+// that panics is logged with its stack and, if it had written nothing, gets
+// the 500 problem an in-transaction handler's panic gets.
 //
 // # Caveats
 //

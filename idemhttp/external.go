@@ -3,7 +3,9 @@ package idemhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/oncekv/oncekv/ledger"
@@ -39,8 +41,53 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 		return
 	}
 	ps := &performState{m: m, req: req, ev: ev, start: start}
-	h.ServeHTTP(w, withBody(context.WithValue(r.Context(), performKey, ps), r, body))
+	tw := &trackedWriter{ResponseWriter: w}
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		if p == http.ErrAbortHandler { // net/http's sentinel, compared as net/http compares it
+			panic(p)
+		}
+		// As an in-transaction handler's panic is: logged with its stack,
+		// and a 500 problem when the handler had written nothing. After
+		// Perform's answer (or the handler's own) the response stands.
+		m.log.Error("handler panicked", "scope", req.Scope, "key", req.Key, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		if !tw.wrote {
+			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
+			ev.Kind, ev.Status, ev.Duration = EventNotStored, http.StatusInternalServerError, time.Since(start)
+			m.event(ev)
+		}
+	}()
+	h.ServeHTTP(tw, withBody(context.WithValue(r.Context(), performKey, ps), r, body))
 }
+
+// trackedWriter notes whether an external route's handler wrote anything,
+// so that its panic can be answered with a problem only when it had not.
+// Unwrap lets http.ResponseController reach the server's writer.
+type trackedWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackedWriter) WriteHeader(code int) { t.wrote = true; t.ResponseWriter.WriteHeader(code) }
+
+func (t *trackedWriter) Write(p []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(p)
+}
+
+// Flush passes a flush on, for handlers that assert http.Flusher.
+func (t *trackedWriter) Flush() {
+	if f, ok := t.ResponseWriter.(http.Flusher); ok {
+		t.wrote = true
+		f.Flush()
+	}
+}
+
+// Unwrap returns the server's writer.
+func (t *trackedWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
 // Perform runs the side effect of an external route's request: it claims
 // the request's idempotency key, records the intent described by spec,

@@ -455,3 +455,58 @@ func TestExternalRespondThatPanicsIsAProblem(t *testing.T) {
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Len(t, e.fake.Charges(), 1)
 }
+
+// An external route's handler that panics is answered as an
+// in-transaction one's is: logged with its stack, and, when it had written
+// nothing, a 500 problem (net/http would have broken the connection). A
+// panic after Perform's answer leaves that answer whole. Neither calls the
+// provider twice.
+func TestExternalHandlerPanicIsAProblem(t *testing.T) {
+	t.Parallel()
+	logger, logs := testlog.New()
+	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind, sideeffect.RecordKind)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	fake := providertest.New(providertest.Rates{}, 1)
+	x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: fake}}})
+	require.NoError(t, err)
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Executor: x, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	var when atomic.Value // "before" or "after" Perform; "" for none
+	when.Store("before")
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/orders/{id}/pay", mw.WrapExternal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if when.Load() == "before" {
+			panic("validate: nil amount")
+		}
+		idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + r.PathValue("id"), Scope: "acme", Key: r.PathValue("id"), Purpose: "charge"},
+			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
+				return ledger.Response{Status: 200, Body: fmt.Appendf(nil, "%s %s", in.State, in.Result)}, nil
+			})
+		if when.Load() == "after" {
+			panic("metrics: nil counter")
+		}
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	r := postPay(t, srv, "/v1/orders/A/pay", "k-A")
+	require.Equal(t, http.StatusInternalServerError, r.status, r.body)
+	require.Equal(t, idemhttp.ProblemInternal, problemType(t, r))
+	require.Contains(t, logs.String(), `level=ERROR msg="handler panicked" scope="acme|POST /v1/orders/{id}/pay" key=k-A panic="validate: nil amount"`)
+	require.Contains(t, logs.String(), "TestExternalHandlerPanicIsAProblem", "the stack names the handler")
+	require.Contains(t, logs.String(), "outcome=not_stored", "the request's event")
+	require.Empty(t, fake.Log(), "no provider was called")
+
+	when.Store("after")
+	r = postPay(t, srv, "/v1/orders/A/pay", "k-A")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body, "Perform's answer, whole")
+	require.Contains(t, logs.String(), `panic="metrics: nil counter"`)
+
+	when.Store("")
+	r = postPay(t, srv, "/v1/orders/A/pay", "k-A")
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed))
+	require.Len(t, fake.Charges(), 1)
+}
