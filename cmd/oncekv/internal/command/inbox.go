@@ -18,6 +18,9 @@ func newInbox(o *options) *cobra.Command {
 		Example: `  oncekv inbox --db consumer.db --consumer billing --limit 50`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return usagef("--limit must be 0 (all) or more, not %d", limit)
+			}
 			list, err := query(o, func(src inspect.Source) ([]inspect.InboxEntry, error) {
 				return src.Inbox(cmd.Context(), consumer, limit)
 			})

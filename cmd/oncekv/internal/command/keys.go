@@ -23,6 +23,9 @@ func newKeys(o *options) *cobra.Command {
 			if q.Status != "" && q.Status != "in_progress" && q.Status != "completed" {
 				return usagef("--status must be in_progress or completed, not %q", q.Status)
 			}
+			if q.Limit < 0 {
+				return usagef("--limit must be 0 (all) or more, not %d", q.Limit)
+			}
 			keys, err := query(o, func(src inspect.Source) ([]inspect.Key, error) {
 				return src.Keys(cmd.Context(), q)
 			})

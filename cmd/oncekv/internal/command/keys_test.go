@@ -48,6 +48,12 @@ func TestKeys(t *testing.T) {
 	_, stderr, code := run("keys", "--db", db, "--status", "done")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--status must be in_progress or completed")
+	for _, cmd := range []string{"keys", "inbox"} {
+		// With --addr the admin endpoint refuses it; the file said "all".
+		_, stderr, code = run(cmd, "--db", db, "--limit", "-1")
+		require.Equal(t, 2, code, cmd)
+		require.Contains(t, stderr, "--limit must be 0 (all) or more, not -1", cmd)
+	}
 	_, _, code = run("keys", "--db", db, "--nope")
 	require.Equal(t, 2, code)
 	_, stderr, code = run("keys")
