@@ -230,6 +230,9 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	if cfg.Clients <= 0 || cfg.Duration <= 0 {
 		return Report{}, fmt.Errorf("bench: clients and duration must be positive")
 	}
+	if cfg.PayloadBytes < 0 || cfg.ResponseSize < 0 || cfg.Preload < 0 || cfg.BatchSize < 0 || cfg.BatchDelay < 0 {
+		return Report{}, fmt.Errorf("bench: payload, response, preload, batch size and batch delay may not be negative")
+	}
 	if cfg.Rounds <= 0 {
 		cfg.Rounds = 2
 	}

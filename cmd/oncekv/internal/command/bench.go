@@ -93,6 +93,9 @@ workload at each client count.`,
 			if cfg.Clients <= 0 || cfg.Duration <= 0 || cfg.Preload < 0 {
 				return usagef("--clients and --duration must be positive, --preload not negative")
 			}
+			if cfg.PayloadBytes < 0 || cfg.ResponseSize < 0 || cfg.BatchSize < 0 || cfg.BatchDelay < 0 {
+				return usagef("--payload, --response, --batch-size and --batch-delay may not be negative")
+			}
 			if cfg.Commit != "batch" && cfg.Commit != "update" {
 				return usagef("--commit must be batch or update")
 			}

@@ -1,14 +1,18 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/bench"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -137,4 +141,24 @@ func TestBenchTrace(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--trace takes one client count")
 	require.NoFileExists(t, other)
+}
+
+// A panic under a command (bbolt meeting a damaged page, or a bug) is an
+// error with exit status 1, not a crash; its message cannot tell which, so
+// it names both. bench's sizes are checked before anything runs: a
+// negative --payload made such a panic, reported as a damaged file.
+func TestPanicsAreFailuresThatSayWhatTheyMayBe(t *testing.T) {
+	root := &cobra.Command{Use: "t", RunE: func(*cobra.Command, []string) error { panic("page 42: unreachable") }}
+	root.SetArgs(nil)
+	err := execute(context.Background(), root)
+	require.ErrorContains(t, err, "failed reading the database (page 42: unreachable): a damaged file does this")
+	require.ErrorContains(t, err, "if the file checks clean, it is a bug in oncekv")
+
+	for _, flag := range []string{"--payload", "--response", "--batch-size"} {
+		_, stderr, code := run("bench", flag, "-5", "--duration", "1s")
+		require.Equal(t, 2, code, flag)
+		require.Contains(t, stderr, "--payload, --response, --batch-size and --batch-delay may not be negative", flag)
+	}
+	_, err = bench.RunHarness(context.Background(), bench.HarnessConfig{Clients: 1, Duration: time.Second, PayloadBytes: -1})
+	require.ErrorContains(t, err, "may not be negative")
 }

@@ -78,12 +78,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // execute runs the command with bbolt's assertion panics and memory faults
 // (a damaged file: a page past the end, a garbled freelist) turned into an
-// error (exit 1) instead of a crash with the usage exit code.
+// error (exit 1) instead of a crash with the usage exit code. A panic
+// cannot tell a damaged file from a bug, so the message names both.
 func execute(ctx context.Context, root *cobra.Command) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("the database file is damaged (%v): restore it from a backup; `oncekv check` lists what it can read", r)
+			err = fmt.Errorf("failed reading the database (%v): a damaged file does this (restore it from a backup; `oncekv check` lists what it can read); if the file checks clean, it is a bug in oncekv: please report it with this message", r)
 		}
 	}()
 	return root.ExecuteContext(ctx)
