@@ -49,6 +49,9 @@ A key file holds "ID:HEX": a key ID and 32 bytes in hex (oncekv keygen).`,
   oncekv rekey --db payments.db --key-file key2 --old-key-file key1`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if batch < 0 {
+				return usagef("--batch must be positive (or 0 for the default), not %d", batch)
+			}
 			if len(o.keyFiles) == 0 {
 				return usagef("--key-file NEW is required (the key to seal under)")
 			}

@@ -104,6 +104,9 @@ func TestEncryptedFileThroughTheCLI(t *testing.T) {
 	require.Equal(t, 1, code, "key 2 opens nothing here")
 	require.Contains(t, out, "sealed under a key not supplied (key 1)")
 
+	_, stderr, code = run("rekey", "--db", db, "--key-file", key2, "--old-key-file", key1, "--batch", "-1")
+	require.Equal(t, 2, code, "a negative batch was taken as the default")
+	require.Contains(t, stderr, "--batch must be positive (or 0 for the default), not -1")
 	_, stderr, code = run("rekey", "--db", db, "--key-file", key2)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "supply the key with ID 1 as --old-key-file")
