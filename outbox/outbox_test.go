@@ -422,11 +422,16 @@ func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
 }
 
 // A published-event retention past the time encoding would wrap round
-// (issue 13, item 2): refused.
-func TestRelayRetentionPastTheTimeEncoding(t *testing.T) {
+// (issue 13, item 2), or a negative backoff: refused.
+func TestRelayConfigOutOfRange(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
 		_, err := outbox.NewRelay(nil, &outbox.RelayConfig{Publisher: outbox.PublishFunc(nil), Retention: d})
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	}
+	// A negative backoff was taken as another default than the relay's.
+	for _, b := range []outbox.Backoff{{Base: -time.Second}, {Cap: -time.Second}} {
+		_, err := outbox.NewRelay(nil, &outbox.RelayConfig{Publisher: outbox.PublishFunc(nil), Backoff: b})
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	}
 }

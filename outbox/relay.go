@@ -142,6 +142,9 @@ func (c *RelayConfig) validate() error {
 		return fmt.Errorf("%w: RelayConfig.Publisher is required", ErrInvalidConfig)
 	case max(c.Retention, c.PollInterval, c.Backoff.Base, c.Backoff.Cap) > keyspace.MaxRetention:
 		return fmt.Errorf("%w: a RelayConfig duration exceeds 100 years; stored times would wrap round", ErrInvalidConfig)
+	case c.Backoff.Base < 0 || c.Backoff.Cap < 0:
+		// Taken as internal/backoff's own defaults, not the relay's.
+		return fmt.Errorf("%w: RelayConfig.Backoff %s..%s is negative", ErrInvalidConfig, c.Backoff.Base, c.Backoff.Cap)
 	}
 	return nil
 }

@@ -133,8 +133,12 @@ func (c *Config) validate() error {
 	switch {
 	case len(c.Handlers) == 0:
 		return fmt.Errorf("%w: no Handlers", ErrInvalidConfig)
-	case c.Grace < 0 || c.Lease < 0 || c.CallTimeout < 0 || c.PollInterval < 0:
+	case c.Grace < 0 || c.Lease < 0 || c.CallTimeout < 0 || c.PollInterval < 0 || c.Backoff.Base < 0 || c.Backoff.Cap < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
+	case c.Concurrency < 0:
+		// With no worker, a reconciler pass would wait for one until its
+		// context ended.
+		return fmt.Errorf("%w: Concurrency %d is negative", ErrInvalidConfig, c.Concurrency)
 	case max(c.Grace, c.Lease, c.CallTimeout, c.PollInterval, c.Backoff.Base, c.Backoff.Cap, c.FinishedRetention) > keyspace.MaxRetention:
 		return fmt.Errorf("%w: a duration exceeds 100 years; stored times would wrap round", ErrInvalidConfig)
 	case c.Lease <= c.CallTimeout:

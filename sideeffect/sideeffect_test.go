@@ -501,6 +501,11 @@ func TestConfigValidation(t *testing.T) {
 		{Handlers: map[string]sideeffect.Handler{"x": {}}},
 		{Handlers: map[string]sideeffect.Handler{"x": {Provider: p}}, Lease: time.Second, CallTimeout: time.Minute},
 		{Handlers: map[string]sideeffect.Handler{"x": {Provider: p}}, MaxAttempts: -1},
+		// A reconciler pass with no worker waited for one until its context
+		// ended; a negative backoff was taken as another default.
+		{Handlers: map[string]sideeffect.Handler{"x": {Provider: p}}, Concurrency: -1},
+		{Handlers: map[string]sideeffect.Handler{"x": {Provider: p}}, Backoff: sideeffect.Backoff{Base: -time.Second}},
+		{Handlers: map[string]sideeffect.Handler{"x": {Provider: p}}, Backoff: sideeffect.Backoff{Cap: -time.Second}},
 	} {
 		_, err := sideeffect.New(db, &c)
 		require.ErrorIs(t, err, sideeffect.ErrInvalidConfig)
