@@ -336,7 +336,9 @@ var (
 	// ErrCommitUnknown is returned when a commit was sent, its answer was
 	// lost, and etcd could not be reached to settle whether it applied.
 	// The transaction may or may not have applied: read before redoing.
-	ErrCommitUnknown = errors.New("etcdkv: commit outcome unknown")
+	// It is the port's kv.ErrCommitUnknown, so that code written against
+	// kv (idemhttp's answers, say) can tell it apart.
+	ErrCommitUnknown = kv.ErrCommitUnknown
 )
 
 // TxTooLargeError reports a transaction that cannot fit in one etcd Txn:

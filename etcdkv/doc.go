@@ -60,8 +60,9 @@
 // exists. If the fence lands, the commit can never apply; if the marker is
 // there, the commit did. Either way the caller learns the truth, and the
 // function runs again only when the commit did not apply. ErrCommitUnknown
-// is returned only when etcd cannot be reached to settle it; retrying the
-// whole operation is then safe, since the records make it idempotent.
+// (kv.ErrCommitUnknown) is returned only when etcd cannot be reached to
+// settle it; retrying the whole operation is then safe, since the records
+// make it idempotent (idemhttp answers 503 with Retry-After to say so).
 // Markers live on a lease and vanish a few minutes after their commit.
 //
 // # What changes above

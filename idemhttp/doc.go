@@ -44,6 +44,8 @@
 //	                                           an operator requeues or resolves it
 //	database closed (shutting down), or the    503 with Retry-After, nothing stored;
 //	request's deadline passed before it ended  the same key may be resent
+//	commit outcome unknown (etcd out of reach) 503 with Retry-After: the retry
+//	                                           replays it if it applied
 //
 // Every problem body is RFC 9457 JSON with a stable type URI (the Problem*
 // constants). "The same request" means the same fingerprint: method, concrete

@@ -767,3 +767,74 @@ func TestRequestNotRunIsServiceUnavailable(t *testing.T) {
 	check("external, database closed", postPay(t, e.srv, "/v1/orders/A/pay", "k-pay"))
 	require.Empty(t, e.fake.Log(), "no provider was called")
 }
+
+// lostAnswers is a backend over another database whose commits apply but,
+// while lose is set, report kv.ErrCommitUnknown, as etcd's do when their
+// answer is lost and etcd stays out of reach.
+type lostAnswers struct {
+	inner *kv.DB
+	lose  atomic.Bool
+}
+
+func (b *lostAnswers) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	err := b.inner.Update(ctx, fn)
+	if err == nil && b.lose.Load() {
+		return fmt.Errorf("store: answer lost: %w", kv.ErrCommitUnknown)
+	}
+	return err
+}
+
+func (b *lostAnswers) View(ctx context.Context, fn func(kv.Tx) error) error {
+	return b.inner.View(ctx, fn)
+}
+
+func (b *lostAnswers) Traits() kv.Traits {
+	t := b.inner.Traits()
+	t.Name = "lost-answers"
+	return t
+}
+
+func (b *lostAnswers) Close() error { return nil }
+
+// A commit whose outcome the store cannot tell (kv.ErrCommitUnknown: etcd's
+// answer lost, etcd out of reach) is a 503 with Retry-After saying so, not a
+// 500: it may have been stored. The retry is answered either way, here
+// with the stored answer the lost commit applied; the handler ran once.
+func TestCommitOutcomeUnknownIsServiceUnavailable(t *testing.T) {
+	t.Parallel()
+	b := &lostAnswers{inner: kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)}
+	db, err := kv.New(b, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	logger, logs := testlog.New()
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if writeOrder(w, r, []byte("ord_1")) {
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, "ord_1")
+		}
+	})))
+	t.Cleanup(srv.Close)
+
+	b.lose.Store(true)
+	r := postPay(t, srv, "/", "k-lost")
+	require.Equal(t, http.StatusServiceUnavailable, r.status, r.body)
+	require.Equal(t, idemhttp.ProblemUnavailable, problemType(t, r))
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	require.Contains(t, r.body, "could not confirm whether this request was saved")
+	require.Contains(t, logs.String(), `level=WARN msg="idempotent request's commit outcome unknown"`)
+	require.NotContains(t, logs.String(), "level=ERROR")
+
+	b.lose.Store(false)
+	r = postPay(t, srv, "/", "k-lost")
+	require.Equal(t, http.StatusCreated, r.status, r.body)
+	require.Equal(t, "ord_1", r.body)
+	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed), "the lost commit had applied")
+	require.EqualValues(t, 1, runs.Load())
+	require.Equal(t, 1, countOrders(t, db))
+}

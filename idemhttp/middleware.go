@@ -318,6 +318,14 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 		return EventPending, http.StatusConflict
 	case errors.Is(err, context.Canceled):
 		return EventNotStored, 499
+	case errors.Is(err, kv.ErrCommitUnknown):
+		// The store (etcd) took the commit and could not say whether it
+		// applied: the retry finds out, and is answered either way (the
+		// stored answer if it applied).
+		m.log.Warn("idempotent request's commit outcome unknown", "error", err)
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the store could not confirm whether this request was saved; retry with the same Idempotency-Key: the retry is answered either way"}, time.Second)
+		return EventPending, http.StatusServiceUnavailable
 	case errors.Is(err, kv.ErrClosed), errors.Is(err, context.DeadlineExceeded):
 		// Nothing was stored: the database is closed (the service is
 		// shutting down) or the request's deadline passed while it waited

@@ -90,6 +90,12 @@ var (
 	// ErrClosed is returned by managed transactions on a closed DB.
 	ErrClosed = errors.New("kv: database is closed")
 
+	// ErrCommitUnknown is wrapped by the error of a backend that sent a
+	// commit, lost its answer, and could not learn whether it applied
+	// (etcdkv, when etcd stays out of reach). The transaction may or may
+	// not have applied: read before doing it again. bbolt never returns it.
+	ErrCommitUnknown = errors.New("kv: commit outcome unknown")
+
 	// ErrNotDamaged is returned when an operator asks to drop a record
 	// (DroppedEntry) that is intact and decodes: a readable record leaves
 	// with the retention sweep, never by hand.
