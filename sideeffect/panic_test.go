@@ -43,6 +43,22 @@ func (p *panicky) Status(ctx context.Context, c sideeffect.Call) (sideeffect.Rep
 	return p.Fake.Status(ctx, c)
 }
 
+// logged is setup with an executor that logs to a buffer the test reads;
+// mutate, if set, edits its configuration first.
+func logged(t *testing.T, p sideeffect.Provider, mutate func(*sideeffect.Config)) (*sideeffect.Executor, *bundle, *testlog.Buffer, sideeffect.Config) {
+	t.Helper()
+	_, bb := setup(t, p)
+	logger, logs := testlog.New()
+	cfg := config(p, bb.comp)
+	cfg.Logger = logger
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	x, err := sideeffect.New(bb.db, &cfg)
+	require.NoError(t, err)
+	return x, bb, logs, cfg
+}
+
 // A provider that panics may have acted: its outcome is unknown, as a lost
 // answer's is. The reconciler (and the request that performs it) must not
 // die with it: an intent that makes the provider panic would otherwise
@@ -53,12 +69,7 @@ func (p *panicky) Status(ctx context.Context, c sideeffect.Call) (sideeffect.Rep
 func TestProviderPanicIsAnUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	p := &panicky{Fake: providertest.New(providertest.Rates{}, 1), afterCharge: true}
-	_, bb := setup(t, p)
-	logger, logs := testlog.New()
-	cfg := config(p, bb.comp)
-	cfg.Logger = logger
-	x, err := sideeffect.New(bb.db, &cfg)
-	require.NoError(t, err)
+	x, bb, logs, cfg := logged(t, p, nil)
 
 	in, _, err := x.Create(ctx, spec("1"))
 	require.NoError(t, err)
@@ -120,23 +131,19 @@ func TestProviderPanicIsAnUnknownOutcome(t *testing.T) {
 func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
 	t.Parallel()
 	fake := providertest.New(providertest.Rates{}, 1)
-	_, bb := setup(t, fake)
-	logger, logs := testlog.New()
 	var broken atomic.Bool
 	broken.Store(true)
-	cfg := config(fake, bb.comp)
-	cfg.Logger = logger
-	h := cfg.Handlers["charge"]
-	ok := h.OnSucceeded
-	h.OnSucceeded = func(tx kv.Tx, in *sideeffect.Intent) error {
-		if broken.Load() {
-			panic("completion: index out of range")
+	x, bb, logs, _ := logged(t, fake, func(cfg *sideeffect.Config) {
+		h := cfg.Handlers["charge"]
+		ok := h.OnSucceeded
+		h.OnSucceeded = func(tx kv.Tx, in *sideeffect.Intent) error {
+			if broken.Load() {
+				panic("completion: index out of range")
+			}
+			return ok(tx, in)
 		}
-		return ok(tx, in)
-	}
-	cfg.Handlers["charge"] = h
-	x, err := sideeffect.New(bb.db, &cfg)
-	require.NoError(t, err)
+		cfg.Handlers["charge"] = h
+	})
 
 	in, _, err := x.Create(ctx, spec("1"))
 	require.NoError(t, err)
@@ -210,12 +217,7 @@ func TestReconcilerSurvivesAPanickingObserver(t *testing.T) {
 func TestPerformWithAPanickingRespond(t *testing.T) {
 	t.Parallel()
 	fake := providertest.New(providertest.Rates{}, 1)
-	_, bb := setup(t, fake)
-	logger, logs := testlog.New()
-	cfg := config(fake, bb.comp)
-	cfg.Logger = logger
-	x, err := sideeffect.New(bb.db, &cfg)
-	require.NoError(t, err)
+	x, bb, logs, cfg := logged(t, fake, nil)
 	l, err := ledger.New(bb.db, nil)
 	require.NoError(t, err)
 	var broken atomic.Bool
