@@ -90,10 +90,6 @@ type Config struct {
 	Wait time.Duration
 
 	// Executor performs the side effects of external routes (WrapExternal).
-	// Give the ledger a Lease (ledger.Config.Lease) longer than the
-	// executor's CallTimeout: a provider call that outlives the lease lets a
-	// retry take the request over (answered correctly, see Perform, but
-	// logged as a warning each time). The defaults are equal, 30 s each.
 	Executor *sideeffect.Executor
 
 	// Logger receives one line per request that hit the ledger. nil discards.

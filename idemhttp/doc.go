@@ -73,11 +73,13 @@
 // intent, and the completion committed only if the claim is still current.
 // A request interrupted after the provider acted is finished by asking the
 // provider (the retry, or the reconciler), never by calling it blindly again.
-// A provider call that outlives the claim's lease (ledger.Config.Lease) lets
-// a retry take the key and the intent over and finish them; the first
-// attempt's own result is then discarded, and its client gets what the
-// retry stored, as a replay, or 409 with Retry-After while the retry runs.
-// The log warns each time: the lease is shorter than the work. A handler
+// While the provider call runs, a retry gets 409 with Retry-After, even past
+// the claim's lease: the intent's own lease (sideeffect.Config.Lease, longer
+// than its CallTimeout) holds it. A call that outlives that too (a provider
+// that ignores its context) lets a retry take the key and the intent over
+// and finish them; the first attempt's own result is then discarded, and
+// its client gets what the retry stored, as a replay, or 409 with
+// Retry-After while the retry runs. The log warns each time. A handler
 // that panics is logged with its stack and, if it had written nothing, gets
 // the 500 problem an in-transaction handler's panic gets.
 //

@@ -98,9 +98,10 @@ func (t *trackedWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 // When the outcome is unknown (the provider failed or its answer was lost),
 // it answers 502 with Retry-After and stores nothing: a retry with the same
 // key asks the provider before calling it again. When the provider call
-// outlives the claim's lease and a retry takes the request over, the retry
-// finishes it: Perform answers what the retry stored, as a replay, or 409
-// with Retry-After while it runs. It returns true when it wrote a stored
+// outlives its intent's lease (sideeffect.Config.Lease, which exceeds the
+// call timeout: a provider that ignores its context) and a retry takes the
+// request over, the retry finishes it: Perform answers what the retry
+// stored, as a replay, or 409 with Retry-After while it runs. It returns true when it wrote a stored
 // (or replayed) response.
 func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respond sideeffect.Respond) bool {
 	ps, ok := r.Context().Value(performKey).(*performState)
@@ -121,10 +122,10 @@ func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respo
 			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
 		}
 	case overtaken(err):
-		// The claim's lease ran out while the side effect ran, and a retry
-		// took the key (and the intent) over: it finishes the side effect.
-		// Answer what that retry stored, if it has, as a replay.
-		m.log.Warn("idempotent request overtaken: a retry took its key over when its lease ran out (ledger.Config.Lease is shorter than the work)",
+		// The intent's lease (and the claim's) ran out while the side effect
+		// ran, and a retry took the key and the intent over: it finishes the
+		// side effect. Answer what that retry stored, if it has, as a replay.
+		m.log.Warn("idempotent request overtaken: its provider call outlived the intent's lease (sideeffect.Config.Lease) and a retry took it over",
 			"scope", ps.req.Scope, "key", ps.req.Key, "error", err)
 		if stored, perr := m.cfg.Ledger.Peek(r.Context(), ps.req); perr == nil && stored != nil {
 			ev.Kind, ev.Status = EventReplayed, writeStored(w, stored.Response, true)

@@ -358,22 +358,26 @@ func (h *heldProvider) Do(ctx context.Context, c sideeffect.Call) (sideeffect.Re
 	return h.Provider.Do(ctx, c)
 }
 
-// A payment whose provider call outlives the claim's lease is taken over
-// by the client's retry, which finishes it; the first attempt's own result
-// is discarded. Its client got a 500 for a payment that went through. It
-// now gets the retry's stored answer as a replay, or, while the retry is
-// still running, 409 with Retry-After; the provider charges once, and the
-// service's log warns that the lease is shorter than the work.
+// A payment whose provider call outlives its intent's lease (a provider
+// that ignores its context) is taken over by the client's retry, which
+// finishes it; the first attempt's own result is discarded. Its client got
+// a 500 for a payment that went through. It now gets the retry's stored
+// answer as a replay, or, while the retry is still running, 409 with
+// Retry-After; the provider charges once, and the service's log warns.
+// Past the claim's lease alone nothing is taken over: the intent's lease
+// holds the request, the retry gets 409 and the first attempt answers.
 func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 	t.Parallel()
-	setup := func(hold ...int32) (*external, *heldProvider, *testlog.Buffer) {
+	// setup holds the Do calls numbered hold, with the intent's lease
+	// (0: the default, a minute, as the claim's).
+	setup := func(lease time.Duration, hold ...int32) (*external, *heldProvider, *testlog.Buffer) {
 		h := &heldProvider{Provider: providertest.New(providertest.Rates{}, 1), hold: map[int32]chan struct{}{}, entered: make(chan int32, 2)}
 		for _, n := range hold {
 			h.hold[n] = make(chan struct{})
 		}
 		logger, logs := testlog.New()
 		e := setupExternal(t, func(c *idemhttp.Config) {
-			x, err := sideeffect.New(c.Ledger.DB(), &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: h}}, MaxAttempts: 3})
+			x, err := sideeffect.New(c.Ledger.DB(), &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: h}}, MaxAttempts: 3, Lease: lease})
 			require.NoError(t, err)
 			c.Executor = x
 			c.Logger = logger
@@ -386,19 +390,35 @@ func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 		go func() { out <- postPay(t, e.srv, "/v1/orders/A/pay", "k-slow") }()
 		return out
 	}
-	overtaken := `level=WARN msg="idempotent request overtaken: a retry took its key over when its lease ran out (ledger.Config.Lease is shorter than the work)" scope="acme|POST /v1/orders/{id}/pay" key=k-slow`
+	overtaken := `level=WARN msg="idempotent request overtaken: its provider call outlived the intent's lease (sideeffect.Config.Lease) and a retry took it over" scope="acme|POST /v1/orders/{id}/pay" key=k-slow`
 
-	// The retry finishes first: the first attempt answers its answer.
-	e, h, logs := setup(1)
+	// Past the claim's lease (a minute) but not the intent's (five): the
+	// retry is refused, the first attempt finishes and answers itself.
+	e, h, logs := setup(5*time.Minute, 1)
 	first := pay(e)
 	require.EqualValues(t, 1, <-h.entered)
-	e.clock.Advance(2 * time.Minute) // past the one-minute lease
+	e.clock.Advance(90 * time.Second)
 	retry := postPay(t, e.srv, "/v1/orders/A/pay", "k-slow")
+	require.Equal(t, http.StatusConflict, retry.status, retry.body)
+	require.Equal(t, idemhttp.ProblemInProgress, problemType(t, retry))
+	close(h.hold[1])
+	r := <-first
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Empty(t, r.header.Get(idemhttp.HeaderReplayed), "its own answer")
+	require.NotContains(t, logs.String(), "overtaken")
+
+	// The retry finishes first: the first attempt answers its answer.
+	e, h, logs = setup(0, 1)
+	first = pay(e)
+	require.EqualValues(t, 1, <-h.entered)
+	e.clock.Advance(2 * time.Minute) // past both one-minute leases
+	retry = postPay(t, e.srv, "/v1/orders/A/pay", "k-slow")
 	require.Equal(t, http.StatusOK, retry.status, retry.body)
 	require.Equal(t, "succeeded ch_0001", retry.body)
 	require.Empty(t, retry.header.Get(idemhttp.HeaderReplayed))
 	close(h.hold[1])
-	r := <-first
+	r = <-first
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed), "the answer the retry stored")
@@ -408,7 +428,7 @@ func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 
 	// The first attempt finishes while the retry still runs: 409, then the
 	// retry's answer for the client's next retry.
-	e, h, logs = setup(1, 2)
+	e, h, logs = setup(0, 1, 2)
 	first = pay(e)
 	require.EqualValues(t, 1, <-h.entered)
 	e.clock.Advance(2 * time.Minute)
