@@ -160,12 +160,7 @@ func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
 	require.Empty(t, orderState(t, bb.db, "1"))
 
 	broken.Store(false)
-	bb.clock.Advance(10 * time.Minute) // past the attempt's lease
-	st, err = x.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, st.Succeeded)
-	require.Equal(t, "paid:ch_0001", orderState(t, bb.db, "1"))
-	require.Len(t, fake.Charges(), 1)
+	paysOnceWhenDue(t, x, bb.clock, bb.db, fake)
 }
 
 // Any other panic in a pass (here the observer's, a service's metrics
@@ -201,8 +196,16 @@ func TestReconcilerSurvivesAPanickingObserver(t *testing.T) {
 	require.Empty(t, fake.Charges(), "the reconciler asks Status first; its report panicked")
 
 	broken.Store(false)
+	paysOnceWhenDue(t, x, clock, db, fake)
+}
+
+// paysOnceWhenDue requires that order 1's intent, left by a pass that
+// failed, is paid by the pass after its attempt's lease, and charged once
+// in all.
+func paysOnceWhenDue(t *testing.T, x *sideeffect.Executor, clock *kvtest.ManualClock, db *kv.DB, fake *providertest.Fake) {
+	t.Helper()
 	clock.Advance(10 * time.Minute) // past the attempt's lease
-	st, err = x.RunOnce(ctx)
+	st, err := x.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Succeeded)
 	require.Equal(t, "paid:ch_0001", orderState(t, db, "1"))
