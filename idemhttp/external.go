@@ -121,28 +121,10 @@ func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respo
 		if res.Takeover {
 			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
 		}
-	case overtaken(err):
-		// The intent's lease (and the claim's) ran out while the side effect
-		// ran, and a retry took the key and the intent over: it finishes the
-		// side effect. Answer what that retry stored, if it has, as a replay.
-		m.log.Warn("idempotent request overtaken: its provider call outlived the intent's lease (sideeffect.Config.Lease) and a retry took it over",
-			"scope", ps.req.Scope, "key", ps.req.Key, "error", err)
-		if stored, perr := m.cfg.Ledger.Peek(r.Context(), ps.req); perr == nil && stored != nil {
-			ev.Kind, ev.Status = EventReplayed, writeStored(w, stored.Response, true)
-			err = nil
-			break
-		}
-		ev.Kind, ev.Status = m.writeLedgerError(w, err)
 	default:
 		ev.Kind, ev.Status = m.writeLedgerError(w, err)
 	}
 	ev.Duration = time.Since(ps.start)
 	m.event(ev)
 	return err == nil
-}
-
-// overtaken reports an attempt whose key or intent a retry took over when
-// its lease ran out: its own result was discarded, the retry's stands.
-func overtaken(err error) bool {
-	return errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, sideeffect.ErrStale)
 }

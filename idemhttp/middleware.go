@@ -298,12 +298,6 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 		WriteProblem(w, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
 			Detail: "retry after the indicated delay"}, max(ip.RetryAfter, time.Second))
 		return EventInProgress, http.StatusConflict
-	case overtaken(err):
-		// This attempt outlived its claim's lease and a retry took the key
-		// over, which has not stored its answer yet (Perform logs it).
-		WriteProblem(w, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
-			Detail: "a retry took this request's key over when its lease ran out; retry with the same Idempotency-Key for its answer"}, time.Second)
-		return EventInProgress, http.StatusConflict
 	case errors.As(err, &pe):
 		WriteProblem(w, Problem{Type: ProblemOutcomePending, Title: "Upstream outcome not known yet", Status: http.StatusBadGateway,
 			Detail: "the upstream call failed or its answer was lost; retry with the same Idempotency-Key"}, max(pe.RetryAfter, time.Second))

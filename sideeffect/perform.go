@@ -50,7 +50,10 @@ type Respond func(tx kv.Tx, in *Intent) (ledger.Response, error)
 // parked as needs_attention, gets *BlockedError and changes nothing: client
 // retries during a provider outage never spend the intent's attempts.
 // Rejections from the ledger (*ledger.MismatchError, *ledger.InProgressError)
-// are returned as is.
+// are returned as is. An attempt whose provider call outlived the intent's
+// lease (a provider that ignores its context) and was overtaken by a retry
+// gets what the retry stored, as a replay, or *ledger.InProgressError while
+// the retry runs; its own result is discarded.
 //
 // With req.Wait set, a request that meets its key in progress in this
 // process waits for that attempt (ledger.Ledger.Wait) instead of returning
@@ -59,12 +62,41 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	until := time.Now().Add(req.Wait)
 	for {
 		res, err := x.perform(ctx, l, req, spec, respond)
+		if overtaken(err) {
+			res, err = x.overtaken(ctx, l, req, err)
+		}
 		var ip *ledger.InProgressError
 		if req.Wait > 0 && errors.As(err, &ip) && l.Wait(ctx, ip, until) {
 			continue
 		}
 		return res, err
 	}
+}
+
+// overtaken reports an attempt whose key or intent a retry took over when
+// the intent's lease ran out: its own result was discarded (the intent's
+// version moved on, or the claim's), the retry's stands.
+func overtaken(err error) bool {
+	return errors.Is(err, ErrStale) || errors.Is(err, ledger.ErrLeaseLost)
+}
+
+// overtaken answers an attempt that a retry overtook: the retry finishes
+// the side effect, so the attempt gets what the retry stored, as a replay,
+// or, while the retry still runs, *ledger.InProgressError (which a caller
+// with Request.Wait waits on). Only a provider call that outlives the
+// intent's lease, longer than CallTimeout, is overtaken: one that ignores
+// its context. The log says so each time.
+func (x *Executor) overtaken(ctx context.Context, l *ledger.Ledger, req ledger.Request, err error) (ledger.Result, error) {
+	x.cfg.Logger.Warn("intent attempt overtaken: its provider call outlived the intent's lease and a retry took it over",
+		"scope", req.Scope, "key", req.Key, "error", err)
+	stored, perr := l.Peek(ctx, req)
+	switch {
+	case perr != nil:
+		return ledger.Result{}, perr // the retry's live claim, with its retry hint
+	case stored != nil:
+		return *stored, nil
+	}
+	return ledger.Result{}, &ledger.InProgressError{Scope: req.Scope, Key: req.Key, RetryAfter: time.Second}
 }
 
 func (x *Executor) perform(ctx context.Context, l *ledger.Ledger, req ledger.Request, spec Spec, respond Respond) (ledger.Result, error) {
