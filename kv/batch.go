@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -160,9 +161,44 @@ func (b *batcher) lead() {
 	b.mu.Lock()
 	b.take(b.db.opts.MaxBatchSize)
 	b.mu.Unlock()
+	ran := false
+	defer func() {
+		if !ran {
+			b.abandon()
+		}
+	}()
 	b.run()
+	ran = true
 	b.released, b.ended = b.answered, time.Now()
 	b.took = b.ended.Sub(start)
+	b.finish()
+}
+
+// abandon runs while a panic raised outside every call's function (by an
+// observer's Commit, or by the store itself) unwinds the leader: it
+// answers the calls of the batch that have no answer yet with
+// errCommitPanicked and hands leadership on, so that the panic ends the
+// leader's own call, raised with its stack, and not every later one
+// (a leader whose caller recovers, as net/http does, would otherwise
+// leave the batcher leading for ever and each later call queued).
+func (b *batcher) abandon() {
+	for _, c := range b.batch {
+		c.done <- batchResult{err: errCommitPanicked} // the leader's own, if here, is never read
+	}
+	b.answered += len(b.batch)
+	b.released, b.ended, b.took = b.answered, time.Now(), 0
+	b.want = 0
+	b.finish()
+}
+
+// errCommitPanicked answers the calls of a batch whose commit panicked
+// outside their functions: the panic may have come after the commit (an
+// observer's Commit) or in it.
+var errCommitPanicked = fmt.Errorf("kv: the batch's commit panicked outside the calls' functions (in an observer's Commit, or in the store); it may have applied: %w", ErrCommitUnknown)
+
+// finish forgets the batch that ran and hands leadership to the first
+// queued call, if any.
+func (b *batcher) finish() {
 	// No pointers to finished calls (they are pooled) or their errors.
 	clear(b.batch[:cap(b.batch)])
 	clear(b.rejected)

@@ -600,3 +600,80 @@ func TestBatchOutcomesUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// A panic raised in a batch's commit outside every call's function (an
+// observer's Commit, an OnCommit handler) ends the leader's call with it,
+// answers the other calls of the batch, which the commit may have
+// applied, and leaves group commit working: before, the leader's caller
+// recovering (as net/http does) left every later Batch call queued for
+// ever.
+func TestBatchSurvivesAPanicInItsCommit(t *testing.T) {
+	t.Parallel()
+	t.Run("observer", func(t *testing.T) {
+		t.Parallel()
+		var panicNext atomic.Bool
+		db := openInternal(t, &Options{Observer: &observe.Observer{Commit: func(observe.Commit) {
+			if panicNext.CompareAndSwap(true, false) {
+				panic("commit bug")
+			}
+		}}})
+		batchWithPanickingCommit(t, db, func(Tx) { panicNext.Store(true) })
+	})
+	t.Run("OnCommit", func(t *testing.T) {
+		t.Parallel()
+		batchWithPanickingCommit(t, openInternal(t, nil), func(tx Tx) {
+			tx.OnCommit(func() { panic("commit bug") })
+		})
+	})
+}
+
+// batchWithPanickingCommit runs a batch whose leader's function calls
+// arm, to make the commit panic with "commit bug", and checks what
+// each call and the next one get.
+func batchWithPanickingCommit(t *testing.T, db *DB, arm func(Tx)) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	var recovered any
+	var leaderDone sync.WaitGroup
+	leaderDone.Go(func() {
+		defer func() { recovered = recover() }()
+		_ = db.Batch(ctx, func(tx Tx) error {
+			<-release
+			arm(tx)
+			return put("leader")(tx)
+		})
+	})
+	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+	followers := make(chan error, 2)
+	for _, k := range []string{"a", "b"} {
+		go func() { followers <- db.Batch(ctx, put(k)) }()
+	}
+	waitQueued(t, db, 2)
+	close(release)
+	leaderDone.Wait()
+	require.Equal(t, "commit bug", recovered, "the leader's caller meets the panic")
+
+	// The followers, queued while the leader's function ran, joined its
+	// batch: each is told the commit may have applied, as it did.
+	for range 2 {
+		select {
+		case err := <-followers:
+			require.ErrorIs(t, err, ErrCommitUnknown)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call of the panicked batch was never answered")
+		}
+	}
+	for _, k := range []string{"leader", "a", "b"} {
+		require.Equal(t, []byte("v"), get(t, db, k), k)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- db.Batch(ctx, put("after")) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Batch hangs after a commit that panicked")
+	}
+	require.Equal(t, []byte("v"), get(t, db, "after"))
+}

@@ -93,7 +93,10 @@ var (
 	// ErrCommitUnknown is wrapped by the error of a backend that sent a
 	// commit, lost its answer, and could not learn whether it applied
 	// (etcdkv, when etcd stays out of reach). The transaction may or may
-	// not have applied: read before doing it again. bbolt never returns it.
+	// not have applied: read before doing it again. On bbolt, only Batch
+	// returns it: to the other calls of a batch whose commit panicked
+	// outside their functions (an observer's Commit, say), the panic
+	// itself raised in the call that led the batch.
 	ErrCommitUnknown = errors.New("kv: commit outcome unknown")
 
 	// ErrNotDamaged is returned when an operator asks to drop a record
