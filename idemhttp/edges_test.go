@@ -840,3 +840,43 @@ func TestCommitOutcomeUnknownIsServiceUnavailable(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load())
 	require.Equal(t, 1, countOrders(t, db))
 }
+
+// An observer that panics in a request's commit costs that request its
+// connection (net/http recovers the panic) and nothing more: the answer
+// committed, so the retry replays it, and the service goes on serving.
+// Before, group commit stayed with the panicked leader and every later
+// request waited for ever.
+func TestObserverPanicInACommitLeavesTheServiceServing(t *testing.T) {
+	t.Parallel()
+	var panicNext atomic.Bool
+	var runs atomic.Int32
+	opts := &kv.Options{NoSync: true, Observer: &observe.Observer{Commit: func(observe.Commit) {
+		if panicNext.CompareAndSwap(true, false) {
+			panic("observer bug")
+		}
+	}}}
+	db, srv := wrapped(t, opts, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		if writeOrder(w, r, fmt.Appendf(nil, "ord_%d", runs.Add(1))) {
+			w.WriteHeader(http.StatusCreated)
+		}
+	})
+	srv.Client().Timeout = 10 * time.Second
+
+	panicNext.Store(true)
+	r, err := tryPost(t, srv, "/v1/orders", "k-1", `{}`)
+	if err == nil { // net/http's client resent it (it carries an Idempotency-Key) when the connection broke
+		require.Equal(t, http.StatusCreated, r.status)
+		require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed))
+	}
+	r, err = tryPost(t, srv, "/v1/orders", "k-1", `{}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.status)
+	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed), "the panicked request's answer was stored")
+
+	r, err = tryPost(t, srv, "/v1/orders", "k-2", `{}`)
+	require.NoError(t, err, "a later request is served")
+	require.Equal(t, http.StatusCreated, r.status)
+	require.Empty(t, r.header.Get(idemhttp.HeaderReplayed))
+	require.Equal(t, int32(2), runs.Load(), "each key's handler ran once")
+	require.Equal(t, 2, countOrders(t, db))
+}
