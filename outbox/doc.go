@@ -39,7 +39,9 @@
 // 3xx is a failed publish, not a success. A publisher's panic fails the
 // event it was publishing, logged with its stack (see Publisher), so an
 // event that makes the publisher panic is quarantined like any failing
-// one rather than ending the process at every restart.
+// one rather than ending the process at every restart. Any other panic in
+// a pass of Run (an observer's, say) is that pass's error, logged, and the
+// next pass comes PollInterval later.
 //
 // # Caveats
 //

@@ -3,12 +3,16 @@ package outbox_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/outbox"
 )
 
@@ -86,4 +90,49 @@ func TestPublisherPanicFailsThePoisonEvent(t *testing.T) {
 		require.Equal(t, append(want, "c"), published, "the event behind it went out")
 		require.Empty(t, pending(t, db))
 	}
+}
+
+// A panic in a relay pass outside the publisher (here the observer's
+// Publish report, after the broker took the event) costs that pass, not
+// the process: Run logs it with its stack, hands onPass its error, and
+// its next pass, PollInterval later, publishes again (at least once, as
+// ever) and goes on.
+func TestRelayRunGoesOnPastAPanic(t *testing.T) {
+	t.Parallel()
+	var reports atomic.Int32
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Observer: &observe.Observer{Publish: func(context.Context, observe.Publish) {
+		if reports.Add(1) == 1 {
+			panic("observer bug")
+		}
+	}}}, outbox.RecordKind)
+	o := outbox.New(db)
+	_, _, err := o.Add(ctx, ev("a"))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var published []string
+	logger, logs := testlog.New()
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Logger: logger, PollInterval: 10 * time.Millisecond,
+		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			published = append(published, e.ID)
+			return nil
+		})})
+	require.NoError(t, err)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	passes := make(chan error, 1000)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx, func(_ outbox.PassStats, err error) { passes <- err }) }()
+	require.ErrorContains(t, <-passes, "a pass of the outbox relay panicked: observer bug")
+	require.NoError(t, <-passes, "the next pass")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+
+	require.Empty(t, pending(t, db))
+	mu.Lock()
+	require.Equal(t, []string{"a", "a"}, published, "published, the pass panicked before it was marked, published again")
+	mu.Unlock()
+	require.Contains(t, logs.String(), `level=ERROR msg="outbox relay pass panicked" panic="observer bug"`)
+	require.Contains(t, logs.String(), "TestRelayRunGoesOnPastAPanic", "the stack names the observer")
 }

@@ -466,7 +466,11 @@ func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
 // events, the head event's backoff ends, or PollInterval passes. It returns
 // ctx.Err() after the pass in progress has recorded what it published, or
 // kv.ErrClosed from the first pass after the database closed. onPass, if
-// set, receives each pass's stats (for metrics).
+// set, receives each pass's stats (for metrics). A pass that panics
+// outside the publisher (whose panics fail their event) is logged with
+// its stack, is that pass's error, and the next pass comes PollInterval
+// later: the process, which would meet the same events after a restart,
+// goes on.
 func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 	return loop.Run(ctx, r.o.wake, func(ctx context.Context) (PassStats, time.Duration, error) {
 		st, err := r.RunOnce(ctx)
@@ -475,7 +479,7 @@ func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 			wait = min(wait, st.Wait)
 		}
 		return st, wait, err
-	}, onPass, kv.ErrClosed)
+	}, onPass, loop.Config{Name: "outbox relay", Final: []error{kv.ErrClosed}, AfterPanic: r.cfg.PollInterval, Logger: r.cfg.Logger})
 }
 
 // Requeue moves a quarantined event back to the pending queue, with a

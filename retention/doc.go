@@ -35,7 +35,9 @@
 // batches so request transactions keep flowing; re-checks each record's
 // state before removing it; supports a dry run; reports per-kind stats
 // (examined, deleted, skipped and why, batches, longest transaction); and
-// stops cleanly on context cancellation. Run repeats it on an interval.
+// stops cleanly on context cancellation. Run repeats it on an interval; a
+// sweep that panics (an observer's panic, say) is that sweep's error,
+// logged with its stack through Config.Logger, and the process goes on.
 //
 // # Caveats
 //

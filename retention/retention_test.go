@@ -16,6 +16,7 @@ import (
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/looptest"
+	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -422,6 +423,33 @@ func TestRunEndsWhenTheDatabaseCloses(t *testing.T) {
 	looptest.EndsWhenClosed(t, db, func(ctx context.Context, onPass func(error)) error {
 		return retention.Run(ctx, db, nil, 10*time.Millisecond, func(_ retention.Stats, err error) { onPass(err) }, allKinds...)
 	})
+}
+
+// A sweep that panics (here an observer's) is that sweep's error, passed
+// to onSweep and logged with its stack through Config.Logger; the next
+// sweep comes an interval later, and the process goes on.
+func TestRunGoesOnPastAPanic(t *testing.T) {
+	t.Parallel()
+	var reports atomic.Int32
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Observer: &observe.Observer{Sweep: func(observe.Sweep) {
+		if reports.Add(1) == 1 {
+			panic("observer bug")
+		}
+	}}}, allChecks...)
+	logger, logs := testlog.New()
+	rctx, cancel := context.WithCancel(ctx)
+	sweeps := make(chan error, 1000)
+	done := make(chan error, 1)
+	go func() {
+		done <- retention.Run(rctx, db, &retention.Config{Logger: logger}, 10*time.Millisecond,
+			func(_ retention.Stats, err error) { sweeps <- err }, allKinds...)
+	}()
+	require.ErrorContains(t, <-sweeps, "a pass of the retention sweeper panicked: observer bug")
+	require.NoError(t, <-sweeps, "the next sweep")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.Contains(t, logs.String(), `level=ERROR msg="retention sweeper pass panicked" panic="observer bug"`)
+	require.Contains(t, logs.String(), "TestRunGoesOnPastAPanic", "the stack names the observer")
 }
 
 // A policy's per-scope override, handed to the ledger, decides when a

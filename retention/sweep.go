@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -34,6 +35,10 @@ type Config struct {
 	Pause time.Duration
 	// DryRun re-checks and counts what would be removed, removing nothing.
 	DryRun bool
+	// Logger, when set, is where Run logs a sweep that panicked (an
+	// observer's panic, say), with its stack; the sweep's error, passed to
+	// onSweep, has the panic's value only. nil logs nothing.
+	Logger *slog.Logger
 }
 
 func (c *Config) withDefaults() Config {
@@ -212,7 +217,9 @@ var errNoKinds = errors.New("retention: no record kinds to sweep (pass ledger.Re
 
 // Run sweeps the given kinds every interval until ctx ends, passing each
 // sweep's stats to onSweep (for metrics; may be nil). It returns ctx.Err(),
-// or kv.ErrClosed from the first sweep after the database closed.
+// or kv.ErrClosed from the first sweep after the database closed. A sweep
+// that panics is that sweep's error (logged with its stack through
+// cfg.Logger), and the next comes an interval later.
 func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, onSweep func(Stats, error), kinds ...kv.RecordKind) error {
 	if interval <= 0 {
 		return fmt.Errorf("retention: interval %s must be positive", interval)
@@ -220,8 +227,12 @@ func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, on
 	if len(kinds) == 0 {
 		return errNoKinds
 	}
+	var logger *slog.Logger
+	if cfg != nil {
+		logger = cfg.Logger
+	}
 	return loop.Run(ctx, nil, func(ctx context.Context) (Stats, time.Duration, error) {
 		st, err := Sweep(ctx, db, cfg, kinds...)
 		return st, interval, err
-	}, onSweep, kv.ErrClosed)
+	}, onSweep, loop.Config{Name: "retention sweeper", Final: []error{kv.ErrClosed}, AfterPanic: interval, Logger: logger})
 }

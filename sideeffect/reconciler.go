@@ -120,7 +120,10 @@ func (x *Executor) reconcile(ctx context.Context, id string) (in *Intent, err er
 // passes, whichever is first. It returns when ctx ends (with ctx.Err()),
 // after the pass in progress finishes, or with kv.ErrClosed from the first
 // pass after the database closed; it starts no goroutine that outlives it.
-// onPass, if not nil, receives each pass's stats (for metrics).
+// onPass, if not nil, receives each pass's stats (for metrics). A panic in
+// a pass outside an intent's attempt (whose panics are that intent's
+// error) is logged with its stack, is that pass's error, and the next
+// pass comes PollInterval later.
 func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error {
 	return loop.Run(ctx, x.wake, func(ctx context.Context) (RunStats, time.Duration, error) {
 		stats, err := x.RunOnce(ctx)
@@ -137,5 +140,5 @@ func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error 
 			})
 		}
 		return stats, wait, err
-	}, onPass, kv.ErrClosed)
+	}, onPass, loop.Config{Name: "intent reconciler", Final: []error{kv.ErrClosed}, AfterPanic: x.cfg.PollInterval, Logger: x.cfg.Logger})
 }

@@ -1,0 +1,62 @@
+package loop_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/oncekv/oncekv/internal/loop"
+	"github.com/oncekv/oncekv/internal/testlog"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errFinal = errors.New("final")
+
+// A pass that panics is recovered as its error, with zero stats, logged
+// with its stack; the loop then waits AfterPanic (here far longer than the
+// test) or a wake-up before the next pass, and ends at a Final error.
+func TestPanickingPassIsItsError(t *testing.T) {
+	t.Parallel()
+	logger, logs := testlog.New()
+	wake := make(chan struct{})
+	type result struct {
+		n   int
+		err error
+	}
+	results := make(chan result, 10)
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- loop.Run(context.Background(), wake, func(context.Context) (int, time.Duration, error) {
+			calls++
+			switch calls {
+			case 1:
+				panic("pass bug")
+			case 2:
+				return 2, 0, nil
+			}
+			return 3, time.Hour, errFinal
+		}, func(n int, err error) { results <- result{n, err} },
+			loop.Config{Name: "test loop", Final: []error{errFinal}, AfterPanic: time.Hour, Logger: logger})
+	}()
+
+	r := <-results
+	require.Zero(t, r.n)
+	require.EqualError(t, r.err, "oncekv: a pass of the test loop panicked: pass bug")
+	require.Contains(t, logs.String(), `level=ERROR msg="test loop pass panicked" panic="pass bug"`)
+	require.Contains(t, logs.String(), "TestPanickingPassIsItsError", "the stack names the pass")
+
+	select {
+	case wake <- struct{}{}: // received only by a loop waiting after the panic
+	case <-done:
+		t.Fatal("the loop ran on after the panic without waiting")
+	}
+	require.Equal(t, result{2, nil}, <-results)
+	require.Equal(t, result{3, errFinal}, <-results)
+	require.ErrorIs(t, <-done, errFinal)
+}
