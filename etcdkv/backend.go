@@ -233,12 +233,12 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 			b.solo.Lock()
 			solo = true
 		}
-		if !solo {
-			b.solo.RLock()
-		}
-		committed, err := b.attempt(ctx, fn)
-		if !solo {
-			b.solo.RUnlock()
+		var committed bool
+		var err error
+		if solo {
+			committed, err = b.attempt(ctx, fn)
+		} else {
+			committed, err = b.attemptShared(ctx, fn)
 		}
 		switch {
 		case err != nil && retryable(err) && attempt < b.opts.MaxAttempts:
@@ -254,6 +254,16 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// attemptShared is attempt beside the process's other transactions (not
+// solo): the shared hold is released however attempt ends, a panic in fn
+// or in an OnCommit handler included, or the next transaction to go solo
+// would wait for it for ever, and every one after that.
+func (b *Backend) attemptShared(ctx context.Context, fn func(kv.Tx) error) (bool, error) {
+	b.solo.RLock()
+	defer b.solo.RUnlock()
+	return b.attempt(ctx, fn)
 }
 
 // attempt runs fn once and commits; false without an error is a conflict.
