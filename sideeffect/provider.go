@@ -9,6 +9,13 @@ import (
 // emails, third-party API calls) and can be asked what became of one. It
 // must honour the downstream key: a second Do with the same key must not
 // repeat the effect.
+//
+// Do and Status must return once their ctx ends (it ends after
+// Config.CallTimeout): the executor waits for them, as Go cannot stop a
+// call that goes on. One that never returns holds its caller (Perform's
+// request) and, in the reconciler, its worker and the pass, so that no
+// later pass runs; one that outlives the intent's Lease lets a retry take
+// the intent over (ErrStale for the first attempt's result).
 type Provider interface {
 	// Do performs the call. A Report with State Succeeded or Failed is a
 	// definite outcome; an error means the outcome is unknown (the call may
