@@ -36,6 +36,11 @@ type Publisher interface {
 	// and logged with its stack: having no count, the relay sends the batch
 	// again an event at a time, and the event that panics fails (and is
 	// quarantined after MaxAttempts, as any failing event is).
+	//
+	// ctx is Run's (or RunOnce's): the relay sets no deadline of its own,
+	// and waits for Publish to return. Bound each call (a client timeout,
+	// as WebhookPublisher's): a Publish that never returns holds the relay,
+	// and every event behind it.
 	Publish(ctx context.Context, events []Event) (acked int, err error)
 }
 
