@@ -353,7 +353,7 @@ func (t *tx) compares(coarse bool) []clientv3.Cmp {
 func (k keys) splitData(key string) ([]byte, string, bool) {
 	rest := key[len(k.prefix)+1:]
 	n, w := binary.Uvarint([]byte(rest))
-	if w <= 0 || int(n) > len(rest)-w {
+	if w <= 0 || n > uint64(len(rest)-w) {
 		return nil, "", false
 	}
 	name := []byte(rest[w : w+int(n)])
