@@ -1,0 +1,84 @@
+package ledger_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
+)
+
+// A database closed under a load of Do calls (a shutdown that did not
+// wait for its callers) answers every call: with its stored answer, or
+// with kv.ErrClosed and nothing written; no other error, no hang. After a
+// reopen, exactly the calls that succeeded have their order and their
+// record, and a retry of each replays it.
+func TestCloseUnderLoadAnswersEveryCall(t *testing.T) {
+	t.Parallel()
+	l, b := setup(t, nil)
+	const workers = 8
+	type outcome struct {
+		key string
+		err error
+	}
+	outcomes := make(chan outcome, 100000)
+	var wg sync.WaitGroup
+	started := make(chan struct{}, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				key := fmt.Sprintf("w%d-%d", w, i)
+				_, err := l.Do(ctx, req(key, key), order(key, nil))
+				outcomes <- outcome{key, err}
+				if i == 10 {
+					started <- struct{}{}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	for range workers {
+		<-started
+	}
+	require.NoError(t, b.db.Close())
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(time.Minute):
+		t.Fatal("Do calls hang after Close")
+	}
+	close(outcomes)
+
+	ok := map[string]bool{}
+	for o := range outcomes {
+		if o.err != nil {
+			require.True(t, errors.Is(o.err, kv.ErrClosed), "%s: %v", o.key, o.err)
+			continue
+		}
+		ok[o.key] = true
+	}
+	require.NotEmpty(t, ok)
+
+	db := kvtest.OpenPath(t, b.path, &kv.Options{NoSync: true, Clock: b.clock}, ledger.RecordKind)
+	l2, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	stored := orders(t, db)
+	require.Len(t, stored, len(ok), "an order for each call that succeeded, and no other")
+	for key := range ok {
+		require.Contains(t, stored, key)
+		runs := 0
+		res, err := l2.Do(ctx, req(key, key), order(key, &runs))
+		require.NoError(t, err)
+		require.True(t, res.Replayed, key)
+		require.Zero(t, runs)
+	}
+}
