@@ -57,7 +57,11 @@
 //
 // # In-transaction routes (Wrap)
 //
-// The handler does its business writes through Tx(r.Context()). Its response
+// The handler does its business writes through Tx(r.Context()), and the
+// Tx forms of the other packages (ledger.DoTx, outbox.AddTx, ...) with it.
+// A write it starts anew with r.Context() (ledger.Do, kv.DB.Update) fails
+// with kv.ErrNestedTx rather than wait, for ever, for the writer its own
+// request holds (kv.DB.WithinTx marks the context). Its response
 // is captured and stored with the record in the same transaction, under group
 // commit, and released to the client only after the commit. Stored headers
 // are an allow-list: Content-Type, Content-Encoding, Location and

@@ -880,3 +880,48 @@ func TestObserverPanicInACommitLeavesTheServiceServing(t *testing.T) {
 	require.Equal(t, int32(2), runs.Load(), "each key's handler ran once")
 	require.Equal(t, 2, countOrders(t, db))
 }
+
+// A handler that starts a write of its own with its request's context (a
+// managed call, an Update) instead of writing through Tx is refused with
+// kv.ErrNestedTx at once, keyed or not: before, it waited for ever for
+// the writer its own request held, and every write of the service with
+// it. Nothing of the request is stored, and the service goes on.
+func TestHandlerWriteOutsideItsTransactionIsRefused(t *testing.T) {
+	t.Parallel()
+	var nested atomic.Value
+	nested.Store(true)
+	var l *ledger.Ledger
+	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true}, func(w http.ResponseWriter, r *http.Request) {
+		if nested.Load().(bool) {
+			_, err := l.Do(r.Context(), ledger.Request{Scope: "acme|POST /audit", Key: "a-1", Fingerprint: ledger.Fingerprint{1}},
+				func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		if writeOrder(w, r, []byte(r.Header.Get("Idempotency-Key")+"-order")) {
+			w.WriteHeader(http.StatusCreated)
+		}
+	})
+	var err error
+	l, err = ledger.New(db, nil)
+	require.NoError(t, err)
+	srv.Client().Timeout = 30 * time.Second
+
+	for _, key := range []string{"k-1", ""} {
+		r, err := tryPost(t, srv, "/v1/orders", key, `{}`)
+		require.NoError(t, err, "%q: answered, not hung", key)
+		require.Equal(t, http.StatusInternalServerError, r.status, key)
+		require.Contains(t, r.body, "write transaction started inside a write transaction", key)
+	}
+	require.Zero(t, countOrders(t, db))
+	_, err = l.Get(ctx, "acme|POST /audit", "a-1")
+	require.ErrorIs(t, err, ledger.ErrNotFound, "the nested call stored nothing")
+
+	nested.Store(false)
+	r, err := tryPost(t, srv, "/v1/orders", "k-1", `{}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, r.status, "the key runs again, and the service writes on")
+	require.Equal(t, 1, countOrders(t, db))
+}

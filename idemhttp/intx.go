@@ -2,7 +2,6 @@ package idemhttp
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -47,8 +46,10 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		c := newCapture(m.maxResp)
 		last = c
 		wrote := false
-		rr := withBody(context.WithValue(ctx, txKey, kv.Tx(trackedTx{tx, &wrote})), r, body)
-		if ns := runHandler(h, c, rr); ns != nil {
+		hctx := m.handlerContext(ctx, trackedTx{tx, &wrote})
+		ns := runHandler(h, c, withBody(hctx, r, body))
+		hctx.End()
+		if ns != nil {
 			return ledger.Response{}, ns
 		}
 		if c.overflow {

@@ -484,6 +484,9 @@ func (db *DB) writable(ctx context.Context) error {
 	if db.opts.ReadOnly && db.bolt == nil {
 		return fmt.Errorf("kv: %s was opened read-only: %w", db.path, berrors.ErrDatabaseReadOnly)
 	}
+	if db.nested(ctx) {
+		return ErrNestedTx
+	}
 	return db.usable(ctx)
 }
 

@@ -56,7 +56,10 @@
 // Every oncekv operation comes in two forms: one that takes the caller's Tx
 // and never commits, and a managed one that opens the transaction itself
 // with Update, View or Batch. Update and View roll back when the function
-// returns an error or panics.
+// returns an error or panics. Inside a write transaction, use its Tx: a
+// managed write started there waits for the writer its own caller holds.
+// A context marked by WithinTx (idemhttp marks its handlers') turns that
+// wait into ErrNestedTx.
 //
 // Batch is group commit: concurrent callers share one transaction and one
 // fsync. There is no fixed delay by default: a batch starts as soon as the
