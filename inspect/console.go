@@ -34,6 +34,9 @@ const consoleCookie = "oncekv_console"
 var consolePages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"seconds": func(s float64) string { return (time.Duration(s * float64(time.Second))).Round(time.Second).String() },
+		"held": func(s float64) string {
+			return (time.Duration(s * float64(time.Second))).Round(time.Millisecond).String()
+		},
 		"ago": func(t time.Time) string {
 			return time.Since(t).Round(time.Second).String() + " ago"
 		},
@@ -278,6 +281,9 @@ type overviewData struct {
 	Sweep     *lastSweep
 	Backend   string
 	Format    uint32
+	// WriterHeld (seconds) and WriterQueued: Stats' writer figures.
+	WriterHeld   float64
+	WriterQueued int
 }
 
 func (c *console) overview(r *http.Request, v *pageData) error {
@@ -289,7 +295,8 @@ func (c *console) overview(r *http.Request, v *pageData) error {
 	if err != nil {
 		return err
 	}
-	o := &overviewData{Attention: st.Counts["intent.needs_attention"], Tenants: st.Tenants, Outbox: ob, Backend: st.Backend, Format: st.FormatVersion}
+	o := &overviewData{Attention: st.Counts["intent.needs_attention"], Tenants: st.Tenants, Outbox: ob, Backend: st.Backend, Format: st.FormatVersion,
+		WriterHeld: st.WriterHeldSeconds, WriterQueued: st.WriterQueued}
 	for n, k := range st.Counts {
 		o.Counts = append(o.Counts, countRow{n, k})
 	}

@@ -384,7 +384,9 @@ func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]In
 
 // Stats counts records per kind and state and reports storage.
 func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
-	st := Stats{Path: i.db.Path(), Backend: i.db.Traits().Name, Counts: map[string]int{}, Buckets: []Bucket{}, Tenants: []TenantUsage{}}
+	w := i.db.Writer() // before the scan below, which a held writer does not stop
+	st := Stats{Path: i.db.Path(), Backend: i.db.Traits().Name, Counts: map[string]int{}, Buckets: []Bucket{}, Tenants: []TenantUsage{},
+		WriterHeldSeconds: w.Held.Seconds(), WriterQueued: w.Queued}
 	if b := i.db.Bolt(); b != nil {
 		st.PageSize = i.db.PageSize()
 		if fi, err := os.Stat(i.db.Path()); err == nil {

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
@@ -111,4 +115,47 @@ func TestStatsCountsEveryKindByState(t *testing.T) {
 			require.Equal(t, "ev-1", o.OldestPending[0].ID, "oldest first")
 		})
 	}
+}
+
+// Stats, and the console's overview, show the database's writer: idle, or
+// held by a write transaction, with the writes queued behind it; what an
+// operator looks at when a service's writes stop.
+func TestStatsShowTheWriter(t *testing.T) {
+	t.Parallel()
+	db, _ := openLedger(t, nil)
+	srcs := sources(t, db)
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	defer srv.Close()
+	overview := func() string {
+		code, body := page(t, &http.Client{}, srv.URL+inspect.ConsolePath)
+		require.Equal(t, http.StatusOK, code)
+		return body
+	}
+	for name, src := range srcs {
+		st, err := src.Stats(ctx)
+		require.NoError(t, err, name)
+		require.Zero(t, st.WriterHeldSeconds, name)
+		require.Zero(t, st.WriterQueued, name)
+	}
+	require.Contains(t, overview(), `id="writer">idle<`)
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { close(held); <-release; return nil }) })
+	<-held
+	for range 2 {
+		wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { return nil }) })
+	}
+	require.Eventually(t, func() bool { return db.Writer().Queued == 2 }, 10*time.Second, time.Millisecond)
+	for name, src := range srcs {
+		st, err := src.Stats(ctx)
+		require.NoError(t, err, name)
+		require.Positive(t, st.WriterHeldSeconds, name)
+		require.Equal(t, 2, st.WriterQueued, name)
+	}
+	body := overview()
+	require.Contains(t, body, `id="writer">held `)
+	require.Contains(t, body, `id="writer-queued">2<`)
+	close(release)
+	wg.Wait()
 }

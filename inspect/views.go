@@ -141,6 +141,14 @@ type Stats struct {
 	Buckets       []Bucket       `json:"buckets"`
 	// Tenants is each tenant's use of the ledger, what quotas bound.
 	Tenants []TenantUsage `json:"tenants"`
+	// WriterHeldSeconds is how long the write transaction running now in
+	// the process that answers has held the database's writer (0: none),
+	// and WriterQueued the writes queued behind it (kv.DB.Writer). A
+	// transaction held for seconds (a handler waiting on something inside
+	// its transaction) holds back every write of the service. A tool that
+	// opened the file itself reports its own writer: idle.
+	WriterHeldSeconds float64 `json:"writer_held_seconds"`
+	WriterQueued      int     `json:"writer_queued"`
 }
 
 // TenantUsage is one tenant's idempotency records, expired ones included

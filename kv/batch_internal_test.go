@@ -677,3 +677,60 @@ func batchWithPanickingCommit(t *testing.T, db *DB, arm func(Tx)) {
 	}
 	require.Equal(t, []byte("v"), get(t, db, "after"))
 }
+
+// Writer shows a write transaction holding the writer, for as long as it
+// does, and the calls queued behind it; and nothing once it is over,
+// however it ended (a commit, a panic in its function or in its commit).
+func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, &Options{NoSync: true})
+	ctx := context.Background()
+	require.Equal(t, WriterState{}, db.Writer())
+
+	for _, update := range []bool{false, true} {
+		release := make(chan struct{})
+		held := make(chan struct{})
+		done := make(chan error, 1)
+		hold := func(Tx) error { close(held); <-release; return nil }
+		go func() {
+			if update {
+				done <- db.Update(ctx, hold)
+			} else {
+				done <- db.Batch(ctx, hold)
+			}
+		}()
+		<-held
+		first := db.Writer().Held
+		require.Positive(t, first, "update=%v", update)
+		queued := make(chan error, 2)
+		for _, k := range []string{"a", "b"} {
+			go func() { queued <- db.Batch(ctx, put(k)) }()
+		}
+		// Behind an Update, the first Batch call leads its batch, waiting
+		// for the writer, and the second queues for the next.
+		want := 2
+		if update {
+			want = 1
+		}
+		waitQueued(t, db, want)
+		st := db.Writer()
+		require.GreaterOrEqual(t, st.Held, first, "it grows while held")
+		require.Equal(t, want, st.Queued)
+		close(release)
+		require.NoError(t, <-done)
+		require.NoError(t, <-queued)
+		require.NoError(t, <-queued)
+		require.Equal(t, WriterState{}, db.Writer(), "update=%v", update)
+	}
+
+	func() {
+		defer func() { require.NotNil(t, recover()) }()
+		_ = db.Update(ctx, func(Tx) error { panic("in the function") })
+	}()
+	require.Equal(t, WriterState{}, db.Writer(), "after a panic in Update's function")
+	func() {
+		defer func() { require.NotNil(t, recover()) }()
+		_ = db.Batch(ctx, func(tx Tx) error { tx.OnCommit(func() { panic("in the commit") }); return nil })
+	}()
+	require.Equal(t, WriterState{}, db.Writer(), "after a panic in a batch's commit")
+}

@@ -180,6 +180,7 @@ type DB struct {
 	batch       batcher
 	closed      atomic.Bool
 	attached    sync.Map
+	writerSince atomic.Int64 // writer.go
 }
 
 // Open opens (creating if needed) the bbolt file at path with oncekv's
@@ -422,7 +423,10 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
 	}
+	var held int64
+	defer func() { db.releaseWriter(held) }() // a panic in fn included
 	err := db.commit(ctx, oneCall, func(t Tx) error {
+		held = db.holdWriter()
 		if err := fn(db.guard(t)); err != nil {
 			return err
 		}

@@ -34,8 +34,9 @@
 //	oncekv.outbox.quarantined      gauge      {event}
 //	oncekv.inbox.messages          counter    {message}     oncekv.consumer, oncekv.duplicate
 //
-// ObserveLedger adds, read from ledger.Stats at each collection, the
-// figures of the ledger's record store in this process:
+// ObserveLedger adds, read from ledger.Stats and kv.DB.Writer at each
+// collection, the figures of the ledger's record store in this process and
+// of its database's writer:
 //
 //	instrument                                 kind               unit      attributes
 //	oncekv.ledger.directory.records            gauge              {record}
@@ -44,9 +45,13 @@
 //	oncekv.ledger.cache.records                gauge              {record}
 //	oncekv.ledger.cache.size                   gauge              By
 //	oncekv.ledger.cache.lookups                counter            {lookup}  oncekv.cache.result (hit, miss)
+//	oncekv.writer.held                         gauge              s         (0: no write transaction runs)
+//	oncekv.writer.queued                       gauge              {call}
 //
 // Many misses for retries mean the cache of recent records is too small
 // for how long your clients take to retry (kv.Options.RecentCacheBytes).
+// A writer held for seconds holds back every write of the service: a
+// function that waits on something inside its transaction, most often.
 //
 // Tenants are left out of the request attributes by default: their number
 // is the caller's, and every value is a time series.

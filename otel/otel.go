@@ -182,9 +182,12 @@ func (in *instruments) observer(tracer trace.Tracer, tenants bool) *observe.Obse
 // key directory's records and heap, its rebuild time at open, and the
 // cache of recent records (records, bytes, look-ups answered and missed),
 // which says whether kv.Options.RecentCacheBytes keeps your clients'
-// retries in memory. Every ledger over one database shares one store:
+// retries in memory; and its database's writer (kv.DB.Writer): how long
+// the running write transaction has held it, and the writes queued behind
+// it. Every ledger over one database shares one store:
 // observe one of them. On a backend with several writers (etcd: the keyed
-// layout, no directory and no cache) the figures are zero. Unregister the
+// layout, no directory and no cache, several writers and no group
+// commit) the figures are zero. Unregister the
 // registration when the ledger's database closes.
 func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error) {
 	m := opts.withDefaults().MeterProvider.Meter(ScopeName)
@@ -200,8 +203,9 @@ func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error)
 	dirBytes := gauge("oncekv.ledger.directory.size", "By", "Estimated heap of the ledger's key directory.")
 	cached := gauge("oncekv.ledger.cache.records", "{record}", "Records in the cache of recent records.")
 	cachedBytes := gauge("oncekv.ledger.cache.size", "By", "Bytes of the records in the cache of recent records.")
+	queued := gauge("oncekv.writer.queued", "{call}", "Writes queued behind the database's running write transaction.")
 	var lookups metric.Int64ObservableCounter
-	var rebuild metric.Float64ObservableGauge
+	var rebuild, held metric.Float64ObservableGauge
 	if err == nil {
 		lookups, err = m.Int64ObservableCounter("oncekv.ledger.cache.lookups", metric.WithUnit("{lookup}"),
 			metric.WithDescription("Look-ups of a known key answered from the cache of recent records (hit) or read from the file (miss)."))
@@ -209,6 +213,10 @@ func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error)
 	if err == nil {
 		rebuild, err = m.Float64ObservableGauge("oncekv.ledger.directory.rebuild.duration", metric.WithUnit("s"),
 			metric.WithDescription("Time the key directory took to rebuild when this process opened the database."))
+	}
+	if err == nil {
+		held, err = m.Float64ObservableGauge("oncekv.writer.held", metric.WithUnit("s"),
+			metric.WithDescription("How long the running write transaction has held the database's writer (0: none runs); every other write waits for it."))
 	}
 	if err != nil {
 		return nil, err
@@ -224,6 +232,9 @@ func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error)
 		o.ObserveInt64(lookups, int64(st.CacheHits), hit)    // #nosec G115 -- a count since open
 		o.ObserveInt64(lookups, int64(st.CacheMisses), miss) // #nosec G115 -- a count since open
 		o.ObserveFloat64(rebuild, st.RebuildTime.Seconds())
+		w := l.DB().Writer()
+		o.ObserveFloat64(held, w.Held.Seconds())
+		o.ObserveInt64(queued, int64(w.Queued))
 		return nil
-	}, records, dirBytes, cached, cachedBytes, lookups, rebuild)
+	}, records, dirBytes, cached, cachedBytes, lookups, rebuild, held, queued)
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
@@ -227,10 +229,10 @@ func TestObserveLedger(t *testing.T) {
 		for _, k := range []string{"a", "b", "c", "a", "b"} { // three new, two replays
 			do(k)
 		}
-		collect := func() (map[string]int64, map[string]int64, bool) {
+		collect := func() (map[string]int64, map[string]int64, map[string]float64) {
 			var rm metricdata.ResourceMetrics
 			require.NoError(t, reader.Collect(ctx, &rm))
-			gauges, lookups, rebuild := map[string]int64{}, map[string]int64{}, false
+			gauges, lookups, floats := map[string]int64{}, map[string]int64{}, map[string]float64{}
 			for _, sm := range rm.ScopeMetrics {
 				for _, m := range sm.Metrics {
 					switch d := m.Data.(type) {
@@ -243,19 +245,20 @@ func TestObserveLedger(t *testing.T) {
 							lookups[r.AsString()] = p.Value
 						}
 					case metricdata.Gauge[float64]:
-						rebuild = m.Name == "oncekv.ledger.directory.rebuild.duration" && d.DataPoints[0].Value >= 0
+						floats[m.Name] = d.DataPoints[0].Value
 					}
 				}
 			}
-			return gauges, lookups, rebuild
+			return gauges, lookups, floats
 		}
-		gauges, lookups, rebuild := collect()
+		gauges, lookups, floats := collect()
 		st := l.Stats()
 		want := map[string]int64{
 			"oncekv.ledger.directory.records": 3,
 			"oncekv.ledger.directory.size":    3 * ledger.DirectoryBytesPerRecord,
 			"oncekv.ledger.cache.records":     3,
 			"oncekv.ledger.cache.size":        st.CachedBytes,
+			"oncekv.writer.queued":            0,
 		}
 		wantLookups := map[string]int64{"hit": 2, "miss": 0}
 		if off {
@@ -266,7 +269,26 @@ func TestObserveLedger(t *testing.T) {
 		}
 		require.Equal(t, want, gauges, "cache off: %t", off)
 		require.Equal(t, wantLookups, lookups, "cache off: %t", off)
-		require.True(t, rebuild, "the rebuild's duration is reported")
+		require.Contains(t, floats, "oncekv.ledger.directory.rebuild.duration", "the rebuild's duration is reported")
+		require.Zero(t, floats["oncekv.writer.held"], "no write transaction runs")
+
+		// A write transaction that holds the writer, and two calls queued
+		// behind it.
+		held, release := make(chan struct{}), make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_ = db.Batch(ctx, func(kv.Tx) error { close(held); <-release; return nil })
+		})
+		<-held
+		for range 2 {
+			wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { return nil }) })
+		}
+		require.Eventually(t, func() bool { return db.Writer().Queued == 2 }, 10*time.Second, time.Millisecond)
+		gauges, _, floats = collect()
+		require.Positive(t, floats["oncekv.writer.held"])
+		require.Equal(t, int64(2), gauges["oncekv.writer.queued"])
+		close(release)
+		wg.Wait()
 
 		require.NoError(t, reg.Unregister())
 		gauges, lookups, _ = collect()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +30,12 @@ func newStats(o *options) *cobra.Command {
 				} else {
 					fmt.Fprintf(w, "file\t%s (%d bytes, page size %d, format %d)\n", dash(st.Path), st.FileBytes, st.PageSize, st.FormatVersion)
 					fmt.Fprintf(w, "free pages\t%d (%d bytes; %d pending release)\n", st.FreePages, st.FreeBytes, st.PendingPages)
+				}
+				if st.WriterHeldSeconds > 0 {
+					fmt.Fprintf(w, "writer\theld for %s by the running write transaction; %d writes queued\n",
+						time.Duration(st.WriterHeldSeconds*float64(time.Second)).Round(time.Millisecond), st.WriterQueued)
+				} else {
+					fmt.Fprintf(w, "writer\tidle; %d writes queued\n", st.WriterQueued)
 				}
 				names := make([]string, 0, len(st.Counts))
 				for n := range st.Counts {
