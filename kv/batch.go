@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,7 +37,8 @@ import (
 // but not the stack it was raised on (as with bbolt's DB.Batch: the batch
 // recovers it to roll back and answer its other calls); recover inside fn
 // to log where it panicked. A ctx that ends while the call waits for its
-// batch cancels it before it runs; once running it is not interrupted.
+// batch cancels it: Batch returns ctx.Err() at once, and fn never runs.
+// Once its batch has taken it in, the call is not interrupted.
 func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
@@ -64,7 +66,13 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		if lead {
 			b.lead()
 		}
-		r := <-c.done
+		r, queued := b.wait(c)
+		if !queued {
+			// Its context ended while it was queued: taken out, it never ran.
+			c.ctx, c.fn = nil, nil
+			callPool.Put(c)
+			return ctx.Err()
+		}
 		if r.lead {
 			lead = true
 			continue
@@ -83,6 +91,51 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		}
 		return r.err
 	}
+}
+
+// wait returns c's next message; or, when c's context ends while c is
+// still queued (behind a batch that runs long, a writer held), takes c
+// out of the queue and reports false at once: c never ran, and never
+// will. A call already taken into a batch waits for its outcome.
+func (b *batcher) wait(c *batchCall) (batchResult, bool) {
+	ended := c.ctx.Done()
+	if ended == nil {
+		return <-c.done, true
+	}
+	select {
+	case r := <-c.done:
+		return r, true
+	case <-ended:
+	}
+	b.mu.Lock()
+	out := b.dequeue(c)
+	b.mu.Unlock()
+	if !out {
+		return <-c.done, true // taken into a batch, or answered: its outcome comes
+	}
+	return batchResult{}, false
+}
+
+// dequeue takes c out of the queue, if it is there, and reports whether
+// it was. Leadership handed to c while it was queued (the only message a
+// queued call can have: take answers the calls it removes) passes on to
+// the next queued call, or ends. b.mu is held.
+func (b *batcher) dequeue(c *batchCall) bool {
+	i := slices.Index(b.queue, c)
+	if i < 0 {
+		return false
+	}
+	b.queue = slices.Delete(b.queue, i, i+1)
+	select {
+	case <-c.done:
+		if len(b.queue) > 0 {
+			b.queue[0].done <- batchResult{lead: true}
+		} else {
+			b.leading = false
+		}
+	default:
+	}
+	return true
 }
 
 // solo runs fn, a call of a batch that failed there, in a transaction of

@@ -176,9 +176,87 @@ func TestBatchCanceledWhileQueued(t *testing.T) {
 	go func() { done <- db.Batch(c, put("never")) }()
 	waitQueued(t, db, 1)
 	cancel()
-	close(release)
+	// Answered at once, while the batch ahead of it still runs: a call
+	// queued behind a writer held long (or for ever) keeps its deadline.
 	require.ErrorIs(t, <-done, context.Canceled)
+	require.Zero(t, db.batch.queued(), "taken out of the queue")
+	close(release)
+	require.NoError(t, db.Batch(context.Background(), put("after")))
 	require.Nil(t, get(t, db, "never"))
+	require.Equal(t, []byte("v"), get(t, db, "after"))
+}
+
+// A queued call whose context ends just as leadership is handed to it
+// passes leadership on to the next queued call, or ends it: a lost
+// hand-off would leave the batcher leading with nobody to lead, every
+// later call queued for ever.
+func TestCanceledCallPassesLeadershipOn(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, nil)
+	b := &db.batch
+	call := func() *batchCall { return &batchCall{ctx: context.Background(), done: make(chan batchResult, 1)} }
+	c1, c2 := call(), call()
+	b.mu.Lock()
+	b.leading, b.queue = true, []*batchCall{c1, c2}
+	c1.done <- batchResult{lead: true} // what finish sends to the queue's head
+	require.True(t, b.dequeue(c1))
+	require.Equal(t, []*batchCall{c2}, b.queue)
+	select {
+	case r := <-c2.done:
+		require.Equal(t, batchResult{lead: true}, r, "the next call leads")
+	default:
+		b.mu.Unlock()
+		t.Fatal("leadership was lost with the canceled call")
+	}
+	require.True(t, b.leading)
+
+	c2.done <- batchResult{lead: true}
+	require.True(t, b.dequeue(c2))
+	require.Empty(t, b.queue)
+	require.False(t, b.leading, "nobody left to lead")
+	require.False(t, b.dequeue(c2), "not queued")
+	b.mu.Unlock()
+}
+
+// Under load, calls whose deadlines pass while they wait and calls that
+// run mix freely: each call is answered, one that returns its context's
+// error wrote nothing, one that returns nil wrote its key, and the
+// batcher ends idle.
+func TestBatchDeadlinesUnderLoad(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, &Options{NoSync: true})
+	var wg sync.WaitGroup
+	results := make([]error, 400)
+	for i := range results {
+		wg.Go(func() {
+			ctx := context.Background()
+			if i%2 == 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Duration(i%7)*100*time.Microsecond)
+				defer cancel()
+			}
+			results[i] = db.Batch(ctx, func(tx Tx) error {
+				time.Sleep(50 * time.Microsecond) // a batch takes a while
+				return put(fmt.Sprint(i))(tx)
+			})
+		})
+	}
+	wg.Wait()
+	canceled := 0
+	for i, err := range results {
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded, "%d", i)
+			require.Nil(t, get(t, db, fmt.Sprint(i)), "%d: a canceled call wrote nothing", i)
+			canceled++
+			continue
+		}
+		require.Equal(t, []byte("v"), get(t, db, fmt.Sprint(i)), "%d", i)
+	}
+	t.Logf("%d of %d calls passed their deadline", canceled, len(results))
+	db.batch.mu.Lock()
+	defer db.batch.mu.Unlock()
+	require.False(t, db.batch.leading)
+	require.Empty(t, db.batch.queue)
 }
 
 func TestBatchSizeCapAndDelay(t *testing.T) {
