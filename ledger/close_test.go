@@ -18,10 +18,12 @@ import (
 // wait for its callers) answers every call: with its stored answer, or
 // with kv.ErrClosed and nothing written; no other error, no hang. After a
 // reopen, exactly the calls that succeeded have their order and their
-// record, and a retry of each replays it.
+// record, and a retry of each replays it. bbolt only: a remote backend's
+// call that meets the Close fails with its connection's error.
 func TestCloseUnderLoadAnswersEveryCall(t *testing.T) {
 	t.Parallel()
 	l, b := setup(t, nil)
+	kvtest.RequireBolt(t, b.db)
 	const workers = 8
 	type outcome struct {
 		key string
