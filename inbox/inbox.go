@@ -201,7 +201,8 @@ type Delivery struct {
 // once that transaction has committed, or at once for a duplicate. If fn
 // fails, everything rolls back, the mark included, so the redelivery is
 // applied; Ack is false. fn may run more than once and must write only
-// through tx.
+// through tx: a write it starts anew on the same database (an Update, a
+// managed call) waits for the writer its own transaction holds, for ever.
 func (in *Inbox) Handle(ctx context.Context, consumer, id string, fn func(tx kv.Tx) error) (Delivery, error) {
 	if err := validIDs(consumer, id); err != nil {
 		return Delivery{}, err

@@ -53,6 +53,12 @@ type Result struct {
 // response to store and return. An error rolls everything back and stores
 // nothing, so a retry runs the work again. Under Do (group commit) Work may
 // run more than once and must have no effect outside tx.
+//
+// Work writes through tx alone (the Tx forms take it: DoTx, UpsertTx,
+// AddTx): a write it starts anew on the same database (a Do, an Update)
+// waits for the writer its own transaction holds, for ever, with every
+// write of the process behind it; kv.ErrNestedTx instead when the context
+// it passes is marked (kv.DB.WithinTx, as idemhttp's handlers' are).
 type Work func(tx kv.Tx) (Response, error)
 
 // Do runs work at most once per (scope, key) while the record is retained,
