@@ -812,3 +812,35 @@ func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
 	}()
 	require.Equal(t, WriterState{}, db.Writer(), "after a panic in a batch's commit")
 }
+
+// An Update whose context ends while it waits for the writer (held by a
+// batch that runs long) returns at once, its function never run.
+func TestUpdateCanceledWhileWaitingForTheWriter(t *testing.T) {
+	t.Parallel()
+	db := openInternal(t, nil)
+	release, held := make(chan struct{}), make(chan struct{})
+	leader := make(chan error, 1)
+	go func() {
+		leader <- db.Batch(context.Background(), func(tx Tx) error { close(held); <-release; return put("leader")(tx) })
+	}()
+	<-held
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ran := false
+	go func() { done <- db.Update(c, func(tx Tx) error { ran = true; return put("never")(tx) }) }()
+	time.Sleep(10 * time.Millisecond) // let it reach the writer's turn; returning early would pass too
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled, "answered while the writer is still held")
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Update waited for the writer past its context")
+	}
+	close(release)
+	require.NoError(t, <-leader)
+	require.False(t, ran)
+	require.Nil(t, get(t, db, "never"))
+	require.NoError(t, db.Update(context.Background(), put("after")), "the turn was given back")
+	require.Equal(t, []byte("v"), get(t, db, "after"))
+}

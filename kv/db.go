@@ -181,6 +181,11 @@ type DB struct {
 	closed      atomic.Bool
 	attached    sync.Map
 	writerSince atomic.Int64 // writer.go
+	// turn is the writer's turn (one writer: a buffer of one), taken by
+	// every write transaction this DB runs before the backend's own lock,
+	// so that a caller whose ctx ends while it waits gives up its place.
+	// nil on a backend with several writers.
+	turn chan struct{}
 }
 
 // Open opens (creating if needed) the bbolt file at path with oncekv's
@@ -305,6 +310,9 @@ func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	db.batch.txFn = db.batch.runTx
 	db.batch.callsFn = func() int { return len(db.batch.batch) }
 	db.batch.maxWait = maxGatherWait
+	if db.traits.SingleWriter {
+		db.turn = make(chan struct{}, 1)
+	}
 	if bdb != nil && o.Cipher != nil {
 		boltCiphers.Store(bdb, o.Cipher)
 	}
@@ -417,8 +425,10 @@ func (db *DB) RecentCacheBytes() int { return max(db.opts.RecentCacheBytes, 0) }
 
 // Update runs fn in a read-write transaction and commits it if fn returns
 // nil. If fn returns an error or panics, the transaction is rolled back and
-// the error returned (or the panic propagated). ctx is checked before the
-// transaction starts; a running transaction is not interrupted.
+// the error returned (or the panic propagated). A ctx that ends while the
+// call waits for the writer (behind a transaction that holds it long)
+// cancels it: Update returns ctx.Err(), and fn never runs. A running
+// transaction is not interrupted.
 func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
@@ -456,6 +466,14 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 // group commit put in it (read once the transaction is over: a batch takes
 // in calls while it runs).
 func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) error {
+	if db.turn != nil {
+		select {
+		case db.turn <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-db.turn }()
+	}
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil {
 		return db.backend.Update(ctx, fn)
