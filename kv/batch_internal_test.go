@@ -31,7 +31,11 @@ func (b *batcher) queued() int {
 	return len(b.queue)
 }
 
-// leaderRunning reports that a batch is running with nothing queued.
+// leaderRunning reports that a batch is running with nothing queued: its
+// leader has taken its own call in. The point to queue calls behind it
+// from: leading alone is set before the leader takes the queue, and a
+// call queued in between joins the leader's batch instead (CI saw
+// TestBatchRejectionDoesNotRerun wait for ever on that, under load).
 func (b *batcher) leaderRunning() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -140,7 +144,7 @@ func TestBatchPanicIsRaisedInCaller(t *testing.T) {
 	go func() {
 		_ = db.Batch(ctx, func(tx Tx) error { <-release; return nil })
 	}()
-	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
 
 	var wg sync.WaitGroup
 	var okErr error
@@ -170,7 +174,7 @@ func TestBatchCanceledWhileQueued(t *testing.T) {
 	go func() {
 		_ = db.Batch(context.Background(), func(tx Tx) error { <-release; return nil })
 	}()
-	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- db.Batch(c, put("never")) }()
@@ -315,7 +319,7 @@ func TestBatchRejectionDoesNotRerun(t *testing.T) {
 	ctx := context.Background()
 	release := make(chan struct{})
 	go func() { _ = db.Batch(ctx, func(tx Tx) error { <-release; return nil }) }()
-	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
 
 	taken := errors.New("taken")
 	var runs atomic.Int32
@@ -721,7 +725,7 @@ func batchWithPanickingCommit(t *testing.T, db *DB, arm func(Tx)) {
 			return put("leader")(tx)
 		})
 	})
-	require.Eventually(t, func() bool { db.batch.mu.Lock(); defer db.batch.mu.Unlock(); return db.batch.leading }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
 	followers := make(chan error, 2)
 	for _, k := range []string{"a", "b"} {
 		go func() { followers <- db.Batch(ctx, put(k)) }()
@@ -781,14 +785,19 @@ func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
 		first := db.Writer().Held
 		require.Positive(t, first, "update=%v", update)
 		queued := make(chan error, 2)
-		for _, k := range []string{"a", "b"} {
-			go func() { queued <- db.Batch(ctx, put(k)) }()
-		}
 		// Behind an Update, the first Batch call leads its batch, waiting
-		// for the writer, and the second queues for the next.
+		// for the writer, and the second queues for the next; behind a
+		// batch, both queue.
 		want := 2
 		if update {
 			want = 1
+			go func() { queued <- db.Batch(ctx, put("a")) }()
+			require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
+			go func() { queued <- db.Batch(ctx, put("b")) }()
+		} else {
+			for _, k := range []string{"a", "b"} {
+				go func() { queued <- db.Batch(ctx, put(k)) }()
+			}
 		}
 		waitQueued(t, db, want)
 		st := db.Writer()
