@@ -46,10 +46,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		c := newCapture(m.maxResp)
 		last = c
 		wrote := false
-		hctx := m.handlerContext(ctx, trackedTx{tx, &wrote})
-		ns := runHandler(h, c, withBody(hctx, r, body))
-		hctx.End()
-		if ns != nil {
+		if ns := m.runInTx(ctx, trackedTx{tx, &wrote}, h, c, r, body); ns != nil {
 			return ledger.Response{}, ns
 		}
 		if c.overflow {

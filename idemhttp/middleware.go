@@ -191,14 +191,16 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, start time
 	return body, true
 }
 
-// handlerContext is the context an in-transaction handler runs with: it
-// carries tx (Tx), and is marked as inside the database's write
-// transaction (kv.DB.WithinTx) until its End, when the handler returns. A
-// handler that starts a write of its own with it (Update, a managed call
-// such as ledger.Do) gets kv.ErrNestedTx at once, not a wait, for ever,
-// for the writer its own request holds.
-func (m *Middleware) handlerContext(ctx context.Context, tx kv.Tx) *kv.InTx {
-	return m.cfg.Ledger.DB().WithinTx(context.WithValue(ctx, txKey, tx))
+// runInTx runs an in-transaction handler (runHandler) into c with a
+// context that carries tx (Tx) and is marked as inside the database's
+// write transaction (kv.DB.WithinTx) while the handler runs: a handler
+// that starts a write of its own with it (Update, a managed call such as
+// ledger.Do) gets kv.ErrNestedTx at once, not a wait, for ever, for the
+// writer its own request holds.
+func (m *Middleware) runInTx(ctx context.Context, tx kv.Tx, h http.Handler, c *capture, r *http.Request, body []byte) *notStored {
+	hctx := m.cfg.Ledger.DB().WithinTx(context.WithValue(ctx, txKey, tx))
+	defer hctx.End()
+	return runHandler(h, c, withBody(hctx, r, body))
 }
 
 // withBody returns r with ctx and a fresh reader of body: every run of a
@@ -217,10 +219,7 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 	err := m.cfg.Ledger.DB().Batch(r.Context(), func(tx kv.Tx) error {
 		c := newCapture(0)
 		last = c
-		hctx := m.handlerContext(r.Context(), tx)
-		ns := runHandler(h, c, withBody(hctx, r, body))
-		hctx.End()
-		if ns != nil {
+		if ns := m.runInTx(r.Context(), tx, h, c, r, body); ns != nil {
 			return ns
 		}
 		if c.badStatus != 0 {

@@ -85,7 +85,7 @@ func (db *DB) Batch(ctx context.Context, fn func(Tx) error) error {
 		case r.solo:
 			// fn failed after other calls of its batch; its error may have been
 			// caused by their writes, so find its real outcome alone.
-			return closedErr(unreject(db.solo(ctx, fn)))
+			return closedErr(unreject(db.commit(ctx, oneCall, func(t Tx) error { return fn(db.guard(t)) })))
 		case r.panic != nil:
 			panic(r.panic.Value)
 		}
@@ -138,14 +138,6 @@ func (b *batcher) dequeue(c *batchCall) bool {
 	return true
 }
 
-// solo runs fn, a call of a batch that failed there, in a transaction of
-// its own.
-func (db *DB) solo(ctx context.Context, fn func(Tx) error) error {
-	var held int64
-	defer func() { db.releaseWriter(held) }() // a panic in fn included
-	return db.commit(ctx, oneCall, func(t Tx) error { held = db.holdWriter(); return fn(db.guard(t)) })
-}
-
 type batchCall struct {
 	ctx  context.Context
 	fn   func(Tx) error
@@ -184,7 +176,6 @@ type batcher struct {
 	failed   int
 	res      batchResult
 	answered int            // calls of the batch answered so far
-	held     int64          // the running transaction's DB.holdWriter mark
 	txFn     func(Tx) error // b.runTx, bound once
 	callsFn  func() int     // len(b.batch), bound once: the observer's count
 	gathering
@@ -248,8 +239,6 @@ func (b *batcher) abandon() {
 		c.done <- batchResult{err: errCommitPanicked} // the leader's own, if here, is never read
 	}
 	b.answered += len(b.batch)
-	b.db.releaseWriter(b.held)
-	b.held = 0
 	b.released, b.ended, b.took = b.answered, time.Now(), 0
 	b.want = 0
 	b.finish()
@@ -362,8 +351,6 @@ func (b *batcher) run() {
 		b.failed, b.res = -1, batchResult{}
 		b.rejected = growErrs(b.rejected, len(b.batch))
 		err := b.db.commit(context.Background(), b.callsFn, b.txFn)
-		b.db.releaseWriter(b.held)
-		b.held = 0
 		calls, failed, res := b.batch, b.failed, b.res
 		switch {
 		case failed < 0:
@@ -431,7 +418,6 @@ func (b *batcher) extend() bool {
 // b.batch in order, noting rejections in b.rejected, and stops at the first
 // call that fails (b.failed, b.res).
 func (b *batcher) runTx(t Tx) error {
-	b.held = b.db.holdWriter()
 	tx := b.db.guard(t)
 	for i := 0; i < len(b.batch) || b.extend(); i++ {
 		c := b.batch[i]

@@ -180,12 +180,13 @@ type DB struct {
 	batch       batcher
 	closed      atomic.Bool
 	attached    sync.Map
-	writerSince atomic.Int64 // writer.go
 	// turn is the writer's turn (one writer: a buffer of one), taken by
 	// every write transaction this DB runs before the backend's own lock,
-	// so that a caller whose ctx ends while it waits gives up its place.
-	// nil on a backend with several writers.
-	turn chan struct{}
+	// so that a caller whose ctx ends while it waits gives up its place;
+	// writerSince is when its holder took it (writer.go). nil and 0 on a
+	// backend with several writers.
+	turn        chan struct{}
+	writerSince atomic.Int64
 }
 
 // Open opens (creating if needed) the bbolt file at path with oncekv's
@@ -433,10 +434,7 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	if err := db.writable(ctx); err != nil {
 		return err
 	}
-	var held int64
-	defer func() { db.releaseWriter(held) }() // a panic in fn included
 	err := db.commit(ctx, oneCall, func(t Tx) error {
-		held = db.holdWriter()
 		if err := fn(db.guard(t)); err != nil {
 			return err
 		}
@@ -467,12 +465,10 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 // in calls while it runs).
 func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) error {
 	if db.turn != nil {
-		select {
-		case db.turn <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := db.takeTurn(ctx); err != nil {
+			return err
 		}
-		defer func() { <-db.turn }()
+		defer db.giveTurn() // a panic in fn or in the commit included
 	}
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil {

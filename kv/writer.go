@@ -1,6 +1,9 @@
 package kv
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // WriterState is what the database's writer is doing. bbolt has one
 // writer: a write transaction that holds it long (a function that waits
@@ -32,23 +35,21 @@ func (db *DB) Writer() WriterState {
 // writerEpoch is the monotonic origin of DB.writerSince.
 var writerEpoch = time.Now()
 
-// holdWriter notes, at the start of a write transaction's function (the
-// writer is held), when it started, and returns the mark to pass to
-// releaseWriter once the transaction is over. Backends with several
-// writers are not tracked.
-func (db *DB) holdWriter() int64 {
-	if !db.traits.SingleWriter {
-		return 0
+// takeTurn waits for the writer's turn, or for ctx to end, and notes when
+// it took it (Writer's Held).
+func (db *DB) takeTurn(ctx context.Context) error {
+	select {
+	case db.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	mark := int64(time.Since(writerEpoch)) + 1 // never 0: 0 is "none"
-	db.writerSince.Store(mark)
-	return mark
+	db.writerSince.Store(int64(time.Since(writerEpoch)) + 1) // never 0: 0 is "none"
+	return nil
 }
 
-// releaseWriter forgets the transaction of mark, unless the next one has
-// taken the writer already.
-func (db *DB) releaseWriter(mark int64) {
-	if mark != 0 {
-		db.writerSince.CompareAndSwap(mark, 0)
-	}
+// giveTurn forgets the holder, then gives the turn back: the turn orders
+// the notes, one holder at a time.
+func (db *DB) giveTurn() {
+	db.writerSince.Store(0)
+	<-db.turn
 }

@@ -227,12 +227,8 @@ func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, on
 	if len(kinds) == 0 {
 		return errNoKinds
 	}
-	var logger *slog.Logger
-	if cfg != nil {
-		logger = cfg.Logger
-	}
 	return loop.Run(ctx, nil, func(ctx context.Context) (Stats, time.Duration, error) {
 		st, err := Sweep(ctx, db, cfg, kinds...)
 		return st, interval, err
-	}, onSweep, loop.Config{Name: "retention sweeper", Final: []error{kv.ErrClosed}, AfterPanic: interval, Logger: logger})
+	}, onSweep, loop.Config{Name: "retention sweeper", Final: []error{kv.ErrClosed}, AfterPanic: interval, Logger: cfg.withDefaults().Logger})
 }

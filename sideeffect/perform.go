@@ -62,7 +62,7 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	until := time.Now().Add(req.Wait)
 	for {
 		res, err := x.perform(ctx, l, req, spec, respond)
-		if overtaken(err) {
+		if wasOvertaken(err) {
 			res, err = x.overtaken(ctx, l, req, err)
 		}
 		var ip *ledger.InProgressError
@@ -73,10 +73,10 @@ func (x *Executor) Perform(ctx context.Context, l *ledger.Ledger, req ledger.Req
 	}
 }
 
-// overtaken reports an attempt whose key or intent a retry took over when
-// the intent's lease ran out: its own result was discarded (the intent's
-// version moved on, or the claim's), the retry's stands.
-func overtaken(err error) bool {
+// wasOvertaken reports an attempt whose key or intent a retry took over
+// when the intent's lease ran out: its own result was discarded (the
+// intent's version moved on, or the claim's), the retry's stands.
+func wasOvertaken(err error) bool {
 	return errors.Is(err, ErrStale) || errors.Is(err, ledger.ErrLeaseLost)
 }
 

@@ -31,12 +31,7 @@ func newStats(o *options) *cobra.Command {
 					fmt.Fprintf(w, "file\t%s (%d bytes, page size %d, format %d)\n", dash(st.Path), st.FileBytes, st.PageSize, st.FormatVersion)
 					fmt.Fprintf(w, "free pages\t%d (%d bytes; %d pending release)\n", st.FreePages, st.FreeBytes, st.PendingPages)
 				}
-				if st.WriterHeldSeconds > 0 {
-					fmt.Fprintf(w, "writer\theld for %s by the running write transaction; %d writes queued\n",
-						time.Duration(st.WriterHeldSeconds*float64(time.Second)).Round(time.Millisecond), st.WriterQueued)
-				} else {
-					fmt.Fprintf(w, "writer\tidle; %d writes queued\n", st.WriterQueued)
-				}
+				fmt.Fprintf(w, "writer\t%s\n", writerLine(st))
 				names := make([]string, 0, len(st.Counts))
 				for n := range st.Counts {
 					names = append(names, n)
@@ -59,4 +54,13 @@ func newStats(o *options) *cobra.Command {
 	}
 	addrFlag(c, o)
 	return c
+}
+
+// writerLine says what the database's writer is doing (inspect.Stats).
+func writerLine(st inspect.Stats) string {
+	if st.WriterHeldSeconds > 0 {
+		return fmt.Sprintf("held for %s by the running write transaction; %d writes queued",
+			time.Duration(st.WriterHeldSeconds*float64(time.Second)).Round(time.Millisecond), st.WriterQueued)
+	}
+	return fmt.Sprintf("idle; %d writes queued", st.WriterQueued)
 }

@@ -33,3 +33,12 @@ func TestStats(t *testing.T) {
 	require.Equal(t, inspect.TenantUsage{Tenant: "acme", Records: 4, Bytes: st.Tenants[0].Bytes}, st.Tenants[0])
 	require.Positive(t, st.Tenants[0].Bytes)
 }
+
+// The writer line of `oncekv stats`: idle, or held for how long, with the
+// writes queued either way.
+func TestWriterLine(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "idle; 0 writes queued", writerLine(inspect.Stats{}))
+	require.Equal(t, "held for 2.5s by the running write transaction; 7 writes queued",
+		writerLine(inspect.Stats{WriterHeldSeconds: 2.5, WriterQueued: 7}))
+}
