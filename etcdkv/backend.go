@@ -126,6 +126,14 @@ type Backend struct {
 	// registry of prefixes (registry.go); prefixMu serialises the check.
 	prefixState atomic.Int32
 	prefixMu    sync.Mutex
+
+	// closed is set when Close closes the client: a call that fails
+	// afterwards failed because of it (closedErr). closing ends then, and
+	// every request to etcd with it (request): the client retries some
+	// requests on a closing connection until their own deadlines.
+	closed  atomic.Bool
+	closing context.Context
+	stop    context.CancelFunc
 }
 
 var _ kv.Backend = (*Backend)(nil)
@@ -139,7 +147,8 @@ func New(client *clientv3.Client, opts *Options) (*Backend, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	return &Backend{c: client, opts: o, keys: keys{prefix: o.Prefix}}, nil
+	closing, stop := context.WithCancel(context.Background())
+	return &Backend{c: client, opts: o, keys: keys{prefix: o.Prefix}, closing: closing, stop: stop}, nil
 }
 
 // Open dials the endpoints (comma-separated URLs, as the CLI's --etcd
@@ -183,18 +192,23 @@ func (b *Backend) Traits() kv.Traits {
 // and up to a few delete generations.
 const reservedOps = 8
 
-// Close closes the client if Open dialled it.
+// Close closes the client if Open dialled it: a call under way then fails
+// with kv.ErrClosed (or kv.ErrCommitUnknown, for a commit sent whose
+// outcome it could no longer settle), not with the client's connection
+// error. A Backend over a client of the caller's (New) lets calls under way
+// finish; the client is the caller's to close.
 func (b *Backend) Close() error {
-	if b.owned {
-		return b.c.Close()
+	if !b.owned || b.closed.Swap(true) {
+		return nil
 	}
-	return nil
+	b.stop()
+	return b.c.Close()
 }
 
 // View runs fn in a read-only transaction: every read at one revision.
 func (b *Backend) View(ctx context.Context, fn func(kv.Tx) error) error {
 	if err := b.checkPrefix(ctx, false); err != nil {
-		return err
+		return b.closedErr(err)
 	}
 	for attempt := 1; ; attempt++ {
 		t := b.begin(ctx, false)
@@ -204,7 +218,7 @@ func (b *Backend) View(ctx context.Context, fn func(kv.Tx) error) error {
 				b.backoff(ctx, attempt)
 				continue
 			}
-			return t.err
+			return b.closedErr(t.err)
 		}
 		return err
 	}
@@ -220,7 +234,7 @@ func (b *Backend) View(ctx context.Context, fn func(kv.Tx) error) error {
 // failure: ErrCommitUnknown only when etcd cannot be reached to resolve it.
 func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 	if err := b.checkPrefix(ctx, true); err != nil {
-		return err
+		return b.closedErr(err)
 	}
 	solo := false
 	defer func() {
@@ -271,12 +285,13 @@ func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error) (bool, erro
 	t := b.begin(ctx, true)
 	err := fn(t)
 	if t.err != nil {
-		return false, t.err // a read failed: fn saw nothing it can rely on
+		return false, b.closedErr(t.err) // a read failed: fn saw nothing it can rely on
 	}
 	if err != nil {
 		return false, err
 	}
 	ok, err := t.commit()
+	err = b.closedErr(err)
 	if ok {
 		for _, name := range t.created {
 			b.buckets.Store(name, true)
@@ -286,6 +301,27 @@ func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error) (bool, erro
 		}
 	}
 	return ok, err
+}
+
+// request returns the context of one request to etcd: ctx's, ended by
+// RequestTimeout and by Close.
+func (b *Backend) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	stop := context.AfterFunc(b.closing, cancel)
+	return cctx, func() { stop(); cancel() }
+}
+
+// closedErr reports err, a failure of etcd's client, as kv.ErrClosed once
+// Close has closed the client (its "connection is closing", a read cut
+// short), so that callers meet one error for a closed database, as on
+// bbolt. A commit whose outcome is unknown stays kv.ErrCommitUnknown (it
+// may have applied), and a transaction too large stays itself.
+func (b *Backend) closedErr(err error) error {
+	var large *TxTooLargeError
+	if err == nil || !b.closed.Load() || errors.Is(err, kv.ErrClosed) || errors.Is(err, ErrCommitUnknown) || errors.As(err, &large) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", kv.ErrClosed, err)
 }
 
 // backoff sleeps a jittered, growing delay before the next attempt.
@@ -309,7 +345,7 @@ func (b *Backend) markerLease(ctx context.Context) (clientv3.LeaseID, error) {
 	if b.lease != 0 && time.Since(b.leaseFrom) < time.Minute {
 		return b.lease, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	cctx, cancel := b.request(ctx)
 	defer cancel()
 	resp, err := b.c.Grant(cctx, int64((5 * time.Minute).Seconds()))
 	if err != nil {

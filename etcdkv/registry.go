@@ -146,7 +146,7 @@ func (b *Backend) readRegistry(ctx context.Context) (registryView, error) {
 			chunk[i] = clientv3.OpGet(g.key, opts...)
 		}
 		gets = gets[n:]
-		cctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+		cctx, cancel := b.request(ctx)
 		resp, err := b.c.Txn(cctx).Then(chunk...).Commit()
 		cancel()
 		if err != nil {
@@ -175,7 +175,7 @@ func (b *Backend) readRegistry(ctx context.Context) (registryView, error) {
 // record writes the backend's prefix into the registry unless another
 // recording happened since version was read (false: read again).
 func (b *Backend) record(ctx context.Context, version int64) (bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	cctx, cancel := b.request(ctx)
 	defer cancel()
 	stamp := time.Now().UTC().Format(time.RFC3339)
 	resp, err := b.c.Txn(cctx).

@@ -63,7 +63,7 @@ var errReadOnly = fmt.Errorf("etcdkv: write in a read-only transaction: %w", kv.
 
 // call runs one request with the backend's timeout.
 func (t *tx) call(fn func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(t.ctx, t.b.opts.RequestTimeout)
+	ctx, cancel := t.b.request(t.ctx)
 	defer cancel()
 	return fn(ctx)
 }
@@ -386,9 +386,9 @@ func mergeSpans(spans []span) []span {
 func (b *Backend) resolve(ctx context.Context, marker string, cause error) (bool, error) {
 	lease, _ := b.markerLease(ctx)
 	var last error
-	for attempt := 1; attempt <= 5; attempt++ {
+	for attempt := 1; attempt <= 5 && !b.closed.Load(); attempt++ {
 		var resp *clientv3.TxnResponse
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.RequestTimeout)
+		cctx, cancel := b.request(context.WithoutCancel(ctx))
 		var put clientv3.Op
 		if lease != 0 {
 			put = clientv3.OpPut(marker, "aborted", clientv3.WithLease(lease))
@@ -406,8 +406,15 @@ func (b *Backend) resolve(ctx context.Context, marker string, cause error) (bool
 		}
 		b.backoff(ctx, attempt+3)
 	}
+	if b.closed.Load() {
+		last = errClosedUnsettled
+	}
 	return false, fmt.Errorf("%w: %w (and settling it: %w)", ErrCommitUnknown, cause, last)
 }
+
+// errClosedUnsettled is why a commit whose answer was lost stays unknown
+// when Close comes before it is settled.
+var errClosedUnsettled = errors.New("etcdkv: the backend was closed")
 
 // rejected reports a commit error the server answered before applying
 // anything (a request too large, too many operations).
