@@ -786,11 +786,9 @@ func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
 		require.Positive(t, first, "update=%v", update)
 		queued := make(chan error, 2)
 		// Behind an Update, the first Batch call leads its batch, waiting
-		// for the writer, and the second queues for the next; behind a
-		// batch, both queue.
-		want := 2
+		// for the writer's turn, and the second queues for the next;
+		// behind a batch, both queue. Either way, two writes wait.
 		if update {
-			want = 1
 			go func() { queued <- db.Batch(ctx, put("a")) }()
 			require.Eventually(t, func() bool { return db.batch.leaderRunning() }, 10*time.Second, time.Millisecond)
 			go func() { queued <- db.Batch(ctx, put("b")) }()
@@ -799,10 +797,10 @@ func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
 				go func() { queued <- db.Batch(ctx, put(k)) }()
 			}
 		}
-		waitQueued(t, db, want)
+		require.Eventually(t, func() bool { return db.Writer().Queued == 2 }, 10*time.Second, time.Millisecond, "update=%v", update)
 		st := db.Writer()
 		require.GreaterOrEqual(t, st.Held, first, "it grows while held")
-		require.Equal(t, want, st.Queued)
+		require.Equal(t, 2, st.Queued)
 		close(release)
 		require.NoError(t, <-done)
 		require.NoError(t, <-queued)
@@ -837,7 +835,7 @@ func TestUpdateCanceledWhileWaitingForTheWriter(t *testing.T) {
 	done := make(chan error, 1)
 	ran := false
 	go func() { done <- db.Update(c, func(tx Tx) error { ran = true; return put("never")(tx) }) }()
-	time.Sleep(10 * time.Millisecond) // let it reach the writer's turn; returning early would pass too
+	require.Eventually(t, func() bool { return db.Writer().Queued == 1 }, 10*time.Second, time.Millisecond, "it waits for the writer's turn")
 	cancel()
 	select {
 	case err := <-done:
@@ -846,6 +844,7 @@ func TestUpdateCanceledWhileWaitingForTheWriter(t *testing.T) {
 		close(release)
 		t.Fatal("Update waited for the writer past its context")
 	}
+	require.Zero(t, db.Writer().Queued, "it waits no more")
 	close(release)
 	require.NoError(t, <-leader)
 	require.False(t, ran)

@@ -183,10 +183,11 @@ type DB struct {
 	// turn is the writer's turn (one writer: a buffer of one), taken by
 	// every write transaction this DB runs before the backend's own lock,
 	// so that a caller whose ctx ends while it waits gives up its place;
-	// writerSince is when its holder took it (writer.go). nil and 0 on a
-	// backend with several writers.
+	// writerSince is when its holder took it, turnWaiting how many wait
+	// for it (writer.go). nil and 0 on a backend with several writers.
 	turn        chan struct{}
 	writerSince atomic.Int64
+	turnWaiting atomic.Int64
 }
 
 // Open opens (creating if needed) the bbolt file at path with oncekv's

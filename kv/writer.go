@@ -16,7 +16,9 @@ type WriterState struct {
 	// caller's own bbolt transactions (Wrap) are not seen, nor, on a
 	// backend with several writers (etcd), any: it is always 0 there.
 	Held time.Duration
-	// Queued is the number of Batch calls waiting for the next batch.
+	// Queued is the number of writes waiting for the writer: the Batch
+	// calls queued for the next batch, and the write transactions (an
+	// Update, a batch about to run) waiting for the one running now to end.
 	Queued int
 }
 
@@ -29,6 +31,7 @@ func (db *DB) Writer() WriterState {
 	db.batch.mu.Lock()
 	st.Queued = len(db.batch.queue)
 	db.batch.mu.Unlock()
+	st.Queued += int(db.turnWaiting.Load())
 	return st
 }
 
@@ -36,12 +39,20 @@ func (db *DB) Writer() WriterState {
 var writerEpoch = time.Now()
 
 // takeTurn waits for the writer's turn, or for ctx to end, and notes when
-// it took it (Writer's Held).
+// it took it (Writer's Held); while it waits, it is counted (Writer's
+// Queued). A free turn is taken without counting.
 func (db *DB) takeTurn(ctx context.Context) error {
 	select {
 	case db.turn <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		db.turnWaiting.Add(1)
+		select {
+		case db.turn <- struct{}{}:
+			db.turnWaiting.Add(-1)
+		case <-ctx.Done():
+			db.turnWaiting.Add(-1)
+			return ctx.Err()
+		}
 	}
 	db.writerSince.Store(int64(time.Since(writerEpoch)) + 1) // never 0: 0 is "none"
 	return nil
