@@ -202,3 +202,56 @@ func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
 	require.Equal(t, a.Response, res.Response)
 	require.Len(t, fake.Charges(), 1)
 }
+
+// The key's claim is taken over while the provider call runs, and the
+// intent is not (the claim's lease, 30 s, ran out; the intent's, a
+// minute, did not): the charge's outcome still commits with the intent,
+// the first attempt answers *ledger.InProgressError (the other claim is
+// live), and once that claim is given back the client's retry answers the
+// charge from the intent, without calling the provider again.
+func TestPerformWhoseClaimIsTakenOverKeepsTheCharge(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	fake.Script = func(op string, _ sideeffect.Call) providertest.Fault {
+		if op == "do" {
+			close(entered)
+			<-release
+		}
+		return providertest.None
+	}
+	x, bb := setup(t, fake)
+	l, err := ledger.New(bb.db, nil)
+	require.NoError(t, err)
+	type answer struct {
+		res ledger.Result
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		res, err := x.Perform(ctx, l, payReq("1"), spec("1"), respond)
+		first <- answer{res, err}
+	}()
+	<-entered
+	bb.clock.Advance(45 * time.Second) // past the claim's lease, not the intent's
+	other, err := l.Claim(ctx, payReq("1"))
+	require.NoError(t, err)
+	require.NotNil(t, other.Claim)
+	require.True(t, other.Claim.Takeover)
+	close(release)
+
+	a := <-first
+	var ip *ledger.InProgressError
+	require.ErrorAs(t, a.err, &ip, "the other claim is live")
+	in, err := x.Get(ctx, sideeffect.DownstreamKey(spec("1").Scope, spec("1").Key, "charge"))
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateSucceeded, in.State, "the charge's outcome committed")
+	require.Equal(t, "paid:ch_0001", orderState(t, bb.db, "1"))
+
+	require.NoError(t, l.Release(ctx, other.Claim))
+	res, err := x.Perform(ctx, l, payReq("1"), spec("1"), respond)
+	require.NoError(t, err)
+	require.Equal(t, `{"status":"paid","charge_id":"ch_0001"}`, string(res.Response.Body))
+	require.Len(t, fake.Charges(), 1)
+	require.Equal(t, []string{"do:charged"}, fake.Ops(in.ID), "the retry asked nothing of the provider")
+}
