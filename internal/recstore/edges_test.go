@@ -1,6 +1,7 @@
 package recstore
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -287,4 +288,36 @@ func TestCheckReportsAnEntryTheDirectoryMisses(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, problems, 1, "%q", problems)
 	require.Contains(t, problems[0].Message, `"a"/"unknown": the in-memory directory does not find log entry`)
+}
+
+// panickingCtx panics when asked whether it has ended: a stand-in for a
+// panic while a store is built (bbolt on a damaged page, a bug).
+type panickingCtx struct{ context.Context }
+
+func (panickingCtx) Err() error { panic("building the store") }
+
+// A panic while a kind's store is built reaches the caller, and leaves no
+// half-built store behind: the next Open fails with an error or builds the
+// store again, and never returns a nil store (whose first call would
+// panic far from the cause).
+func TestOpenAfterAPanicWhileBuilding(t *testing.T) {
+	t.Parallel()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "r.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	func() {
+		defer func() { require.Equal(t, "building the store", recover()) }()
+		_, _ = Open(panickingCtx{ctx}, db, spec)
+	}()
+	s, err := Open(ctx, db, spec)
+	if err == nil {
+		require.NotNil(t, s.(*logStore), "a store, built")
+	} else {
+		require.ErrorContains(t, err, "panicked")
+	}
+	s, err = Open(ctx, db, spec)
+	require.NoError(t, err, "built again")
+	require.NotNil(t, s.(*logStore))
+	put(t, db, s, "a", "k", t0.Add(time.Hour), value("v"))
+	require.Equal(t, value("v"), get(t, db, s, "a", "k"))
 }

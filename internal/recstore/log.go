@@ -544,6 +544,9 @@ func Open(ctx context.Context, db *kv.DB, spec Spec) (Store, error) {
 	registry.mu.Unlock()
 
 	sl.once.Do(func() {
+		// Until openLog returns: a panic in it (bbolt on a damaged page)
+		// reaches this caller, and leaves the slot failed, not empty.
+		sl.err = errBuildPanicked
 		s, err := openLog(ctx, db, spec, newDirectory(0))
 		if sl.err = err; err == nil {
 			sl.store.Store(s)
@@ -582,6 +585,10 @@ func openLog(ctx context.Context, db *kv.DB, spec Spec, dir *directory) (*logSto
 }
 
 var errRollback = errors.New("recstore: rollback")
+
+// errBuildPanicked is the error of a store whose build panicked, for the
+// Open calls that waited for it; the next Open builds it again.
+var errBuildPanicked = errors.New("recstore: building the store panicked (see the first caller's panic); the next open tries again")
 
 func rebuildIn(db *kv.DB, s *logStore) error {
 	bdb := db.Bolt()
