@@ -16,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/fingerprint"
+	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -610,6 +611,26 @@ func TestLargeResponsesAreCompressedAndBounded(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrResponseTooLarge)
 	_, err = l.Get(ctx, "acme|POST /v1/orders", "huge")
 	require.ErrorIs(t, err, ledger.ErrNotFound)
+}
+
+// A body past the decompression limit (64 MiB), which a larger
+// MaxResponseBytes lets through, is stored as it is: compressed, it was
+// stored and then refused by every replay, and by the consistency check,
+// as corrupt. bbolt only: etcd bounds a transaction far below it.
+func TestBodyPastTheDecompressionLimitReplays(t *testing.T) {
+	l, bb := setup(t, &ledger.Config{MaxResponseBytes: 2 * record.MaxDecompressedSize})
+	kvtest.RequireBolt(t, bb.db)
+	body := bytes.Repeat([]byte("a"), record.MaxDecompressedSize+1)
+	work := func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200, Body: body}, nil }
+	_, err := l.Do(ctx, req("vast", "b"), work)
+	require.NoError(t, err)
+	rec, err := l.Get(ctx, "acme|POST /v1/orders", "vast")
+	require.NoError(t, err)
+	require.False(t, rec.Compressed)
+	res, err := l.Do(ctx, req("vast", "b"), work)
+	require.NoError(t, err)
+	require.True(t, res.Replayed)
+	require.True(t, bytes.Equal(body, res.Response.Body), "the body replayed")
 }
 
 func TestInvalidInputIsRejectedBeforeAnyWrite(t *testing.T) {

@@ -161,7 +161,9 @@ func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold i
 	body := resp.Body
 	flags := byte(flagResponse)
 	r.Compressed = false
-	if threshold > 0 && len(body) > threshold {
+	// A body past the decompression limit stays as it is: compressed, it
+	// would be stored and then refused by every read as corrupt.
+	if threshold > 0 && len(body) > threshold && len(body) <= record.MaxDecompressedSize {
 		if c := record.Compress(nil, body); len(c) < len(body) {
 			body, flags, r.Compressed = c, flags|flagCompressed, true
 		}
