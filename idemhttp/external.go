@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -18,6 +19,11 @@ type performState struct {
 	ev    Event
 	start time.Time
 	used  bool
+	// mark is the handler's context, marked as inside a write transaction
+	// of the ledger's database only while Respond runs in Perform's
+	// finishing transaction (a managed write there would wait for ever
+	// for the writer that transaction holds).
+	mark *kv.InTx
 }
 
 func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h http.Handler, req ledger.Request, body []byte, ev Event, start time.Time) {
@@ -40,7 +46,9 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 		m.event(ev)
 		return
 	}
-	ps := &performState{m: m, req: req, ev: ev, start: start}
+	mark := m.cfg.Ledger.DB().WithinTx(r.Context())
+	mark.End() // until Respond runs
+	ps := &performState{m: m, req: req, ev: ev, start: start, mark: mark}
 	tw := &trackedWriter{ResponseWriter: w}
 	defer func() {
 		p := recover()
@@ -60,7 +68,7 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 			m.event(ev)
 		}
 	}()
-	h.ServeHTTP(tw, withBody(context.WithValue(r.Context(), performKey, ps), r, body))
+	h.ServeHTTP(tw, withBody(context.WithValue(mark, performKey, ps), r, body))
 }
 
 // trackedWriter notes whether an external route's handler wrote anything,
@@ -101,8 +109,14 @@ func (t *trackedWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 // outlives its intent's lease (sideeffect.Config.Lease, which exceeds the
 // call timeout: a provider that ignores its context) and a retry takes the
 // request over, the retry finishes it: Perform answers what the retry
-// stored, as a replay, or 409 with Retry-After while it runs. It returns true when it wrote a stored
-// (or replayed) response.
+// stored, as a replay, or 409 with Retry-After while it runs. It returns
+// true when it wrote a stored (or replayed) response.
+//
+// respond runs inside the finishing transaction and must only read (see
+// sideeffect.Respond): while it runs, r.Context() is marked as inside that
+// transaction (kv.DB.WithinTx), so a write it starts with that context
+// fails with kv.ErrNestedTx instead of waiting for ever for the writer
+// its own transaction holds.
 func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respond sideeffect.Respond) bool {
 	ps, ok := r.Context().Value(performKey).(*performState)
 	if !ok || ps.used || ps.m.cfg.Executor == nil {
@@ -112,7 +126,11 @@ func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respo
 	}
 	ps.used = true
 	m, ev := ps.m, ps.ev
-	res, err := m.cfg.Executor.Perform(r.Context(), m.cfg.Ledger, ps.req, spec, respond)
+	res, err := m.cfg.Executor.Perform(r.Context(), m.cfg.Ledger, ps.req, spec, func(tx kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
+		ps.mark.Resume()
+		defer ps.mark.End()
+		return respond(tx, in)
+	})
 	switch {
 	case err == nil && res.Replayed:
 		ev.Kind, ev.Status = EventReplayed, writeStored(w, res.Response, true)

@@ -37,8 +37,24 @@ type external struct {
 	pad atomic.Int64
 }
 
-// respondPanics, as external.status, makes the pay handler's Respond panic.
-const respondPanics = -1
+// respondPanics, as external.status, makes the pay handler's Respond panic;
+// respondWrites makes it write an audit row with a transaction of its own,
+// started with the request's context.
+const (
+	respondPanics = -1
+	respondWrites = -2
+)
+
+// audit writes an audit row for id in a transaction of its own.
+func audit(ctx context.Context, db *kv.DB, id string) error {
+	return db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("audit"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), []byte("paid"))
+	})
+}
 
 // setupExternal serves POST /v1/orders/{id}/pay through WrapExternal: the
 // handler performs a "charge" intent per order against a fake provider.
@@ -65,10 +81,23 @@ func setupExternal(t *testing.T, mutate func(*idemhttp.Config)) *external {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders/{id}/pay", e.mw.WrapExternal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
+		if e.status.Load() == respondWrites {
+			// Outside Perform the handler runs in no transaction: its
+			// writes with the request's context are its own.
+			if err := audit(r.Context(), e.db, id+"-before"); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
 		e.wrote.Store(idemhttp.Perform(w, r, sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: "acme", Key: id, Purpose: "charge"},
 			func(_ kv.Tx, in *sideeffect.Intent) (ledger.Response, error) {
-				if e.status.Load() == respondPanics {
+				switch e.status.Load() {
+				case respondPanics:
 					panic("respond: nil order")
+				case respondWrites:
+					if err := audit(r.Context(), e.db, id); err != nil {
+						return ledger.Response{}, err
+					}
 				}
 				body := fmt.Appendf(nil, "%s %s", in.State, in.Result)
 				return ledger.Response{Status: int(e.status.Load()), Body: append(body, make([]byte, e.pad.Load())...)}, nil
@@ -470,6 +499,40 @@ func TestExternalRespondThatPanicsIsAProblem(t *testing.T) {
 	e.status.Store(200)
 	e.clock.Advance(2 * sideeffect.DefaultLease)
 	r = postPay(t, e.srv, "/v1/orders/A/pay", "k-respond")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Len(t, e.fake.Charges(), 1)
+}
+
+// A Respond that writes with a transaction of its own, started with the
+// request's context, waited for ever for the writer its own finishing
+// transaction held, and every write of the service with it. Respond runs
+// with the handler's context marked as inside that transaction: the write
+// fails at once with kv.ErrNestedTx, the request gets a 500 problem and
+// nothing of it is stored; the provider charged once, and a retry (Respond
+// mended) answers the charge.
+func TestExternalRespondThatWritesIsRefused(t *testing.T) {
+	t.Parallel()
+	logger, logs := testlog.New()
+	e := setupExternal(t, func(c *idemhttp.Config) { c.Logger = logger })
+	e.srv.Client().Timeout = 30 * time.Second
+	e.status.Store(respondWrites)
+	r, err := tryPost(t, e.srv, "/v1/orders/A/pay", "k-audit", `{}`)
+	require.NoError(t, err, "answered, not hung")
+	require.Equal(t, http.StatusInternalServerError, r.status, r.body)
+	require.Contains(t, logs.String(), "write transaction started inside a write transaction")
+	require.NoError(t, e.db.View(ctx, func(tx kv.Tx) error {
+		b := tx.Bucket([]byte("audit"))
+		require.NotNil(t, b)
+		require.Equal(t, []byte("paid"), b.Get([]byte("A-before")), "the handler's write before Perform is its own")
+		require.Nil(t, b.Get([]byte("A")), "the nested write stored nothing")
+		return nil
+	}))
+	require.Len(t, e.fake.Charges(), 1)
+
+	e.status.Store(200)
+	e.clock.Advance(2 * sideeffect.DefaultLease)
+	r = postPay(t, e.srv, "/v1/orders/A/pay", "k-audit")
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Len(t, e.fake.Charges(), 1)

@@ -39,6 +39,12 @@ func (c *InTx) Value(key any) any {
 // End ends the mark: call it when the transaction's function returns.
 func (c *InTx) End() { c.done.Store(true) }
 
+// Resume marks the context again, until the next End: for a context handed
+// out before the transaction that runs code with it (idemhttp gives an
+// external route's handler such a context, ended, and resumes it while
+// the handler's Respond runs inside Perform's finishing transaction).
+func (c *InTx) Resume() { c.done.Store(false) }
+
 // WithinTx returns ctx marked as running inside a write transaction of
 // db, until its End. Until then, Update and Batch of db given it, or a
 // context derived from it, return ErrNestedTx at once instead of waiting

@@ -54,4 +54,13 @@ func TestNestedWriteIsRefused(t *testing.T) {
 	inner.End()
 	require.NoError(t, db.Update(inner, noop), "the mark ended with its transaction")
 	require.NoError(t, db.Batch(inner, noop))
+
+	// Resumed inside a later transaction, it marks again until its End.
+	require.NoError(t, db.Update(ctx, func(kv.Tx) error {
+		inner.Resume()
+		defer inner.End()
+		require.ErrorIs(t, db.Batch(inner, noop), kv.ErrNestedTx)
+		return nil
+	}))
+	require.NoError(t, db.Update(inner, noop))
 }
