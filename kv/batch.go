@@ -131,7 +131,7 @@ func (b *batcher) dequeue(c *batchCall) bool {
 		if len(b.queue) > 0 {
 			b.queue[0].done <- batchResult{lead: true}
 		} else {
-			b.leading = false
+			b.leading, b.handed = false, false // the next leader comes to an idle batcher
 		}
 	default:
 	}

@@ -201,7 +201,7 @@ func TestCanceledCallPassesLeadershipOn(t *testing.T) {
 	call := func() *batchCall { return &batchCall{ctx: context.Background(), done: make(chan batchResult, 1)} }
 	c1, c2 := call(), call()
 	b.mu.Lock()
-	b.leading, b.queue = true, []*batchCall{c1, c2}
+	b.leading, b.handed, b.queue = true, true, []*batchCall{c1, c2}
 	c1.done <- batchResult{lead: true} // what finish sends to the queue's head
 	require.True(t, b.dequeue(c1))
 	require.Equal(t, []*batchCall{c2}, b.queue)
@@ -218,6 +218,7 @@ func TestCanceledCallPassesLeadershipOn(t *testing.T) {
 	require.True(t, b.dequeue(c2))
 	require.Empty(t, b.queue)
 	require.False(t, b.leading, "nobody left to lead")
+	require.False(t, b.handed, "the next leader finds the batcher idle (GatherCallers does not wait for it)")
 	require.False(t, b.dequeue(c2), "not queued")
 	b.mu.Unlock()
 }
