@@ -160,12 +160,11 @@ func TestPerformRecoverOrphansAtOnce(t *testing.T) {
 	require.Len(t, fake.Charges(), 1)
 }
 
-// Perform ignored Request.Wait (issue 13, item 16): a duplicate of a request
-// in progress now waits for it and replays its answer.
-func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
-	t.Parallel()
-	fake := providertest.New(providertest.Rates{}, 1)
-	entered, release := make(chan struct{}), make(chan struct{})
+// heldFake returns a fake provider whose charge, once entered, waits
+// until release is closed.
+func heldFake() (fake *providertest.Fake, entered, release chan struct{}) {
+	fake = providertest.New(providertest.Rates{}, 1)
+	entered, release = make(chan struct{}), make(chan struct{})
 	fake.Script = func(op string, _ sideeffect.Call) providertest.Fault {
 		if op == "do" {
 			close(entered)
@@ -173,6 +172,14 @@ func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
 		}
 		return providertest.None
 	}
+	return fake, entered, release
+}
+
+// Perform ignored Request.Wait (issue 13, item 16): a duplicate of a request
+// in progress now waits for it and replays its answer.
+func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	fake, entered, release := heldFake()
 	x, bb := setup(t, fake)
 	l, err := ledger.New(bb.db, nil)
 	require.NoError(t, err)
@@ -211,15 +218,7 @@ func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
 // charge from the intent, without calling the provider again.
 func TestPerformWhoseClaimIsTakenOverKeepsTheCharge(t *testing.T) {
 	t.Parallel()
-	fake := providertest.New(providertest.Rates{}, 1)
-	entered, release := make(chan struct{}), make(chan struct{})
-	fake.Script = func(op string, _ sideeffect.Call) providertest.Fault {
-		if op == "do" {
-			close(entered)
-			<-release
-		}
-		return providertest.None
-	}
+	fake, entered, release := heldFake()
 	x, bb := setup(t, fake)
 	l, err := ledger.New(bb.db, nil)
 	require.NoError(t, err)
