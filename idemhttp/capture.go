@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // capture is a ResponseWriter that buffers the response so it can be
@@ -19,6 +21,13 @@ type capture struct {
 	overflow    bool
 	badStatus   int  // a status outside 100-999 (net/http would panic on it), or a 101
 	noStore     bool // the handler called DoNotStore
+
+	// scope and key name the request whose handler writes into it (for
+	// an unkeyed one, its method and path), since when it has run, and
+	// whether a request waiting behind it has said so (reportHolder).
+	scope, key string
+	since      time.Time
+	reported   atomic.Bool
 }
 
 // DoNotStore marks the response an in-transaction handler (Wrap) is

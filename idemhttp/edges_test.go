@@ -930,13 +930,14 @@ func TestHandlerWriteOutsideItsTransactionIsRefused(t *testing.T) {
 // handler waiting on something inside its transaction) is answered at its
 // deadline, 503 with Retry-After, its handler never run: before, it
 // waited for the writer past its deadline, and for ever behind a writer
-// held for ever.
+// held for ever. The log names the handler that holds the writer, once.
 func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 	t.Parallel()
 	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	logger, logs := testlog.New()
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
 	require.NoError(t, err)
 	held, release := make(chan struct{}), make(chan struct{})
 	var runs sync.Map
@@ -979,6 +980,12 @@ func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 	require.Equal(t, "1", r.header.Get("Retry-After"))
 	_, ran := runs.Load("queued")
 	require.False(t, ran, "its handler never ran")
+	holder := `level=WARN msg="a handler holds the database's writer: requests queued behind it reach their deadlines" holder_scope="acme|POST /v1/orders" holder_key=holds held=`
+	require.Contains(t, logs.String(), holder)
+	r, err = tryPost(t, srv, "/v1/orders", "queued-too", `{}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	require.Equal(t, 1, strings.Count(logs.String(), holder), "once for the run that holds it")
 
 	free()
 	require.Equal(t, http.StatusCreated, (<-first).status)
@@ -986,4 +993,5 @@ func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, r.status, "the same key, sent again, runs")
 	require.Equal(t, 2, countOrders(t, db))
+	require.Equal(t, 1, strings.Count(logs.String(), "holds the database's writer"), "nobody held it since")
 }

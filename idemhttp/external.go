@@ -41,7 +41,7 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 		m.event(ev)
 		return
 	case err != nil:
-		ev.Kind, ev.Status = m.writeLedgerError(w, err)
+		ev.Kind, ev.Status = m.writeLedgerError(w, err, start)
 		ev.Duration = time.Since(start)
 		m.event(ev)
 		return
@@ -140,7 +140,7 @@ func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respo
 			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
 		}
 	default:
-		ev.Kind, ev.Status = m.writeLedgerError(w, err)
+		ev.Kind, ev.Status = m.writeLedgerError(w, err, ps.start)
 	}
 	ev.Duration = time.Since(ps.start)
 	m.event(ev)

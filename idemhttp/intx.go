@@ -44,6 +44,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 	var last *capture
 	res, err := m.cfg.Ledger.Do(ctx, req, func(tx kv.Tx) (ledger.Response, error) {
 		c := newCapture(m.maxResp)
+		c.scope, c.key = req.Scope, req.Key
 		last = c
 		wrote := false
 		if ns := m.runInTx(ctx, trackedTx{tx, &wrote}, h, c, r, body); ns != nil {
@@ -85,7 +86,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 			ev.Kind = EventRejected
 		}
 	default:
-		ev.Kind, ev.Status = m.writeLedgerError(w, err)
+		ev.Kind, ev.Status = m.writeLedgerError(w, err, start)
 	}
 	ev.Duration = time.Since(start)
 	m.event(ev)

@@ -31,6 +31,11 @@ type Middleware struct {
 	maxError int
 	log      *slog.Logger
 	counters [9]atomic.Uint64
+	// running is the capture of the handler this middleware runs inside
+	// the database's write transaction now, if any (runInTx): a request
+	// that reaches its deadline waiting for the writer names it
+	// (reportHolder).
+	running atomic.Pointer[capture]
 }
 
 type ctxKey int
@@ -200,7 +205,24 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request, start time
 func (m *Middleware) runInTx(ctx context.Context, tx kv.Tx, h http.Handler, c *capture, r *http.Request, body []byte) *notStored {
 	hctx := m.cfg.Ledger.DB().WithinTx(context.WithValue(ctx, txKey, tx))
 	defer hctx.End()
+	c.since = time.Now()
+	m.running.Store(c)
+	defer m.running.CompareAndSwap(c, nil)
 	return runHandler(h, c, withBody(hctx, r, body))
+}
+
+// reportHolder logs, once per run, the in-transaction handler that has
+// held the database's writer since before waitFrom, when a request that
+// began waiting then reached its deadline: a handler that waits on
+// something inside its transaction holds every write of the service, and
+// this names it (kv.DB.Writer shows how long, not whose).
+func (m *Middleware) reportHolder(waitFrom time.Time) {
+	c := m.running.Load()
+	if c == nil || !c.since.Before(waitFrom) || !c.reported.CompareAndSwap(false, true) {
+		return
+	}
+	m.log.Warn("a handler holds the database's writer: requests queued behind it reach their deadlines",
+		"holder_scope", c.scope, "holder_key", c.key, "held", time.Since(c.since).Round(time.Millisecond))
 }
 
 // withBody returns r with ctx and a fresh reader of body: every run of a
@@ -216,8 +238,10 @@ func withBody(ctx context.Context, r *http.Request, body []byte) *http.Request {
 // of its own, under group commit, unprotected: a 5xx rolls its writes back.
 func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http.Handler, body []byte) {
 	var last *capture
+	waitFrom, who := time.Now(), r.Method+" "+r.URL.Path
 	err := m.cfg.Ledger.DB().Batch(r.Context(), func(tx kv.Tx) error {
 		c := newCapture(0)
+		c.scope = who
 		last = c
 		if ns := m.runInTx(r.Context(), tx, h, c, r, body); ns != nil {
 			return ns
@@ -240,7 +264,7 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 		route, _ := m.route(r)
 		m.answerNotStored(w, ns, "method", r.Method, "route", route)
 	default:
-		m.writeLedgerError(w, err)
+		m.writeLedgerError(w, err, waitFrom)
 	}
 }
 
@@ -291,7 +315,7 @@ func writeStored(w http.ResponseWriter, resp ledger.Response, replayed bool) int
 // writeLedgerError answers the error of a request that did not run to a
 // stored answer: the ledger's rejections, a side effect's state, a closed
 // database, or an unexpected failure (500, logged).
-func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKind, int) {
+func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom time.Time) (EventKind, int) {
 	var me *ledger.MismatchError
 	var ip *ledger.InProgressError
 	var pe *sideeffect.PendingError
@@ -333,6 +357,9 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error) (EventKi
 			Detail: "the store could not confirm whether this request was saved; retry with the same Idempotency-Key: the retry is answered either way"}, time.Second)
 		return EventPending, http.StatusServiceUnavailable
 	case errors.Is(err, kv.ErrClosed), errors.Is(err, context.DeadlineExceeded):
+		if errors.Is(err, context.DeadlineExceeded) {
+			m.reportHolder(waitFrom)
+		}
 		// Nothing was stored: the database is closed (the service is
 		// shutting down) or the request's deadline passed while it waited
 		// for a transaction. A side effect it started (external routes) is
