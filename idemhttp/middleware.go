@@ -215,10 +215,11 @@ func (m *Middleware) runInTx(ctx context.Context, tx kv.Tx, h http.Handler, c *c
 // held the database's writer since before waitFrom, when a request that
 // began waiting then reached its deadline: a handler that waits on
 // something inside its transaction holds every write of the service, and
-// this names it (kv.DB.Writer shows how long, not whose).
+// this names it (kv.DB.Writer shows how long, not whose). A backend with
+// several writers (etcd) has no such holder.
 func (m *Middleware) reportHolder(waitFrom time.Time) {
 	c := m.running.Load()
-	if c == nil || !c.since.Before(waitFrom) || !c.reported.CompareAndSwap(false, true) {
+	if c == nil || !m.cfg.Ledger.DB().Traits().SingleWriter || !c.since.Before(waitFrom) || !c.reported.CompareAndSwap(false, true) {
 		return
 	}
 	m.log.Warn("a handler holds the database's writer: requests queued behind it reach their deadlines",
