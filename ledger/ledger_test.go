@@ -620,17 +620,20 @@ func TestLargeResponsesAreCompressedAndBounded(t *testing.T) {
 func TestBodyPastTheDecompressionLimitReplays(t *testing.T) {
 	l, bb := setup(t, &ledger.Config{MaxResponseBytes: 2 * record.MaxDecompressedSize})
 	kvtest.RequireBolt(t, bb.db)
-	body := bytes.Repeat([]byte("a"), record.MaxDecompressedSize+1)
-	work := func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200, Body: body}, nil }
-	_, err := l.Do(ctx, req("vast", "b"), work)
-	require.NoError(t, err)
-	rec, err := l.Get(ctx, "acme|POST /v1/orders", "vast")
-	require.NoError(t, err)
-	require.False(t, rec.Compressed)
-	res, err := l.Do(ctx, req("vast", "b"), work)
-	require.NoError(t, err)
-	require.True(t, res.Replayed)
-	require.True(t, bytes.Equal(body, res.Response.Body), "the body replayed")
+	// At the limit a body is compressed, and read back; past it, not.
+	for key, size := range map[string]int{"at-limit": record.MaxDecompressedSize, "past-limit": record.MaxDecompressedSize + 1} {
+		body := bytes.Repeat([]byte("a"), size)
+		work := func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 200, Body: body}, nil }
+		_, err := l.Do(ctx, req(key, "b"), work)
+		require.NoError(t, err)
+		rec, err := l.Get(ctx, "acme|POST /v1/orders", key)
+		require.NoError(t, err)
+		require.Equal(t, key == "at-limit", rec.Compressed, key)
+		res, err := l.Do(ctx, req(key, "b"), work)
+		require.NoError(t, err)
+		require.True(t, res.Replayed)
+		require.True(t, bytes.Equal(body, res.Response.Body), "%s: the body replayed", key)
+	}
 }
 
 func TestInvalidInputIsRejectedBeforeAnyWrite(t *testing.T) {
