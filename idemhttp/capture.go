@@ -22,10 +22,11 @@ type capture struct {
 	badStatus   int  // a status outside 100-999 (net/http would panic on it), or a 101
 	noStore     bool // the handler called DoNotStore
 
-	// scope and key name the request whose handler writes into it (for
-	// an unkeyed one, its method and path), since when it has run, and
-	// whether a request waiting behind it has said so (reportHolder).
+	// scope and key name the request whose handler writes into it
+	// (unkeyed, when it has no key), since when it has run, and whether a
+	// request waiting behind it has said so (reportHolder).
 	scope, key string
+	unkeyed    *http.Request
 	since      time.Time
 	reported   atomic.Bool
 }

@@ -930,68 +930,78 @@ func TestHandlerWriteOutsideItsTransactionIsRefused(t *testing.T) {
 // handler waiting on something inside its transaction) is answered at its
 // deadline, 503 with Retry-After, its handler never run: before, it
 // waited for the writer past its deadline, and for ever behind a writer
-// held for ever. The log names the handler that holds the writer, once.
+// held for ever. The log names the handler that holds the writer (by its
+// scope and key, or its method and path without a key), once.
 func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 	t.Parallel()
-	db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	logger, logs := testlog.New()
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
-	held, release := make(chan struct{}), make(chan struct{})
-	var runs sync.Map
-	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
-		runs.Store(key, true)
-		if key == "holds" {
-			close(held)
-			<-release
-		}
-		if writeOrder(w, r, []byte(key)) {
-			w.WriteHeader(http.StatusCreated)
-		}
-	}))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Idempotency-Key") != "holds" {
-			ctx, cancel := context.WithTimeout(r.Context(), 100*time.Millisecond) // the service's request deadline
-			defer cancel()
-			r = r.WithContext(ctx)
-		}
-		h.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	srv.Client().Timeout = 10 * time.Second
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	defer free() // before srv.Close, which waits for the handler that holds
+	for holderKey, named := range map[string]string{
+		"holds": `holder_scope="acme|POST /v1/orders" holder_key=holds held=`,
+		"":      `holder_scope="POST /v1/orders" holder_key="" held=`, // KeyOptional: a request without a key
+	} {
+		t.Run("holder="+holderKey, func(t *testing.T) {
+			t.Parallel()
+			db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
+			l, err := ledger.New(db, nil)
+			require.NoError(t, err)
+			logger, logs := testlog.New()
+			mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, KeyOptional: holderKey == "",
+				Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+			require.NoError(t, err)
+			held, release := make(chan struct{}), make(chan struct{})
+			var runs sync.Map
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				key := r.Header.Get("Idempotency-Key")
+				runs.Store(key, true)
+				if key == holderKey {
+					close(held)
+					<-release
+				}
+				if writeOrder(w, r, []byte("order-"+key)) {
+					w.WriteHeader(http.StatusCreated)
+				}
+			}))
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Idempotency-Key") != holderKey {
+					ctx, cancel := context.WithTimeout(r.Context(), 100*time.Millisecond) // the service's request deadline
+					defer cancel()
+					r = r.WithContext(ctx)
+				}
+				h.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			srv.Client().Timeout = 10 * time.Second
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			defer free() // before srv.Close, which waits for the handler that holds
 
-	first := make(chan reply, 1)
-	go func() {
-		r, err := tryPost(t, srv, "/v1/orders", "holds", `{}`)
-		assert.NoError(t, err)
-		first <- r
-	}()
-	<-held
-	require.Positive(t, db.Writer().Held)
-	r, err := tryPost(t, srv, "/v1/orders", "queued", `{}`)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusServiceUnavailable, r.status, "answered while the writer is still held")
-	require.Equal(t, "1", r.header.Get("Retry-After"))
-	_, ran := runs.Load("queued")
-	require.False(t, ran, "its handler never ran")
-	holder := `level=WARN msg="a handler holds the database's writer: requests queued behind it reach their deadlines" holder_scope="acme|POST /v1/orders" holder_key=holds held=`
-	require.Contains(t, logs.String(), holder)
-	r, err = tryPost(t, srv, "/v1/orders", "queued-too", `{}`)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusServiceUnavailable, r.status)
-	require.Equal(t, 1, strings.Count(logs.String(), holder), "once for the run that holds it")
+			first := make(chan reply, 1)
+			go func() {
+				r, err := tryPost(t, srv, "/v1/orders", holderKey, `{}`)
+				assert.NoError(t, err)
+				first <- r
+			}()
+			<-held
+			require.Positive(t, db.Writer().Held)
+			r, err := tryPost(t, srv, "/v1/orders", "queued", `{}`)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusServiceUnavailable, r.status, "answered while the writer is still held")
+			require.Equal(t, "1", r.header.Get("Retry-After"))
+			_, ran := runs.Load("queued")
+			require.False(t, ran, "its handler never ran")
+			holder := `level=WARN msg="a handler holds the database's writer: requests queued behind it reach their deadlines" ` + named
+			require.Contains(t, logs.String(), holder)
+			r, err = tryPost(t, srv, "/v1/orders", "queued-too", `{}`)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusServiceUnavailable, r.status)
+			require.Equal(t, 1, strings.Count(logs.String(), holder), "once for the run that holds it")
 
-	free()
-	require.Equal(t, http.StatusCreated, (<-first).status)
-	r, err = tryPost(t, srv, "/v1/orders", "queued", `{}`)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, r.status, "the same key, sent again, runs")
-	require.Equal(t, 2, countOrders(t, db))
-	require.Equal(t, 1, strings.Count(logs.String(), "holds the database's writer"), "nobody held it since")
+			free()
+			require.Equal(t, http.StatusCreated, (<-first).status)
+			r, err = tryPost(t, srv, "/v1/orders", "queued", `{}`)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusCreated, r.status, "the same key, sent again, runs")
+			require.Equal(t, 2, countOrders(t, db))
+			require.Equal(t, 1, strings.Count(logs.String(), "holds the database's writer"), "nobody held it since")
+		})
+	}
 }

@@ -222,8 +222,12 @@ func (m *Middleware) reportHolder(waitFrom time.Time) {
 	if c == nil || !m.cfg.Ledger.DB().Traits().SingleWriter || !c.since.Before(waitFrom) || !c.reported.CompareAndSwap(false, true) {
 		return
 	}
+	scope, key := c.scope, c.key
+	if c.unkeyed != nil {
+		scope = c.unkeyed.Method + " " + c.unkeyed.URL.Path
+	}
 	m.log.Warn("a handler holds the database's writer: requests queued behind it reach their deadlines",
-		"holder_scope", c.scope, "holder_key", c.key, "held", time.Since(c.since).Round(time.Millisecond))
+		"holder_scope", scope, "holder_key", key, "held", time.Since(c.since).Round(time.Millisecond))
 }
 
 // withBody returns r with ctx and a fresh reader of body: every run of a
@@ -239,10 +243,10 @@ func withBody(ctx context.Context, r *http.Request, body []byte) *http.Request {
 // of its own, under group commit, unprotected: a 5xx rolls its writes back.
 func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http.Handler, body []byte) {
 	var last *capture
-	waitFrom, who := time.Now(), r.Method+" "+r.URL.Path
+	waitFrom := time.Now()
 	err := m.cfg.Ledger.DB().Batch(r.Context(), func(tx kv.Tx) error {
 		c := newCapture(0)
-		c.scope = who
+		c.unkeyed = r
 		last = c
 		if ns := m.runInTx(r.Context(), tx, h, c, r, body); ns != nil {
 			return ns
