@@ -45,6 +45,19 @@ const (
 	respondWrites = -2
 )
 
+// retryAfterTheLease mends Respond (status 200) and sends key's payment of
+// order A again past the intent's lease: it answers the one charge the
+// provider made.
+func (e *external) retryAfterTheLease(t *testing.T, key string) {
+	t.Helper()
+	e.status.Store(200)
+	e.clock.Advance(2 * sideeffect.DefaultLease)
+	r := postPay(t, e.srv, "/v1/orders/A/pay", key)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, "succeeded ch_0001", r.body)
+	require.Len(t, e.fake.Charges(), 1)
+}
+
 // audit writes an audit row for id in a transaction of its own.
 func audit(ctx context.Context, db *kv.DB, id string) error {
 	return db.Update(ctx, func(tx kv.Tx) error {
@@ -496,12 +509,7 @@ func TestExternalRespondThatPanicsIsAProblem(t *testing.T) {
 		"the middleware's log; the executor's (sideeffect.Config.Logger) has the stack")
 	require.Len(t, e.fake.Charges(), 1)
 
-	e.status.Store(200)
-	e.clock.Advance(2 * sideeffect.DefaultLease)
-	r = postPay(t, e.srv, "/v1/orders/A/pay", "k-respond")
-	require.Equal(t, http.StatusOK, r.status, r.body)
-	require.Equal(t, "succeeded ch_0001", r.body)
-	require.Len(t, e.fake.Charges(), 1)
+	e.retryAfterTheLease(t, "k-respond")
 }
 
 // A Respond that writes with a transaction of its own, started with the
@@ -530,12 +538,7 @@ func TestExternalRespondThatWritesIsRefused(t *testing.T) {
 	}))
 	require.Len(t, e.fake.Charges(), 1)
 
-	e.status.Store(200)
-	e.clock.Advance(2 * sideeffect.DefaultLease)
-	r = postPay(t, e.srv, "/v1/orders/A/pay", "k-audit")
-	require.Equal(t, http.StatusOK, r.status, r.body)
-	require.Equal(t, "succeeded ch_0001", r.body)
-	require.Len(t, e.fake.Charges(), 1)
+	e.retryAfterTheLease(t, "k-audit")
 }
 
 // An external route's handler that panics is answered as an
