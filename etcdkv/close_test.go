@@ -3,14 +3,13 @@ package etcdkv_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -60,75 +59,42 @@ func TestCloseUnderLoadAnswersErrClosed(t *testing.T) {
 	}
 
 	l := open()
-	const workers = 8
-	type outcome struct {
-		key string
-		err error
-	}
-	outcomes := make(chan outcome, 100000)
-	started := make(chan struct{}, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				key := fmt.Sprintf("w%d-%d", w, i)
-				_, err := l.Do(ctx, req(key), work(key))
-				outcomes <- outcome{key, err}
-				if i == 5 {
-					started <- struct{}{}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-	for range workers {
-		<-started
-	}
-	if err := l.DB().Close(); err != nil {
-		t.Fatal(err)
-	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(time.Minute):
-		t.Fatal("Do calls hang after Close")
-	}
-	close(outcomes)
+	outcomes := kvtest.CloseUnderLoad(t, 8, 6, func(key string) error {
+		_, err := l.Do(ctx, req(key), work(key))
+		return err
+	}, l.DB().Close)
 
 	l2 := open()
 	defer l2.DB().Close()
 	succeeded, unknown := 0, 0
-	for o := range outcomes {
+	for _, o := range outcomes {
 		var stored bool
 		err := l2.DB().View(ctx, func(tx kv.Tx) error {
-			stored = tx.Bucket([]byte("orders")).Get([]byte(o.key)) != nil
+			stored = tx.Bucket([]byte("orders")).Get([]byte(o.Key)) != nil
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch {
-		case o.err == nil:
+		case o.Err == nil:
 			succeeded++
-			res, err := l2.Do(ctx, req(o.key), work(o.key))
+			res, err := l2.Do(ctx, req(o.Key), work(o.Key))
 			if err != nil || !res.Replayed || !stored {
-				t.Errorf("%s succeeded: after a reopen, stored %v, replayed %v, %v", o.key, stored, res.Replayed, err)
+				t.Errorf("%s succeeded: after a reopen, stored %v, replayed %v, %v", o.Key, stored, res.Replayed, err)
 			}
-		case errors.Is(o.err, kv.ErrCommitUnknown):
+		case errors.Is(o.Err, kv.ErrCommitUnknown):
 			unknown++
-		case errors.Is(o.err, kv.ErrClosed):
+		case errors.Is(o.Err, kv.ErrClosed):
 			if stored {
-				t.Errorf("%s failed with %v, and its order is stored", o.key, o.err)
+				t.Errorf("%s failed with %v, and its order is stored", o.Key, o.Err)
 			}
 		default:
-			t.Errorf("%s: %v, want kv.ErrClosed or kv.ErrCommitUnknown", o.key, o.err)
+			t.Errorf("%s: %v, want kv.ErrClosed or kv.ErrCommitUnknown", o.Key, o.Err)
 		}
 	}
 	if succeeded == 0 {
 		t.Fatal("no call succeeded before the Close")
 	}
-	t.Logf("%d calls succeeded, %d ended unknown, %d closed", succeeded, unknown, workers-unknown)
+	t.Logf("%d calls succeeded, %d ended unknown, %d closed", succeeded, unknown, len(outcomes)-succeeded-unknown)
 }

@@ -2,10 +2,7 @@ package ledger_test
 
 import (
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,49 +21,18 @@ func TestCloseUnderLoadAnswersEveryCall(t *testing.T) {
 	t.Parallel()
 	l, b := setup(t, nil)
 	kvtest.RequireBolt(t, b.db)
-	const workers = 8
-	type outcome struct {
-		key string
-		err error
-	}
-	outcomes := make(chan outcome, 100000)
-	var wg sync.WaitGroup
-	started := make(chan struct{}, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				key := fmt.Sprintf("w%d-%d", w, i)
-				_, err := l.Do(ctx, req(key, key), order(key, nil))
-				outcomes <- outcome{key, err}
-				if i == 10 {
-					started <- struct{}{}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-	for range workers {
-		<-started
-	}
-	require.NoError(t, b.db.Close())
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(time.Minute):
-		t.Fatal("Do calls hang after Close")
-	}
-	close(outcomes)
+	outcomes := kvtest.CloseUnderLoad(t, 8, 11, func(key string) error {
+		_, err := l.Do(ctx, req(key, key), order(key, nil))
+		return err
+	}, b.db.Close)
 
 	ok := map[string]bool{}
-	for o := range outcomes {
-		if o.err != nil {
-			require.True(t, errors.Is(o.err, kv.ErrClosed), "%s: %v", o.key, o.err)
+	for _, o := range outcomes {
+		if o.Err != nil {
+			require.True(t, errors.Is(o.Err, kv.ErrClosed), "%s: %v", o.Key, o.Err)
 			continue
 		}
-		ok[o.key] = true
+		ok[o.Key] = true
 	}
 	require.NotEmpty(t, ok)
 
