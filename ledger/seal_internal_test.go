@@ -385,3 +385,52 @@ func TestMaintenanceGoesOnPastADamagedCounter(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, problems)
 }
+
+// A record whose response was sealed in the first layout (AES-256-GCM
+// under the key itself, before 2026-12-05) still replays its response,
+// and a rekey to a new key moves it to the XAES-256-GCM layout.
+func TestRecordSealedInTheFirstLayoutReplays(t *testing.T) {
+	ring := sealtest.Ring(t, 1)
+	r := sampleRecord([]byte(`{"card":"` + secret + `"}`))
+	r.Response.Header.Set("X-Card", secret)
+	var e record.Encoder
+	v := bytes.Clone(encodeRecordWith(&e, ring, r, record.DefaultCompressThreshold))
+
+	// The sealed response is the last field, behind its length, before
+	// the checksum: seal its plaintext again in the first layout.
+	end := len(v) - 4
+	at, w := -1, 0
+	for i := end - seal.Overhead; i > 0 && at < 0; i-- {
+		n := binary.AppendUvarint(nil, uint64(end-i))
+		if i >= len(n) && bytes.Equal(v[i-len(n):i], n) && seal.IsSealed(v[i:end]) {
+			at, w = i, len(n)
+		}
+	}
+	require.Positive(t, at, "the sealed response in the record")
+	aad := responseAAD(r.Scope, r.Key)
+	plain, err := ring.Open(nil, v[at:end], aad)
+	require.NoError(t, err)
+	old := sealtest.SealFirstLayout(sealtest.Key(1), plain, aad)
+	rebuilt := binary.AppendUvarint(bytes.Clone(v[:at-w]), uint64(len(old)))
+	rebuilt = fixChecksum(append(append(rebuilt, old...), 0, 0, 0, 0))
+
+	got, err := decodeRecordWith(ring, r.Scope, r.Key, rebuilt, bodyRequired)
+	require.NoError(t, err)
+	require.Equal(t, r.Response, got.Response)
+	require.True(t, got.Sealed)
+	require.Equal(t, uint32(1), got.KeyID)
+	_, err = decodeRecordWith(ring, r.Scope, "key-2", rebuilt, bodyRequired)
+	require.ErrorIs(t, err, seal.ErrTampered, "still bound to its record")
+
+	// Rekeyed: sealed again under the new key, in the XAES layout.
+	next := sealtest.Ring(t, 2, 1)
+	moved, err := decodeRecordWith(next, r.Scope, r.Key, rebuilt, bodyRequired)
+	require.NoError(t, err)
+	var e2 record.Encoder
+	nv := encodeRecordWith(&e2, next, moved, record.DefaultCompressThreshold)
+	back, err := decodeRecordWith(next, r.Scope, r.Key, nv, bodyRequired)
+	require.NoError(t, err)
+	require.Equal(t, r.Response, back.Response)
+	require.Equal(t, uint32(2), back.KeyID)
+	require.Equal(t, len(rebuilt)+(seal.Overhead-(3+4+12+16)), len(nv), "the XAES layout's nonce is 12 bytes longer")
+}

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Errors a value that does not open wraps (in a *OpenError).
@@ -47,26 +50,73 @@ type Key struct {
 // ones (still opened). It is safe for concurrent use.
 type Ring struct {
 	current uint32
-	aeads   map[uint32]cipher.AEAD
+	keys    map[uint32]*ringKey
 }
+
+// ringKey is one key of a ring, ready for both layouts.
+type ringKey struct {
+	block cipher.Block // AES-256 under the key: XAES's key derivation
+	k1    [16]byte     // the CMAC subkey K1 of block, for the derivation
+	gcm   cipher.AEAD  // AES-256-GCM under the key itself: layout 1
+
+	// sealing is the derived key values are sealed under now: deriving
+	// one per value would cost a microsecond and a kilobyte each, so one
+	// nonce prefix serves epochValues values, then another is drawn.
+	sealing atomic.Pointer[epoch]
+	// opened caches the keys derived to open values, by nonce prefix (the
+	// values of one epoch share it), up to maxOpened of them.
+	opened  sync.Map // [12]byte → cipher.AEAD
+	nOpened atomic.Int32
+}
+
+// epoch is a derived key and its nonce prefix, for up to epochValues
+// values.
+type epoch struct {
+	prefix [12]byte
+	aead   cipher.AEAD
+	used   atomic.Int64
+}
+
+const (
+	// epochValues bounds the values sealed under one derived key: with
+	// random 96-bit nonces under it, the chance that two of 2^24 values
+	// share a nonce is under 2^-49 (NIST SP 800-38D allows 2^32).
+	epochValues = 1 << 24
+	// maxOpened bounds the derived keys kept to open values; past it the
+	// cache starts again (a file written by many runs of a service holds
+	// a prefix per run).
+	maxOpened = 256
+)
 
 // NewRing returns a ring sealing with current and opening values sealed
 // under current or any of older.
 func NewRing(current Key, older ...Key) (*Ring, error) {
-	r := &Ring{current: current.ID, aeads: map[uint32]cipher.AEAD{}}
+	r := &Ring{current: current.ID, keys: map[uint32]*ringKey{}}
 	for _, k := range append([]Key{current}, older...) {
-		if _, dup := r.aeads[k.ID]; dup {
+		if _, dup := r.keys[k.ID]; dup {
 			return nil, fmt.Errorf("%w: key ID %d given twice", ErrInvalidKey, k.ID)
 		}
 		b, err := aes.NewCipher(k.Secret[:])
 		if err != nil {
 			return nil, err
 		}
-		a, err := cipher.NewGCM(b)
+		g, err := cipher.NewGCM(b)
 		if err != nil {
 			return nil, err
 		}
-		r.aeads[k.ID] = a
+		rk := &ringKey{block: b, gcm: g}
+		// K1 = dbl(AES_K(0^128)) (NIST SP 800-38B): the last block of a
+		// one-block CMAC message is XORed with it.
+		var l [16]byte
+		b.Encrypt(l[:], l[:])
+		for i := range 15 {
+			rk.k1[i] = l[i]<<1 | l[i+1]>>7
+		}
+		rk.k1[15] = l[15] << 1
+		if l[0]&0x80 != 0 {
+			rk.k1[15] ^= 0x87
+		}
+		r.keys[k.ID] = rk
 	}
 	return r, nil
 }
@@ -76,55 +126,159 @@ func (r *Ring) Current() uint32 { return r.current }
 
 // Has reports whether the ring opens values sealed under key id.
 func (r *Ring) Has(id uint32) bool {
-	_, ok := r.aeads[id]
+	_, ok := r.keys[id]
 	return ok
 }
 
-var magic = [3]byte{0xE5, 'S', 0x01}
-
+// The sealed layouts: 0xE5 'S', a layout byte, the key ID (4 bytes, big
+// endian), the nonce, the ciphertext and GCM's 16-byte tag.
 const (
-	headerLen = 3 + 4 + 12
-	// Overhead is what sealing adds to a value.
-	Overhead = headerLen + 16
+	// layoutGCM is AES-256-GCM under the key itself with a random 96-bit
+	// nonce: the layout before 2026-12-05, still opened, no longer
+	// written. Random 96-bit nonces bound one key to 2^32 values (NIST SP
+	// 800-38D, 8.3), which a busy service reaches in days.
+	layoutGCM = 0x01
+	// layoutXAES is XAES-256-GCM (https://c2sp.org/XAES-256-GCM): a
+	// random 192-bit nonce, whose first 96 bits derive a key of the value's
+	// own from the key (NIST SP 800-108 counter mode over CMAC-AES) and
+	// whose last 96 are the GCM nonce under it. Random nonces are then safe
+	// for far more values than any database holds.
+	layoutXAES = 0x02
+
+	magic0, magic1 = 0xE5, 'S'
+	idLen          = 4
+	tagLen         = 16
+	gcmNonceLen    = 12
+	xaesNonceLen   = 24
 )
 
-// Seal appends the sealed form of plaintext, bound to aad, to dst.
-func (r *Ring) Seal(dst, plaintext, aad []byte) []byte {
-	a := r.aeads[r.current]
-	dst = append(dst, magic[:]...)
-	dst = binary.BigEndian.AppendUint32(dst, r.current)
-	n := len(dst)
-	dst = append(dst, make([]byte, 12)...)
-	if _, err := rand.Read(dst[n:]); err != nil {
+// Overhead is what sealing adds to a value: the header (magic, layout, key
+// ID), the 24-byte nonce and the 16-byte tag.
+const Overhead = 3 + idLen + xaesNonceLen + tagLen
+
+// nonceLen returns the nonce's length in layout, 0 for an unknown layout.
+func nonceLen(layout byte) int {
+	switch layout {
+	case layoutGCM:
+		return gcmNonceLen
+	case layoutXAES:
+		return xaesNonceLen
+	}
+	return 0
+}
+
+// derive returns the AES-256-GCM of the key XAES-256-GCM derives from k for
+// the nonce prefix n (12 bytes): K_x = CMAC_K(0x00 0x01 'X' 0x00 || n) ||
+// CMAC_K(0x00 0x02 'X' 0x00 || n), each message one block.
+func (k *ringKey) derive(n []byte) cipher.AEAD {
+	var m, kx [32]byte
+	m[1], m[2] = 0x01, 'X'
+	copy(m[4:16], n)
+	m[17], m[18] = 0x02, 'X'
+	copy(m[20:32], n)
+	for i := range 16 {
+		m[i] ^= k.k1[i]
+		m[16+i] ^= k.k1[i]
+	}
+	k.block.Encrypt(kx[:16], m[:16])
+	k.block.Encrypt(kx[16:], m[16:])
+	b, err := aes.NewCipher(kx[:])
+	if err != nil {
+		panic("seal: " + err.Error()) // a 32-byte key is always accepted
+	}
+	g, err := cipher.NewGCM(b)
+	if err != nil {
+		panic("seal: " + err.Error()) // the standard nonce and tag sizes
+	}
+	return g
+}
+
+// epoch returns the derived key to seal the next value under, drawing a
+// new nonce prefix for the first value and after every epochValues.
+func (k *ringKey) epoch() *epoch {
+	for {
+		e := k.sealing.Load()
+		if e != nil && e.used.Add(1) <= epochValues {
+			return e
+		}
+		next := &epoch{}
+		random(next.prefix[:])
+		next.aead = k.derive(next.prefix[:])
+		k.sealing.CompareAndSwap(e, next) // a loser takes the winner's
+	}
+}
+
+// opener returns the derived key for the nonce prefix n, from the cache
+// when it holds it.
+func (k *ringKey) opener(n []byte) cipher.AEAD {
+	p := [12]byte(n)
+	if e := k.sealing.Load(); e != nil && e.prefix == p {
+		return e.aead // a value this process sealed lately
+	}
+	if a, ok := k.opened.Load(p); ok {
+		return a.(cipher.AEAD)
+	}
+	a := k.derive(n)
+	if k.nOpened.Add(1) > maxOpened {
+		k.opened.Clear()
+		k.nOpened.Store(1)
+	}
+	k.opened.Store(p, a)
+	return a
+}
+
+func random(b []byte) {
+	if _, err := rand.Read(b); err != nil {
 		panic("seal: no randomness: " + err.Error()) // crypto/rand does not fail on supported platforms
 	}
-	return a.Seal(dst, dst[n:n+12], plaintext, aad)
+}
+
+// Seal appends the sealed form of plaintext, bound to aad, to dst, in the
+// XAES-256-GCM layout under the ring's current key.
+func (r *Ring) Seal(dst, plaintext, aad []byte) []byte {
+	e := r.keys[r.current].epoch()
+	dst = append(dst, magic0, magic1, layoutXAES)
+	dst = binary.BigEndian.AppendUint32(dst, r.current)
+	n := len(dst)
+	dst = slices.Grow(dst, xaesNonceLen+len(plaintext)+tagLen)[:n+xaesNonceLen]
+	copy(dst[n:], e.prefix[:])
+	random(dst[n+12 : n+xaesNonceLen])
+	return e.aead.Seal(dst, dst[n+12:n+xaesNonceLen], plaintext, aad)
 }
 
 // Open appends the plaintext of sealed, which must have been sealed with
-// aad, to dst. A nil ring opens nothing: ErrUnknownKey.
+// aad, to dst. It opens both layouts. A nil ring opens nothing:
+// ErrUnknownKey.
 func (r *Ring) Open(dst, sealed, aad []byte) ([]byte, error) {
 	id, ok := KeyID(sealed)
-	if !ok || len(sealed) < Overhead {
+	if !ok || len(sealed) < 3+idLen+nonceLen(sealed[2])+tagLen {
 		return nil, &OpenError{Err: ErrTampered}
 	}
-	var a cipher.AEAD
+	var k *ringKey
 	if r != nil {
-		a = r.aeads[id]
+		k = r.keys[id]
 	}
-	if a == nil {
+	if k == nil {
 		return nil, &OpenError{KeyID: id, Err: ErrUnknownKey}
 	}
-	out, err := a.Open(dst, sealed[7:headerLen], sealed[headerLen:], aad)
+	nonce := sealed[3+idLen : 3+idLen+nonceLen(sealed[2])]
+	body := sealed[3+idLen+len(nonce):]
+	var out []byte
+	var err error
+	if sealed[2] == layoutGCM {
+		out, err = k.gcm.Open(dst, nonce, body, aad)
+	} else {
+		out, err = k.opener(nonce[:12]).Open(dst, nonce[12:], body, aad)
+	}
 	if err != nil {
 		return nil, &OpenError{KeyID: id, Err: ErrTampered}
 	}
 	return out, nil
 }
 
-// IsSealed reports whether v has the sealed layout's header.
+// IsSealed reports whether v has the header of a sealed layout.
 func IsSealed(v []byte) bool {
-	return len(v) >= headerLen && v[0] == magic[0] && v[1] == magic[1] && v[2] == magic[2]
+	return len(v) >= 3+idLen && v[0] == magic0 && v[1] == magic1 && nonceLen(v[2]) > 0 && len(v) >= 3+idLen+nonceLen(v[2])
 }
 
 // KeyID returns the ID of the key v was sealed under.

@@ -2,6 +2,10 @@ package sealtest
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"testing"
 
@@ -30,6 +34,25 @@ func Ring(t testing.TB, current uint32, older ...uint32) *seal.Ring {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// SealFirstLayout seals plaintext, bound to aad, under k as oncekv did
+// before 2026-12-05 (AES-256-GCM under the key itself, a random 96-bit
+// nonce, layout byte 0x01), for tests that values written then still
+// open. seal.Ring.Seal writes the XAES-256-GCM layout.
+func SealFirstLayout(k seal.Key, plaintext, aad []byte) []byte {
+	b, err := aes.NewCipher(k.Secret[:])
+	if err != nil {
+		panic(err) // a 32-byte key
+	}
+	g, err := cipher.NewGCM(b)
+	if err != nil {
+		panic(err)
+	}
+	v := binary.BigEndian.AppendUint32([]byte{0xE5, 'S', 0x01}, k.ID)
+	nonce := make([]byte, g.NonceSize())
+	_, _ = rand.Read(nonce)
+	return g.Seal(append(v, nonce...), nonce, plaintext, aad)
 }
 
 // ResealFunc is one package's part of a rekey (ledger.Reseal,
