@@ -144,6 +144,7 @@ func TestRolledBackCallerTxLeavesNoTrace(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ran, "the work runs: the rolled-back attempt left no record")
 	require.False(t, res.Replayed)
+	require.Equal(t, 1, l.Stats().Records, "the rolled-back attempt's directory entry went with the next write")
 	again, err := l.Do(ctx, req("k", "x"), mustNotRun(t))
 	require.NoError(t, err)
 	require.True(t, again.Replayed)

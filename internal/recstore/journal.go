@@ -16,8 +16,8 @@ import (
 //
 // The Tx forms, run in a caller's own transaction, have no Journal: if the
 // caller rolls back, its entries stay in the directory as stale hints
-// (harmless, since every hit is verified; they cost memory until the next
-// open).
+// (harmless, since every hit is verified) until the next write of the store
+// removes them (logStore.settleHints).
 type Journal struct {
 	mu      sync.Mutex
 	entries []journaled

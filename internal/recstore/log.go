@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,10 @@ type logStore struct {
 	tailTx   *bolt.Tx
 	tailUsed int
 	dir      *directory
+	// hints are the directory entries the Tx forms added in a caller's
+	// own transactions, whose outcome oncekv never sees: the next write
+	// removes those that came to nothing (settleHints).
+	hints hints
 	// ctr numbers new positions. The rebuild starts it above every counter
 	// in the log, so until it wraps (2^30 allocations in one process) a new
 	// position cannot exist yet and is not looked up first.
@@ -271,6 +276,9 @@ func (s *logStore) Frame(buf []byte, scope, key string, room int) []byte {
 }
 
 func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, prev Ref, prevExpiry, expiry time.Time, framed []byte) (Ref, error) {
+	if s.hints.n.Load() > 0 {
+		s.settleHints(tx)
+	}
 	b, err := packedLog(tx, s.log)
 	if err != nil {
 		return Ref{}, err
@@ -291,7 +299,11 @@ func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, p
 		s.dir.forget(h, pos) // the old value leaves the cache before the commit
 	} else {
 		s.dir.add(h, pos) // visible to the next writer before this one releases the lock
-		journalFrom(ctx).note(s.dir, h, pos)
+		if j := journalFrom(ctx); j != nil {
+			j.note(s.dir, h, pos)
+		} else {
+			s.hints.add(kv.BoltTx(tx), h, pos)
+		}
 		failpoint.Inject(failpoint.RecstoreDirectoryAdded)
 		if !prev.IsZero() {
 			if err := s.both(tx).Delete(posKey(prev.pos)); err != nil {
@@ -308,7 +320,89 @@ func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, p
 // it at once (before the commit), the directory after the commit.
 func (s *logStore) retire(tx kv.Tx, h, pos uint64) {
 	s.dir.forget(h, pos)
+	if s.hints.n.Load() > 0 {
+		s.hints.retired(kv.BoltTx(tx), pos)
+	}
 	tx.OnCommit(func() { s.dir.remove(h, pos) })
+}
+
+// hints holds the directory entries added by writes without a Journal
+// (the Tx forms, in a caller's own transaction), up to maxHints, until a
+// later write transaction settles them. Only write transactions use it,
+// ordered by bbolt's writer lock; the mutex keeps that from being the
+// only guard.
+type hints struct {
+	n     atomic.Int32 // len(items): the writes check it alone
+	mu    sync.Mutex
+	items []hint
+	// retiredIn and gone are the positions transaction retiredIn deleted
+	// (retire) while there were hints to settle: its own view no longer
+	// shows them, though the last commit may.
+	retiredIn *bolt.Tx
+	gone      []uint64
+}
+
+type hint struct {
+	tx     *bolt.Tx // the transaction that added it
+	h, pos uint64
+}
+
+// maxHints bounds the entries kept to settle: past it, a caller's rolled-back
+// write leaves its entry until the next open, as every one did before.
+const maxHints = 1 << 16
+
+func (hs *hints) add(tx *bolt.Tx, h, pos uint64) {
+	hs.mu.Lock()
+	if len(hs.items) < maxHints {
+		hs.items = append(hs.items, hint{tx: tx, h: h, pos: pos})
+		hs.n.Store(int32(len(hs.items)))
+	}
+	hs.mu.Unlock()
+}
+
+func (hs *hints) retired(tx *bolt.Tx, pos uint64) {
+	hs.mu.Lock()
+	if hs.retiredIn != tx {
+		hs.retiredIn, hs.gone = tx, hs.gone[:0]
+	}
+	hs.gone = append(hs.gone, pos)
+	hs.mu.Unlock()
+}
+
+// settleHints settles, in the write transaction tx, the entries that
+// earlier transactions added without a Journal. Those transactions have
+// ended (bbolt has one writer), so what tx sees of their positions is
+// what they left, for good (positions are not reused): a record there
+// means the transaction committed and the entry is a live record's; no
+// record means it rolled back (or the record has gone since, by a commit
+// that removes the entry too), and the entry points at nothing for ever:
+// it is removed. A position tx itself deleted is not judged by what tx
+// sees, which its rollback would undo: that entry waits for the next
+// write. Neither decision depends on tx committing.
+func (s *logStore) settleHints(tx kv.Tx) {
+	bt := kv.BoltTx(tx)
+	hs := &s.hints
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	var gone []uint64
+	if hs.retiredIn == bt {
+		gone = hs.gone
+	}
+	b := s.both(tx)
+	keep := hs.items[:0]
+	for _, it := range hs.items {
+		switch {
+		case it.tx == bt || slices.Contains(gone, it.pos):
+			keep = append(keep, it) // this transaction's own, or deleted by it
+		case b != nil && b.Get(posKey(it.pos)) != nil:
+			// Committed: a live record's entry.
+		default:
+			s.dir.remove(it.h, it.pos)
+		}
+	}
+	clear(hs.items[len(keep):])
+	hs.items = keep
+	hs.n.Store(int32(len(keep)))
 }
 
 // rememberOnCommit caches entry, written at pos in tx, once tx commits

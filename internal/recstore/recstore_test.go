@@ -118,9 +118,10 @@ func TestRolledBackWritesLeaveNoAnswer(t *testing.T) {
 	})
 	require.ErrorIs(t, err, errBoom)
 	require.Nil(t, get(t, db, s, "a", "k"), "a rolled-back record is not found")
-	require.Equal(t, 1, positions(s), "the stale hint stays (the caller owned the transaction)")
+	require.Equal(t, 1, positions(s), "the stale hint stays until the next write")
 	put(t, db, s, "a", "k", t0, value("real"))
 	require.Equal(t, value("real"), get(t, db, s, "a", "k"))
+	require.Equal(t, 1, positions(s), "the next write removed the stale hint")
 
 	j := &Journal{}
 	jctx := WithJournal(ctx, j)
@@ -568,4 +569,103 @@ func TestAMissIsLookedUpAgainOnlyWhenSomethingWasAdded(t *testing.T) {
 	s.dir.adds[h&(dirSlots-1)].Add(1)
 	require.Equal(t, v, getProbed("k3", p))
 	require.NotZero(t, pos)
+}
+
+// callerPut writes (scope, key) in a bbolt transaction of the caller's own,
+// as the Tx forms do (no Journal), committed unless rollback.
+func callerPut(t *testing.T, db *kv.DB, s *logStore, scope, key string, rollback bool) {
+	t.Helper()
+	err := db.Bolt().Update(func(btx *bolt.Tx) error {
+		_, err := s.Put(ctx, kv.WrapTx(btx), scope, key, Ref{}, time.Time{}, t0, value(key))
+		require.NoError(t, err)
+		if rollback {
+			return errBoom
+		}
+		return nil
+	})
+	if rollback {
+		require.ErrorIs(t, err, errBoom)
+	} else {
+		require.NoError(t, err)
+	}
+}
+
+// The entries a caller's rolled-back transactions leave (oncekv never sees
+// the rollback) go at the next write, whichever key it writes and whether
+// it commits; a committed caller's entries stay. Before, each stayed until
+// the next open, and counted as a record in the stats.
+func TestRolledBackCallerEntriesGoAtTheNextWrite(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	for i := range 50 {
+		callerPut(t, db, s, "a", "lost-"+strconv.Itoa(i), true)
+	}
+	require.Equal(t, 1, positions(s), "each write removed the entry the rollback before it left: the last one's waits")
+	require.EqualValues(t, 1, s.hints.n.Load())
+	callerPut(t, db, s, "a", "kept", false)
+	require.Equal(t, 1, positions(s), "the last rollback's entry gone, the committed one's kept")
+
+	// A later write that rolls back settles them too: what it saw of
+	// earlier transactions does not depend on its own outcome.
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		_, err := s.Put(ctx, tx, "b", "x", Ref{}, time.Time{}, t0, value("x"))
+		require.NoError(t, err)
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	require.Equal(t, 2, positions(s), "the committed caller's entry, and the rolled-back write's own (the next write's to settle)")
+	require.EqualValues(t, 1, s.hints.n.Load(), "the committed caller's entry is settled: a live record's")
+
+	put(t, db, s, "b", "y", t0, value("y"))
+	require.Equal(t, 2, positions(s), "kept and y: every stale entry gone")
+	require.Equal(t, value("kept"), get(t, db, s, "a", "kept"))
+	require.Equal(t, value("y"), get(t, db, s, "b", "y"))
+	require.Nil(t, get(t, db, s, "b", "x"))
+	for i := range 50 {
+		require.Nil(t, get(t, db, s, "a", "lost-"+strconv.Itoa(i)))
+	}
+}
+
+// A write that deletes a committed caller's record and then settles does
+// not judge that record's entry by its own view: if it rolls back, the
+// record is still there, and so must its entry be (the directory is
+// authoritative for misses: without it, a retry would run again).
+func TestSettlingKeepsEntriesItsOwnTransactionDeleted(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	callerPut(t, db, s, "a", "x", false) // its entry waits to be settled
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		ref, v, err := s.Get(tx, "a", "x")
+		require.NoError(t, err)
+		require.NotNil(t, v)
+		require.NoError(t, s.Delete(tx, "a", "x", ref, t0))
+		_, err = s.Put(ctx, tx, "b", "y", Ref{}, time.Time{}, t0, value("y")) // settles
+		require.NoError(t, err)
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	require.Equal(t, value("x"), get(t, db, s, "a", "x"), "the record the rolled-back delete left is found")
+
+	// Deleted for good: the next write settles it, and the delete's own
+	// commit removed the entry anyway.
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		ref, _, err := s.Get(tx, "a", "x")
+		require.NoError(t, err)
+		return s.Delete(tx, "a", "x", ref, t0)
+	}))
+	put(t, db, s, "b", "z", t0, value("z"))
+	require.Nil(t, get(t, db, s, "a", "x"))
+	require.Equal(t, 1, positions(s), "z alone")
+}
+
+// The entries kept to settle are bounded: past maxHints, a rolled-back
+// caller's entry stays until the next open, as before.
+func TestHintsAreBounded(t *testing.T) {
+	t.Parallel()
+	var hs hints
+	for i := range maxHints + 10 {
+		hs.add(nil, uint64(i), uint64(i))
+	}
+	require.Len(t, hs.items, maxHints)
+	require.EqualValues(t, maxHints, hs.n.Load())
 }
