@@ -335,11 +335,13 @@ type hints struct {
 	n     atomic.Int32 // len(items): the writes check it alone
 	mu    sync.Mutex
 	items []hint
-	// retiredIn and gone are the positions transaction retiredIn deleted
-	// (retire) while there were hints to settle: its own view no longer
-	// shows them, though the last commit may.
-	retiredIn *bolt.Tx
-	gone      []uint64
+	// tx is the write transaction that used hints last; settled reports
+	// that it has settled them (once is enough: no other transaction adds
+	// any while it runs), gone the positions it deleted (retire) before:
+	// its own view no longer shows them, though the last commit does.
+	tx      *bolt.Tx
+	settled bool
+	gone    []uint64
 }
 
 type hint struct {
@@ -351,7 +353,19 @@ type hint struct {
 // write leaves its entry until the next open, as every one did before.
 const maxHints = 1 << 16
 
+// in makes tx the transaction hs follows. hs.mu is held.
+func (hs *hints) in(tx *bolt.Tx) {
+	if hs.tx != tx {
+		hs.tx, hs.settled, hs.gone = tx, false, hs.gone[:0]
+	}
+}
+
+// add notes the entry (h, pos) that tx added. A transaction bbolt does not
+// back cannot be told from another: its entries stay until the next open.
 func (hs *hints) add(tx *bolt.Tx, h, pos uint64) {
+	if tx == nil {
+		return
+	}
 	hs.mu.Lock()
 	if len(hs.items) < maxHints {
 		hs.items = append(hs.items, hint{tx: tx, h: h, pos: pos})
@@ -360,12 +374,13 @@ func (hs *hints) add(tx *bolt.Tx, h, pos uint64) {
 	hs.mu.Unlock()
 }
 
+// retired notes that tx deleted the entry at pos.
 func (hs *hints) retired(tx *bolt.Tx, pos uint64) {
 	hs.mu.Lock()
-	if hs.retiredIn != tx {
-		hs.retiredIn, hs.gone = tx, hs.gone[:0]
+	hs.in(tx)
+	if !hs.settled {
+		hs.gone = append(hs.gone, pos)
 	}
-	hs.gone = append(hs.gone, pos)
 	hs.mu.Unlock()
 }
 
@@ -378,21 +393,32 @@ func (hs *hints) retired(tx *bolt.Tx, pos uint64) {
 // that removes the entry too), and the entry points at nothing for ever:
 // it is removed. A position tx itself deleted is not judged by what tx
 // sees, which its rollback would undo: that entry waits for the next
-// write. Neither decision depends on tx committing.
+// write. Neither decision depends on tx committing. A transaction settles
+// once, at its first write: a caller's import of many records in one
+// transaction does not walk the list at each.
 func (s *logStore) settleHints(tx kv.Tx) {
 	bt := kv.BoltTx(tx)
 	hs := &s.hints
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	var gone []uint64
-	if hs.retiredIn == bt {
-		gone = hs.gone
+	hs.in(bt)
+	if hs.settled || bt == nil {
+		return
+	}
+	hs.settled = true
+	gone := func(pos uint64) bool { return slices.Contains(hs.gone, pos) }
+	if len(hs.gone) > 16 {
+		set := make(map[uint64]struct{}, len(hs.gone))
+		for _, p := range hs.gone {
+			set[p] = struct{}{}
+		}
+		gone = func(pos uint64) bool { _, ok := set[pos]; return ok }
 	}
 	b := s.both(tx)
 	keep := hs.items[:0]
 	for _, it := range hs.items {
 		switch {
-		case it.tx == bt || slices.Contains(gone, it.pos):
+		case it.tx == bt || gone(it.pos):
 			keep = append(keep, it) // this transaction's own, or deleted by it
 		case b != nil && b.Get(posKey(it.pos)) != nil:
 			// Committed: a live record's entry.
@@ -402,6 +428,7 @@ func (s *logStore) settleHints(tx kv.Tx) {
 	}
 	clear(hs.items[len(keep):])
 	hs.items = keep
+	hs.gone = hs.gone[:0]
 	hs.n.Store(int32(len(keep)))
 }
 

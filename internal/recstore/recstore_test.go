@@ -618,6 +618,24 @@ func TestRolledBackCallerEntriesGoAtTheNextWrite(t *testing.T) {
 
 	put(t, db, s, "b", "y", t0, value("y"))
 	require.Equal(t, 2, positions(s), "kept and y: every stale entry gone")
+
+	// One caller's transaction writing many records settles once, and
+	// keeps its own entries whatever it wrote before.
+	callerPut(t, db, s, "c", "lost", true)
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		for i := range 20 {
+			_, err := s.Put(ctx, kv.WrapTx(btx), "c", "many-"+strconv.Itoa(i), Ref{}, time.Time{}, t0, value("m"))
+			require.NoError(t, err)
+		}
+		return nil
+	}))
+	require.Equal(t, 22, positions(s))
+	put(t, db, s, "b", "z", t0, value("z"))
+	require.Equal(t, 23, positions(s))
+	for i := range 20 {
+		require.Equal(t, value("m"), get(t, db, s, "c", "many-"+strconv.Itoa(i)))
+	}
+	require.Nil(t, get(t, db, s, "c", "lost"))
 	require.Equal(t, value("kept"), get(t, db, s, "a", "kept"))
 	require.Equal(t, value("y"), get(t, db, s, "b", "y"))
 	require.Nil(t, get(t, db, s, "b", "x"))
@@ -663,9 +681,12 @@ func TestSettlingKeepsEntriesItsOwnTransactionDeleted(t *testing.T) {
 func TestHintsAreBounded(t *testing.T) {
 	t.Parallel()
 	var hs hints
+	tx := &bolt.Tx{} // stands for a transaction: only its identity is used
 	for i := range maxHints + 10 {
-		hs.add(nil, uint64(i), uint64(i))
+		hs.add(tx, uint64(i), uint64(i))
 	}
 	require.Len(t, hs.items, maxHints)
 	require.EqualValues(t, maxHints, hs.n.Load())
+	hs.add(nil, 1, 1) // a transaction bbolt does not back is not told apart: not kept
+	require.Len(t, hs.items, maxHints)
 }
