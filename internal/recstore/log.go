@@ -302,7 +302,7 @@ func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, p
 		if j := journalFrom(ctx); j != nil {
 			j.note(s.dir, h, pos)
 		} else {
-			s.hints.add(kv.BoltTx(tx), h, pos)
+			s.hints.add(tx, h, pos)
 		}
 		failpoint.Inject(failpoint.RecstoreDirectoryAdded)
 		if !prev.IsZero() {
@@ -327,14 +327,14 @@ func (s *logStore) retire(tx kv.Tx, h, pos uint64) {
 }
 
 // hints holds the directory entries added by writes without a Journal
-// (the Tx forms, in a caller's own transaction), up to maxHints, until a
-// later write transaction settles them. Only write transactions use it,
-// ordered by bbolt's writer lock; the mutex keeps that from being the
-// only guard.
+// (the Tx forms, in a caller's own transaction), up to maxHints, by
+// transaction, until a later write transaction settles them. Only write
+// transactions use it, ordered by bbolt's writer lock; the mutex keeps
+// that from being the only guard (and orders the commits' marks).
 type hints struct {
-	n     atomic.Int32 // len(items): the writes check it alone
-	mu    sync.Mutex
-	items []hint
+	n      atomic.Int32 // the entries held: the writes check it alone
+	mu     sync.Mutex
+	groups []*hintGroup
 	// tx is the write transaction that used hints last; settled reports
 	// that it has settled them (once is enough: no other transaction adds
 	// any while it runs), gone the positions it deleted (retire) before:
@@ -344,10 +344,16 @@ type hints struct {
 	gone    []uint64
 }
 
-type hint struct {
-	tx     *bolt.Tx // the transaction that added it
-	h, pos uint64
+// hintGroup is the entries one transaction added.
+type hintGroup struct {
+	tx *bolt.Tx
+	// committed is set when tx commits (OnCommit): its entries are then
+	// live records', and need no look.
+	committed atomic.Bool
+	entries   []hintEntry
 }
+
+type hintEntry struct{ h, pos uint64 }
 
 // maxHints bounds the entries kept to settle: past it, a caller's rolled-back
 // write leaves its entry until the next open, as every one did before.
@@ -362,16 +368,26 @@ func (hs *hints) in(tx *bolt.Tx) {
 
 // add notes the entry (h, pos) that tx added. A transaction bbolt does not
 // back cannot be told from another: its entries stay until the next open.
-func (hs *hints) add(tx *bolt.Tx, h, pos uint64) {
-	if tx == nil {
+func (hs *hints) add(tx kv.Tx, h, pos uint64) {
+	bt := kv.BoltTx(tx)
+	if bt == nil {
 		return
 	}
 	hs.mu.Lock()
-	if len(hs.items) < maxHints {
-		hs.items = append(hs.items, hint{tx: tx, h: h, pos: pos})
-		hs.n.Store(int32(len(hs.items)))
+	defer hs.mu.Unlock()
+	if hs.n.Load() >= maxHints {
+		return
 	}
-	hs.mu.Unlock()
+	var g *hintGroup
+	if n := len(hs.groups); n > 0 && hs.groups[n-1].tx == bt {
+		g = hs.groups[n-1]
+	} else {
+		g = &hintGroup{tx: bt}
+		hs.groups = append(hs.groups, g)
+		tx.OnCommit(func() { g.committed.Store(true) })
+	}
+	g.entries = append(g.entries, hintEntry{h, pos})
+	hs.n.Add(1)
 }
 
 // retired notes that tx deleted the entry at pos.
@@ -386,16 +402,18 @@ func (hs *hints) retired(tx *bolt.Tx, pos uint64) {
 
 // settleHints settles, in the write transaction tx, the entries that
 // earlier transactions added without a Journal. Those transactions have
-// ended (bbolt has one writer), so what tx sees of their positions is
+// ended (bbolt has one writer). One whose commit has been seen added live
+// records' entries. For the others, what tx sees of their positions is
 // what they left, for good (positions are not reused): a record there
-// means the transaction committed and the entry is a live record's; no
+// means the transaction committed (its mark comes after bbolt releases the
+// writer lock, so it can be late) and the entry is a live record's; no
 // record means it rolled back (or the record has gone since, by a commit
 // that removes the entry too), and the entry points at nothing for ever:
 // it is removed. A position tx itself deleted is not judged by what tx
 // sees, which its rollback would undo: that entry waits for the next
 // write. Neither decision depends on tx committing. A transaction settles
 // once, at its first write: a caller's import of many records in one
-// transaction does not walk the list at each.
+// transaction does not walk the entries at each.
 func (s *logStore) settleHints(tx kv.Tx) {
 	bt := kv.BoltTx(tx)
 	hs := &s.hints
@@ -414,22 +432,39 @@ func (s *logStore) settleHints(tx kv.Tx) {
 		}
 		gone = func(pos uint64) bool { _, ok := set[pos]; return ok }
 	}
-	b := s.both(tx)
-	keep := hs.items[:0]
-	for _, it := range hs.items {
-		switch {
-		case it.tx == bt || gone(it.pos):
-			keep = append(keep, it) // this transaction's own, or deleted by it
-		case b != nil && b.Get(posKey(it.pos)) != nil:
-			// Committed: a live record's entry.
-		default:
-			s.dir.remove(it.h, it.pos)
+	var b kv.Bucket
+	kept, n := hs.groups[:0], 0
+	for _, g := range hs.groups {
+		if g.tx == bt {
+			kept, n = append(kept, g), n+len(g.entries) // this transaction's own
+			continue
+		}
+		if g.committed.Load() {
+			continue
+		}
+		if b == nil {
+			b = s.both(tx)
+		}
+		left := g.entries[:0]
+		for _, e := range g.entries {
+			switch {
+			case gone(e.pos):
+				left = append(left, e) // deleted by this transaction: not judged by its view
+			case b != nil && b.Get(posKey(e.pos)) != nil:
+				// Committed: a live record's entry.
+			default:
+				s.dir.remove(e.h, e.pos)
+			}
+		}
+		if len(left) > 0 {
+			g.entries = left
+			kept, n = append(kept, g), n+len(left)
 		}
 	}
-	clear(hs.items[len(keep):])
-	hs.items = keep
+	clear(hs.groups[len(kept):])
+	hs.groups = kept
 	hs.gone = hs.gone[:0]
-	hs.n.Store(int32(len(keep)))
+	hs.n.Store(int32(n))
 }
 
 // rememberOnCommit caches entry, written at pos in tx, once tx commits

@@ -652,6 +652,9 @@ func TestSettlingKeepsEntriesItsOwnTransactionDeleted(t *testing.T) {
 	t.Parallel()
 	db, s := open(t)
 	callerPut(t, db, s, "a", "x", false) // its entry waits to be settled
+	// Its commit's mark not seen yet (it comes after bbolt releases the
+	// writer lock): the next write judges the entry by what it sees.
+	s.hints.groups[0].committed.Store(false)
 	err := db.Update(ctx, func(tx kv.Tx) error {
 		ref, v, err := s.Get(tx, "a", "x")
 		require.NoError(t, err)
@@ -680,13 +683,35 @@ func TestSettlingKeepsEntriesItsOwnTransactionDeleted(t *testing.T) {
 // caller's entry stays until the next open, as before.
 func TestHintsAreBounded(t *testing.T) {
 	t.Parallel()
+	db, _ := open(t)
 	var hs hints
-	tx := &bolt.Tx{} // stands for a transaction: only its identity is used
-	for i := range maxHints + 10 {
-		hs.add(tx, uint64(i), uint64(i))
-	}
-	require.Len(t, hs.items, maxHints)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		for i := range maxHints + 10 {
+			hs.add(tx, uint64(i), uint64(i))
+		}
+		hs.add(struct{ kv.Tx }{tx}, 1, 1) // a transaction bbolt does not back is not told apart: not kept
+		return nil
+	}))
+	require.Len(t, hs.groups, 1)
+	require.Len(t, hs.groups[0].entries, maxHints)
 	require.EqualValues(t, maxHints, hs.n.Load())
-	hs.add(nil, 1, 1) // a transaction bbolt does not back is not told apart: not kept
-	require.Len(t, hs.items, maxHints)
+	require.True(t, hs.groups[0].committed.Load(), "the commit marked its entries")
+}
+
+// A commit's mark comes after bbolt releases the writer lock, so the next
+// write may settle before it: the entries of a committed transaction not
+// yet marked are kept, by their records.
+func TestSettlingBeforeTheCommitsMark(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	callerPut(t, db, s, "a", "x", false)
+	require.Len(t, s.hints.groups, 1)
+	s.hints.groups[0].committed.Store(false) // as if its OnCommit had not run yet
+	callerPut(t, db, s, "a", "lost", true)
+	require.Equal(t, value("x"), get(t, db, s, "a", "x"))
+	require.Equal(t, 2, positions(s), "x, and the rolled-back write's entry, for the next write")
+	put(t, db, s, "b", "y", t0, value("y"))
+	require.Equal(t, value("x"), get(t, db, s, "a", "x"))
+	require.Nil(t, get(t, db, s, "a", "lost"))
+	require.Equal(t, 2, positions(s), "x and y")
 }
