@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +77,34 @@ func TestUnknownIntentLayoutIsRefused(t *testing.T) {
 	_, err := decodeIntent([]byte("id"), e.Finish())
 	require.ErrorIs(t, err, kv.ErrCorrupt)
 	require.ErrorContains(t, err, "unknown intent layout 99")
+}
+
+// A damaged intent that is due cannot be attempted: the reconciler logs it
+// and leaves it alone for PollInterval instead of picking it at every pass,
+// at once, for ever (the check reports it; an operator drops or mends it).
+func TestDamagedDueIntentIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	x, err := New(db, &Config{Handlers: map[string]Handler{"charge": {Provider: ProviderFunc{}}}})
+	require.NoError(t, err)
+	in, _, err := x.Create(ctx, Spec{Kind: "charge", Subject: "order/1", Key: "1", Purpose: "charge"})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := intentsNS.Bucket(tx)
+		return b.Put([]byte(in.ID), kvtest.Damage(b.Get([]byte(in.ID)), 1, 20, []byte{0x40}))
+	}))
+	clock.Advance(time.Minute)
+
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, RunStats{Examined: 1, Errors: 1}, st)
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Examined, "held")
+	clock.Advance(x.Config().PollInterval)
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, RunStats{Examined: 1, Errors: 1}, st, "tried again after the hold")
 }

@@ -41,6 +41,13 @@
 // of new intents, sleeping until the next one is due, polling only as a
 // fallback.
 //
+// An intent that cannot be attempted at all stays due: one of a kind the
+// Executor has no handler for (a deploy that dropped it), or whose record
+// does not decode. The reconciler logs it ("reconcile intent", with the
+// error) and leaves it alone for Config.PollInterval, passing over it to
+// the intents behind it; it is tried again then, and an Executor that has
+// the handler runs it.
+//
 // A panic in your code does not end the process, which would meet the
 // same intent after every restart: a provider's panic is an unknown
 // outcome (it may have acted), a completion's (OnSucceeded, OnFailed)

@@ -160,6 +160,10 @@ type Executor struct {
 	db   *kv.DB
 	cfg  Config
 	wake chan struct{}
+	// held are the intents the reconciler could not attempt (no handler
+	// for their kind, a record that does not decode): each is left alone
+	// until its time, instead of being picked again at once, for ever.
+	held holds
 }
 
 // New returns an Executor over db.
@@ -227,7 +231,7 @@ func (x *Executor) takeOver(ctx context.Context, id string, reconciling bool) (a
 	err := x.db.Batch(ctx, func(tx kv.Tx) error {
 		var err error
 		a, err = x.takeOverTx(tx, id, reconciling)
-		if isRejected(err) {
+		if isRejected(err) || errors.Is(err, ErrUnknownKind) {
 			return kv.Reject(err) // nothing was written
 		}
 		return err

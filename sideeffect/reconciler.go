@@ -3,6 +3,7 @@ package sideeffect
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -31,13 +32,30 @@ const maxPerPass = 1000
 // whose process died — and runs one attempt of each, asking the provider
 // for the key's status before anything else. It is what the background loop
 // runs, exposed for the CLI and tests.
+//
+// An intent whose attempt fails before it starts (no handler for its kind,
+// a record that does not decode: it stays due) is logged and left alone
+// by this executor's later passes for PollInterval: it would otherwise be
+// picked again at once, by every pass, each taking the writer.
 func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	var ids []string
+	now := x.db.Clock().Now()
+	held := x.held.until(now)
 	err := x.db.View(ctx, func(tx kv.Tx) error {
 		seen := map[string]bool{}
-		for _, e := range dueIdx.Due(tx, x.db.Clock().Now(), nil, maxPerPass) {
-			seen[string(e.Key)] = true
-			ids = append(ids, string(e.Key))
+		var after []byte
+		for len(ids) < maxPerPass {
+			due := dueIdx.Due(tx, now, after, maxPerPass)
+			for _, e := range due {
+				if _, h := held[string(e.Key)]; !h && len(ids) < maxPerPass {
+					seen[string(e.Key)] = true
+					ids = append(ids, string(e.Key))
+				}
+			}
+			if len(due) < maxPerPass {
+				break
+			}
+			after = due[len(due)-1].Cursor
 		}
 		// Attempts left running by a dead process: bbolt's lock means only
 		// this process writes, so any other owner is gone. With several
@@ -47,7 +65,8 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 			inc := x.db.Incarnation()
 			c := ib.Cursor()
 			for k, owner := c.First(); k != nil && len(ids) < maxPerPass; k, owner = c.Next() {
-				if !bytes.Equal(owner, inc[:]) && !seen[string(k)] {
+				_, h := held[string(k)]
+				if !bytes.Equal(owner, inc[:]) && !seen[string(k)] && !h {
 					ids = append(ids, string(k))
 				}
 			}
@@ -74,7 +93,8 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 					stats.Skipped++
 				case err != nil:
 					stats.Errors++
-					x.cfg.Logger.Warn("reconcile intent", "id", id, "error", err)
+					x.held.hold(id, x.db.Clock().Now().Add(x.cfg.PollInterval))
+					x.cfg.Logger.Warn("reconcile intent", "id", id, "error", err, "again_in", x.cfg.PollInterval)
 				case in.State == StateSucceeded:
 					stats.Succeeded++
 				case in.State == StateFailed:
@@ -98,6 +118,62 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	wg.Wait()
 	return stats, ctx.Err()
 }
+
+// holds are intents the reconciler leaves alone until a time.
+type holds struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// hold leaves id alone until t.
+func (h *holds) hold(id string, t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]time.Time{}
+	}
+	h.m[id] = t
+}
+
+// until returns the intents held at now, with their times, and forgets
+// those whose time has come.
+func (h *holds) until(now time.Time) map[string]time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]time.Time, len(h.m))
+	for id, t := range h.m {
+		if now.Before(t) {
+			out[id] = t
+		} else {
+			delete(h.m, id)
+		}
+	}
+	return out
+}
+
+// nextDue returns when the next pass has something to do: the time of the
+// first intent in the due index not held, or the end of a hold before it.
+func (x *Executor) nextDue(tx kv.Tx, now time.Time) (time.Time, bool) {
+	held := x.held.until(now)
+	var next time.Time
+	found := false
+	_ = dueIdx.ForEach(tx, func(at time.Time, id []byte) error {
+		t := at
+		if until, h := held[string(id)]; h {
+			t = until
+		}
+		if !found || t.Before(next) {
+			next, found = t, true
+		}
+		if _, h := held[string(id)]; !h {
+			return errStopWalk // every later entry is due later
+		}
+		return nil
+	})
+	return next, found
+}
+
+var errStopWalk = errors.New("sideeffect: stop")
 
 // reconcile runs one intent's attempt for RunOnce. A panic is the
 // attempt's error, logged: the process, whose every restart would meet the
@@ -133,8 +209,9 @@ func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error 
 		wait := x.cfg.PollInterval
 		if err == nil {
 			_ = x.db.View(ctx, func(tx kv.Tx) error {
-				if next, ok := dueIdx.First(tx); ok {
-					wait = min(wait, max(next.Sub(x.db.Clock().Now()), 0))
+				now := x.db.Clock().Now()
+				if next, ok := x.nextDue(tx, now); ok {
+					wait = min(wait, max(next.Sub(now), 0))
 				}
 				return nil
 			})

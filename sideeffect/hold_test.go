@@ -1,0 +1,122 @@
+package sideeffect_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest"
+)
+
+// refundsToo returns an Executor over x's database with x's handler for
+// "refund" intents too: it creates and runs intents x has no handler for.
+func refundsToo(t *testing.T, x *sideeffect.Executor) *sideeffect.Executor {
+	t.Helper()
+	cfg := x.Config()
+	cfg.Handlers = map[string]sideeffect.Handler{"charge": cfg.Handlers["charge"], "refund": cfg.Handlers["charge"]}
+	both, err := sideeffect.New(x.DB(), &cfg)
+	require.NoError(t, err)
+	return both
+}
+
+// An intent the reconciler cannot attempt (here, of a kind it has no
+// handler for: a deploy that dropped one) stays due. Each pass used to
+// pick it again at once: the loop ran some 15,000 passes in 300 ms, each
+// taking the database's writer. It is now logged and left alone for
+// PollInterval, while the other intents go on; a reconciler that has the
+// handler runs it.
+func TestIntentThatCannotBeAttemptedIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	x, b := setup(t, fake) // handlers: charge only
+	both := refundsToo(t, x)
+	refund := spec("1")
+	refund.Kind, refund.Purpose = "refund", "refund"
+	orphan, _, err := both.Create(ctx, refund)
+	require.NoError(t, err)
+	b.clock.Advance(time.Minute) // past its grace
+
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{}, st, "held: not picked again at once")
+
+	// The others go on meanwhile.
+	charge, _, err := x.Create(ctx, spec("2"))
+	require.NoError(t, err)
+	b.clock.Advance(15 * time.Second) // past its grace (10 s), within the hold (30 s)
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Examined, "the intent with a handler, not the held one")
+	require.Equal(t, 1, st.Succeeded)
+	in, err := x.Get(ctx, charge.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateSucceeded, in.State)
+
+	// The loop waits for the hold's end, not for the held intent's due
+	// time, which has passed: a pass, another for the wake-up the last
+	// Create left, then the wait (PollInterval on the test's clock, which
+	// does not move).
+	rctx, cancel := context.WithCancel(ctx)
+	var passes atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- x.Run(rctx, func(sideeffect.RunStats, error) {
+			if passes.Add(1) == 1 {
+				time.AfterFunc(100*time.Millisecond, cancel)
+			}
+		})
+	}()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.LessOrEqual(t, passes.Load(), int32(2), "the loop ran again at once")
+
+	// After the hold, it is tried again; a reconciler with the handler
+	// runs it.
+	b.clock.Advance(x.Config().PollInterval)
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	st, err = both.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Succeeded)
+	in, err = both.Get(ctx, orphan.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateSucceeded, in.State)
+	require.Len(t, fake.Charges(), 2, "one charge each")
+}
+
+// Held intents do not starve the others: a pass looks past them in the
+// due index, however many there are (more than one pass picks up).
+func TestHeldIntentsDoNotStarveTheOthers(t *testing.T) {
+	t.Parallel()
+	x, b := setup(t, providertest.New(providertest.Rates{}, 1)) // handlers: charge only
+	both := refundsToo(t, x)
+	const orphans = 1000 // a pass's worth
+	for i := range orphans {
+		s := spec("r" + strconv.Itoa(i))
+		s.Kind, s.Purpose = "refund", "refund"
+		_, _, err := both.Create(ctx, s)
+		require.NoError(t, err)
+	}
+	b.clock.Advance(time.Second)
+	charge, _, err := x.Create(ctx, spec("c")) // due after every orphan
+	require.NoError(t, err)
+	b.clock.Advance(15 * time.Second)
+
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: orphans, Errors: orphans}, st, "a full pass of orphans")
+	st, err = x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Succeeded: 1}, st, "the charge, behind a full pass of held intents")
+	in, err := x.Get(ctx, charge.ID)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.StateSucceeded, in.State)
+}
