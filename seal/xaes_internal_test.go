@@ -121,3 +121,33 @@ func TestOpenedKeysStayBounded(t *testing.T) {
 	_, cached := rk.opened.Load(prefix(values[len(values)-1]))
 	require.True(t, cached, "the last opened value's key is kept")
 }
+
+// Readers opening values of many epochs at once, the cache starting again
+// under them, all get their plaintexts (go test -race watches the cache).
+func TestConcurrentOpensAcrossEpochs(t *testing.T) {
+	t.Parallel()
+	k, _ := NewKey(1)
+	writer, err := NewRing(k)
+	require.NoError(t, err)
+	var values [][]byte
+	for i := range maxOpened + 60 {
+		values = append(values, writer.Seal(nil, []byte{byte(i), byte(i >> 8)}, nil))
+		writer.keys[1].sealing.Load().used.Store(epochValues)
+	}
+	reader, err := NewRing(k)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for j := range values {
+				i := (j + w*37) % len(values)
+				p, err := reader.Open(nil, values[i], nil)
+				if err != nil || p[0] != byte(i) || p[1] != byte(i>>8) {
+					t.Errorf("value %d: %x, %v", i, p, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
