@@ -54,6 +54,10 @@ type Config struct {
 	// (ProblemPathInvalid). A name Route returns that cannot is the
 	// service's error: 500, logged. Name routes by their pattern (the
 	// router's, say) so that a key's scope does not vary with the resource.
+	// A key is found under its scope only: a route renamed by a deploy (a
+	// pattern or a wildcard's name changed) starts a new key space, and a
+	// retry sent across the deploy runs again, unless Route keeps the old
+	// name.
 	Route func(r *http.Request) string
 
 	// MaxBodyBytes bounds the request body. 0 means DefaultMaxBodyBytes.
