@@ -139,10 +139,12 @@ const (
 	// 800-38D, 8.3), which a busy service reaches in days.
 	layoutGCM = 0x01
 	// layoutXAES is XAES-256-GCM (https://c2sp.org/XAES-256-GCM): a
-	// random 192-bit nonce, whose first 96 bits derive a key of the value's
-	// own from the key (NIST SP 800-108 counter mode over CMAC-AES) and
-	// whose last 96 are the GCM nonce under it. Random nonces are then safe
-	// for far more values than any database holds.
+	// 192-bit nonce, whose first 96 bits derive a key from the ring's key
+	// (NIST SP 800-108 counter mode over CMAC-AES) and whose last 96,
+	// random, are the GCM nonce under it. A ring draws the first half at
+	// random once per epochValues values (ringKey.sealing), so no derived
+	// key seals more than that many: far under GCM's bound, for as many
+	// values as any database holds.
 	layoutXAES = 0x02
 
 	magic0, magic1 = 0xE5, 'S'
