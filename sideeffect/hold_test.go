@@ -46,7 +46,7 @@ func TestIntentThatCannotBeAttemptedIsLeftAlone(t *testing.T) {
 	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
 	st, err = x.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, sideeffect.RunStats{}, st, "held: not picked again at once")
+	require.Equal(t, sideeffect.RunStats{Held: 1}, st, "held: not picked again at once")
 
 	// The others go on meanwhile.
 	charge, _, err := x.Create(ctx, spec("2"))
@@ -55,6 +55,7 @@ func TestIntentThatCannotBeAttemptedIsLeftAlone(t *testing.T) {
 	st, err = x.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Examined, "the intent with a handler, not the held one")
+	require.Equal(t, 1, st.Held)
 	require.Equal(t, 1, st.Succeeded)
 	in, err := x.Get(ctx, charge.ID)
 	require.NoError(t, err)
@@ -115,7 +116,7 @@ func TestHeldIntentsDoNotStarveTheOthers(t *testing.T) {
 	require.Equal(t, sideeffect.RunStats{Examined: orphans, Errors: orphans}, st, "a full pass of orphans")
 	st, err = x.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, sideeffect.RunStats{Examined: 1, Succeeded: 1}, st, "the charge, behind a full pass of held intents")
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Succeeded: 1, Held: orphans}, st, "the charge, behind a full pass of held intents")
 	in, err := x.Get(ctx, charge.ID)
 	require.NoError(t, err)
 	require.Equal(t, sideeffect.StateSucceeded, in.State)

@@ -22,6 +22,10 @@ type RunStats struct {
 	NeedsAttention int // parked after too many attempts
 	Skipped        int // busy in this process, stale, or already final
 	Errors         int // storage or completion errors (retried later)
+	// Held counts the due intents passed over: ones whose last attempt
+	// could not start (no handler for their kind, a damaged record),
+	// left alone for PollInterval.
+	Held int
 }
 
 // maxPerPass bounds how many intents one pass picks up.
@@ -41,13 +45,17 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	var ids []string
 	now := x.db.Clock().Now()
 	held := x.held.until(now)
+	passed := 0
 	err := x.db.View(ctx, func(tx kv.Tx) error {
 		seen := map[string]bool{}
 		var after []byte
 		for len(ids) < maxPerPass {
 			due := dueIdx.Due(tx, now, after, maxPerPass)
 			for _, e := range due {
-				if _, h := held[string(e.Key)]; !h && len(ids) < maxPerPass {
+				switch _, h := held[string(e.Key)]; {
+				case h:
+					passed++
+				case len(ids) < maxPerPass:
 					seen[string(e.Key)] = true
 					ids = append(ids, string(e.Key))
 				}
@@ -79,7 +87,7 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 
 	var (
 		mu    sync.Mutex
-		stats = RunStats{Examined: len(ids)}
+		stats = RunStats{Examined: len(ids), Held: passed}
 		wg    sync.WaitGroup
 		work  = make(chan string)
 	)
