@@ -715,3 +715,41 @@ func TestSettlingBeforeTheCommitsMark(t *testing.T) {
 	require.Nil(t, get(t, db, s, "a", "lost"))
 	require.Equal(t, 2, positions(s), "x and y")
 }
+
+// A caller's transaction that writes several records, the first when
+// nothing waited to be settled, then rolls back: the next write removes
+// every entry, and what is kept to settle is that write's own, alone.
+func TestRolledBackImportGoesAtTheNextWrite(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	err := db.Bolt().Update(func(btx *bolt.Tx) error {
+		for _, k := range []string{"k1", "k2", "k3"} {
+			_, err := s.Put(ctx, kv.WrapTx(btx), "a", k, Ref{}, time.Time{}, t0, value(k))
+			require.NoError(t, err)
+		}
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	require.Equal(t, 3, positions(s))
+	require.EqualValues(t, 3, s.hints.n.Load())
+	require.Len(t, s.hints.groups, 1)
+
+	err = db.Update(ctx, func(tx kv.Tx) error { // rolled back too, after settling
+		_, err := s.Put(ctx, tx, "b", "x", Ref{}, time.Time{}, t0, value("x"))
+		require.NoError(t, err)
+		return errBoom
+	})
+	require.ErrorIs(t, err, errBoom)
+	require.Equal(t, 1, positions(s), "the import's entries gone; the last write's own left")
+	require.EqualValues(t, 1, s.hints.n.Load())
+	require.Len(t, s.hints.groups, 1, "no group left empty")
+
+	put(t, db, s, "b", "y", t0, value("y"))
+	require.Equal(t, 1, positions(s))
+	require.EqualValues(t, 1, s.hints.n.Load())
+	require.Len(t, s.hints.groups, 1)
+	for _, k := range []string{"k1", "k2", "k3", "x"} {
+		require.Nil(t, get(t, db, s, "a", k))
+	}
+	require.Equal(t, value("y"), get(t, db, s, "b", "y"))
+}
