@@ -107,14 +107,22 @@ func TestOpenedKeysStayBounded(t *testing.T) {
 	reader, err := NewRing(k)
 	require.NoError(t, err)
 	rk := reader.keys[1]
+	kept := func() int {
+		n := 0
+		rk.opened.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	for i, v := range values[:maxOpened] {
+		_, err := reader.Open(nil, v, nil)
+		require.NoError(t, err)
+		require.Equal(t, i+1, kept(), "every derived key kept up to the bound")
+	}
 	for pass := range 2 {
 		for i, v := range values {
 			p, err := reader.Open(nil, v, nil)
 			require.NoError(t, err, "pass %d, value %d", pass, i)
 			require.Equal(t, "v", string(p))
-			n := 0
-			rk.opened.Range(func(any, any) bool { n++; return true })
-			require.LessOrEqual(t, n, maxOpened)
+			require.LessOrEqual(t, kept(), maxOpened)
 			require.LessOrEqual(t, int(rk.nOpened.Load()), maxOpened)
 		}
 	}
