@@ -91,19 +91,27 @@ func TestEpochEndsUnderConcurrentSealers(t *testing.T) {
 	require.EqualValues(t, workers*each-50, rk.sealing.Load().used.Load(), "the new epoch counts the rest")
 }
 
+// sealedInEpochs seals n values, each in an epoch of its own (as n runs of
+// a service would), the plaintext of value i its two low bytes.
+func sealedInEpochs(t *testing.T, n int) (Key, [][]byte) {
+	t.Helper()
+	k, _ := NewKey(1)
+	writer, err := NewRing(k)
+	require.NoError(t, err)
+	values := make([][]byte, 0, n)
+	for i := range n {
+		values = append(values, writer.Seal(nil, []byte{byte(i), byte(i >> 8)}, nil))
+		writer.keys[1].sealing.Load().used.Store(epochValues) // the next value draws a new epoch
+	}
+	return k, values
+}
+
 // The derived keys kept to open values stay bounded: values of many
 // epochs (a file written by many runs) all open, and the cache never holds
 // more than maxOpened keys.
 func TestOpenedKeysStayBounded(t *testing.T) {
 	t.Parallel()
-	k, _ := NewKey(1)
-	writer, err := NewRing(k)
-	require.NoError(t, err)
-	var values [][]byte
-	for range maxOpened + 40 {
-		values = append(values, writer.Seal(nil, []byte("v"), nil))
-		writer.keys[1].sealing.Load().used.Store(epochValues) // the next value draws a new epoch
-	}
+	k, values := sealedInEpochs(t, maxOpened+40)
 	reader, err := NewRing(k)
 	require.NoError(t, err)
 	rk := reader.keys[1]
@@ -121,7 +129,7 @@ func TestOpenedKeysStayBounded(t *testing.T) {
 		for i, v := range values {
 			p, err := reader.Open(nil, v, nil)
 			require.NoError(t, err, "pass %d, value %d", pass, i)
-			require.Equal(t, "v", string(p))
+			require.Equal(t, []byte{byte(i), byte(i >> 8)}, p)
 			require.LessOrEqual(t, kept(), maxOpened)
 			require.LessOrEqual(t, int(rk.nOpened.Load()), maxOpened)
 		}
@@ -134,14 +142,7 @@ func TestOpenedKeysStayBounded(t *testing.T) {
 // under them, all get their plaintexts (go test -race watches the cache).
 func TestConcurrentOpensAcrossEpochs(t *testing.T) {
 	t.Parallel()
-	k, _ := NewKey(1)
-	writer, err := NewRing(k)
-	require.NoError(t, err)
-	var values [][]byte
-	for i := range maxOpened + 60 {
-		values = append(values, writer.Seal(nil, []byte{byte(i), byte(i >> 8)}, nil))
-		writer.keys[1].sealing.Load().used.Store(epochValues)
-	}
+	k, values := sealedInEpochs(t, maxOpened+60)
 	reader, err := NewRing(k)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
