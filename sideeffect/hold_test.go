@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
@@ -120,4 +122,41 @@ func TestHeldIntentsDoNotStarveTheOthers(t *testing.T) {
 	in, err := x.Get(ctx, charge.ID)
 	require.NoError(t, err)
 	require.Equal(t, sideeffect.StateSucceeded, in.State)
+}
+
+// A takeover refused for an unknown kind writes nothing, so it does not
+// fail the group commit it shares: the batch's other calls run once, not
+// again after a rolled-back run.
+func TestUnknownKindDoesNotFailItsBatch(t *testing.T) {
+	t.Parallel()
+	clock := kvtest.NewManualClock(t0)
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock, MaxBatchDelay: 200 * time.Millisecond}, sideeffect.RecordKind)
+	c := &completions{}
+	x, err := sideeffect.New(db, ptr(config(providertest.New(providertest.Rates{}, 1), c)))
+	require.NoError(t, err)
+	refund := spec("1")
+	refund.Kind, refund.Purpose = "refund", "refund"
+	orphan, _, err := refundsToo(t, x).Create(ctx, refund)
+	require.NoError(t, err)
+	clock.Advance(time.Minute)
+
+	var runs atomic.Int32
+	other := make(chan error, 1)
+	go func() {
+		other <- db.Batch(ctx, func(tx kv.Tx) error {
+			runs.Add(1)
+			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("o"), []byte("v"))
+		})
+	}()
+	// The first call leads the batch and waits MaxBatchDelay for more:
+	// the takeover joins it.
+	require.Eventually(t, func() bool { return db.Writer().Queued > 0 }, 5*time.Second, time.Millisecond)
+	_, err = x.Execute(ctx, orphan.ID)
+	require.ErrorIs(t, err, sideeffect.ErrUnknownKind)
+	require.NoError(t, <-other)
+	require.EqualValues(t, 1, runs.Load(), "the other call ran again")
 }
