@@ -166,14 +166,14 @@ func (x *Executor) nextDue(tx kv.Tx, now time.Time) (time.Time, bool) {
 	var next time.Time
 	found := false
 	_ = dueIdx.ForEach(tx, func(at time.Time, id []byte) error {
-		t := at
-		if until, h := held[string(id)]; h {
-			t = until
+		until, h := held[string(id)]
+		if h {
+			at = until
 		}
-		if !found || t.Before(next) {
-			next, found = t, true
+		if !found || at.Before(next) {
+			next, found = at, true
 		}
-		if _, h := held[string(id)]; !h {
+		if !h {
 			return errStopWalk // every later entry is due later
 		}
 		return nil
