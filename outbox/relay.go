@@ -382,11 +382,30 @@ func pendingInOrder(tx kv.Tx, singleWriter bool) iter.Seq2[*Event, error] {
 	}
 }
 
-// markPublished moves acknowledged events to the published bucket.
+// markPublished moves acknowledged events to the published bucket, in
+// order, in as few transactions as the store allows: one on bbolt; on a
+// store that bounds the writes of a transaction (kv.Traits.MaxTxOps, etcd:
+// 128), a quarter of that bound a transaction, each event taking three
+// writes (the published event, the pending one's delete, its expiry
+// entry). A crash between two of them leaves the later events pending, to
+// be published again: at least once, as ever.
 func (r *Relay) markPublished(ctx context.Context, events []Event) error {
-	if len(events) == 0 {
-		return nil
+	per := len(events)
+	if m := r.o.db.Traits().MaxTxOps; m > 0 {
+		per = max(1, m/4)
 	}
+	for len(events) > 0 {
+		n := min(per, len(events))
+		if err := r.markChunk(ctx, events[:n]); err != nil {
+			return err
+		}
+		events = events[n:]
+	}
+	return nil
+}
+
+// markChunk is one transaction of markPublished.
+func (r *Relay) markChunk(ctx context.Context, events []Event) error {
 	return r.o.db.Batch(ctx, func(tx kv.Tx) error {
 		pending, err := outboxNS.Create(tx)
 		if err != nil {
