@@ -16,8 +16,9 @@ import (
 
 // RekeyOptions tune Rekey.
 type RekeyOptions struct {
-	// BatchSize bounds the records visited per transaction (0 means 500):
-	// a rekey never holds the writer for long.
+	// BatchSize bounds the records visited per transaction (0 means 500;
+	// on a backend that bounds a transaction's writes, etcd, at most a
+	// quarter of that bound): a rekey never holds the writer for long.
 	BatchSize int
 	// Progress, if set, is called after every committed batch.
 	Progress func(RekeyProgress)
@@ -66,6 +67,12 @@ func Rekey(ctx context.Context, db *kv.DB, opts RekeyOptions) (int, error) {
 	limit := opts.BatchSize
 	if limit <= 0 {
 		limit = 500
+	}
+	if m := db.Traits().MaxTxOps; m > 0 {
+		// A resealed record is a write, and another when its size moves
+		// a usage counter: stay well within what one transaction of the
+		// backend may carry (etcd: 128 writes).
+		limit = max(1, min(limit, m/4))
 	}
 	p := RekeyProgress{}
 	for _, k := range sealedKinds {
