@@ -73,7 +73,9 @@
 // another replica's claim only after its lease, and its waiters follow the
 // record with a watch; the outbox numbers events at random and its relay
 // orders them by the revision that created them (one shared counter would
-// be a key every writer conflicts on); a tenant's usage is kept in
+// be a key every writer conflicts on), which takes a read of the whole
+// queue: once a pass, and not again while the queue's head waits out its
+// backoff; a tenant's usage is kept in
 // counters spread by key, for the same reason.
 //
 // # Cost

@@ -1,0 +1,270 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/observe"
+	"github.com/oncekv/oncekv/outbox"
+)
+
+// severalWriters presents a bbolt file as a store with several writers
+// (etcd's traits: random sequences, the queue ordered by commit revision,
+// read whole to find its head), and counts the entries its cursors visit.
+type severalWriters struct {
+	kv.Backend
+	visited atomic.Int64
+}
+
+func (b *severalWriters) Traits() kv.Traits {
+	t := b.Backend.Traits()
+	t.SingleWriter, t.GroupCommit = false, false
+	return t
+}
+
+func (b *severalWriters) View(ctx context.Context, fn func(kv.Tx) error) error {
+	return b.Backend.View(ctx, func(tx kv.Tx) error { return fn(countingTx{unwrap(tx), b}) })
+}
+
+func (b *severalWriters) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	return b.Backend.Update(ctx, func(tx kv.Tx) error { return fn(countingTx{unwrap(tx), b}) })
+}
+
+// unwrap is the backend's transaction under the DB's guard (the DB over
+// this backend guards oncekv's buckets itself).
+func unwrap(tx kv.Tx) kv.Tx {
+	if u, ok := tx.(interface{ Unwrap() kv.Tx }); ok {
+		return u.Unwrap()
+	}
+	return tx
+}
+
+type countingTx struct {
+	kv.Tx
+	b *severalWriters
+}
+
+func (t countingTx) Bucket(name []byte) kv.Bucket {
+	bk := t.Tx.Bucket(name)
+	if bk == nil {
+		return nil
+	}
+	return countingBucket{bk, t.b}
+}
+
+func (t countingTx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
+	bk, err := t.Tx.CreateBucketIfNotExists(name)
+	if err != nil {
+		return nil, err
+	}
+	return countingBucket{bk, t.b}, nil
+}
+
+type countingBucket struct {
+	kv.Bucket
+	b *severalWriters
+}
+
+func (b countingBucket) Cursor() kv.Cursor { return countingCursor{b.Bucket.Cursor(), b.b} }
+
+type countingCursor struct {
+	kv.Cursor
+	b *severalWriters
+}
+
+func (c countingCursor) count(k, v []byte) ([]byte, []byte) {
+	if k != nil {
+		c.b.visited.Add(1)
+	}
+	return k, v
+}
+
+func (c countingCursor) First() ([]byte, []byte)        { return c.count(c.Cursor.First()) }
+func (c countingCursor) Next() ([]byte, []byte)         { return c.count(c.Cursor.Next()) }
+func (c countingCursor) Seek(s []byte) ([]byte, []byte) { return c.count(c.Cursor.Seek(s)) }
+
+func openSeveralWriters(t *testing.T, opts *kv.Options) (*outbox.Outbox, *kv.DB, *severalWriters) {
+	t.Helper()
+	kvtest.RequireLocal(t, "presents a bbolt file as a store of several writers")
+	b := &severalWriters{Backend: kvtest.Open(t, &kv.Options{NoSync: true}, outbox.RecordKind)}
+	db, err := kv.New(b, opts)
+	require.NoError(t, err)
+	return outbox.New(db), db, b
+}
+
+func addEvents(t *testing.T, o *outbox.Outbox, n int) {
+	t.Helper()
+	for i := range n {
+		_, _, err := o.Add(ctx, ev(fmt.Sprintf("ev-%04d", i)))
+		require.NoError(t, err)
+	}
+}
+
+// With several writers the queue's order is known only from a read of
+// the whole queue: a pass reads it once and publishes batch after batch
+// from that reading. Reading it again for every batch made draining a
+// backlog quadratic: here 100 batches, each reading what was left, about
+// 50,000 entries for 1,000 events.
+func TestDrainingABacklogReadsTheQueueOnce(t *testing.T) {
+	o, db, b := openSeveralWriters(t, nil)
+	const n = 1000
+	addEvents(t, o, n)
+	pub := &batches{ack: -1}
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: 10})
+	require.NoError(t, err)
+	b.visited.Store(0)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, st.Published)
+	require.Len(t, pub.sizes, n/10)
+	seen := map[string]int{}
+	for _, e := range pub.seen {
+		seen[e.ID]++
+	}
+	require.Len(t, seen, n)
+	for id, k := range seen {
+		require.Equal(t, 1, k, id)
+	}
+	require.Empty(t, pending(t, db))
+	require.LessOrEqual(t, b.visited.Load(), int64(2*n), "the queue read once, not once a batch")
+}
+
+// With several writers, passes while the head of the queue waits out its
+// backoff read nothing: an event committed meanwhile comes after the head
+// in commit order. Run is woken by every commit, and each pass read the
+// whole queue; with the publisher down that held a core. The head is
+// tried again when its backoff ends, and the events behind it follow.
+func TestPassesDuringTheHeadsBackoffReadNothing(t *testing.T) {
+	clock := kvtest.NewManualClock(t0)
+	o, db, b := openSeveralWriters(t, &kv.Options{Clock: clock})
+	addEvents(t, o, 200)
+	var down atomic.Bool
+	down.Store(true)
+	var mu sync.Mutex
+	published := map[string]int{}
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{
+		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error {
+			if down.Load() {
+				return errors.New("broker down")
+			}
+			mu.Lock()
+			published[e.ID]++
+			mu.Unlock()
+			return nil
+		}),
+		Backoff: outbox.Backoff{Base: time.Minute, Cap: time.Minute},
+	})
+	require.NoError(t, err)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Failed)
+	require.Positive(t, st.Wait)
+
+	b.visited.Store(0)
+	for i := range 50 { // a commit, then the pass it wakes
+		_, _, err := o.Add(ctx, ev(fmt.Sprintf("late-%02d", i)))
+		require.NoError(t, err)
+		st, err := relay.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Published+st.Failed)
+		require.Positive(t, st.Wait)
+	}
+	require.Zero(t, b.visited.Load(), "no pass before the head's backoff ends reads the queue")
+
+	down.Store(false)
+	clock.Advance(2 * time.Minute)
+	st, err = relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 250, st.Published)
+	require.Len(t, published, 250)
+	require.Empty(t, pending(t, db))
+}
+
+// The backlog is measured for the observer after a pass that published,
+// failed or quarantined an event, and otherwise at most once a
+// PollInterval: measuring reads the whole queue, and an idle relay's
+// passes come at every commit.
+func TestLagIsMeasuredAfterWorkOrOnceAPollInterval(t *testing.T) {
+	clock := kvtest.NewManualClock(t0)
+	var lags atomic.Int64
+	obs := &observe.Observer{OutboxLag: func(observe.OutboxLag) { lags.Add(1) }}
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock, Observer: obs}, outbox.RecordKind)
+	o := outbox.New(db)
+	addEvents(t, o, 3)
+	var fail atomic.Bool
+	fail.Store(true)
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{
+		Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error {
+			if fail.Load() {
+				return errors.New("broker down")
+			}
+			return nil
+		}),
+		PollInterval: 10 * time.Second,
+		Backoff:      outbox.Backoff{Base: time.Minute, Cap: time.Minute},
+	})
+	require.NoError(t, err)
+	_, err = relay.RunOnce(ctx) // fails the head: measured
+	require.NoError(t, err)
+	require.EqualValues(t, 1, lags.Load())
+	for range 20 {
+		_, err = relay.RunOnce(ctx)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, lags.Load(), "passes with nothing done, within a PollInterval")
+	clock.Advance(10 * time.Second)
+	_, err = relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, lags.Load(), "a PollInterval later")
+	fail.Store(false)
+	clock.Advance(time.Minute)
+	_, err = relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, lags.Load(), "a pass that published")
+}
+
+// With several writers, a pass that quarantines an event takes the next
+// batch from its reading after that event: the quarantined one is not
+// published, the others are, once each.
+func TestQuarantineWithinAReading(t *testing.T) {
+	o, db, _ := openSeveralWriters(t, nil)
+	addEvents(t, o, 30)
+	var mu sync.Mutex
+	published := map[string]int{}
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{
+		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error {
+			if e.ID == "ev-0007" || e.ID == "ev-0021" {
+				return errors.New("poison")
+			}
+			mu.Lock()
+			published[e.ID]++
+			mu.Unlock()
+			return nil
+		}),
+		BatchSize: 4, MaxAttempts: 1,
+	})
+	require.NoError(t, err)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 28, st.Published)
+	require.Equal(t, 2, st.Quarantined)
+	require.Len(t, published, 28)
+	for id, n := range published {
+		require.Equal(t, 1, n, id)
+	}
+	require.NotContains(t, published, "ev-0007")
+	require.NotContains(t, published, "ev-0021")
+	require.Empty(t, pending(t, db))
+	l, err := o.Lag(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, l.Quarantined)
+}
