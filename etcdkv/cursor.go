@@ -45,8 +45,17 @@ func (c *cursor) out(key string) ([]byte, []byte) {
 	if c.names {
 		return k, nil
 	}
-	v := c.t.get(key)
-	return k, v
+	if _, written := c.t.writes[key]; !written {
+		if i, found := c.inWindow(key); found {
+			return k, c.window[i].val
+		}
+	}
+	return k, c.t.get(key)
+}
+
+// inWindow finds key in the page the cursor holds.
+func (c *cursor) inWindow(key string) (int, bool) {
+	return slices.BinarySearchFunc(c.window, key, func(e entry, k string) int { return cmpStr(e.key, k) })
 }
 
 // Revision returns the revision of the commit that created the current key
@@ -60,8 +69,7 @@ func (c *cursor) Revision() int64 {
 	if _, ok := c.t.writes[c.cur]; ok {
 		return 0
 	}
-	i, found := slices.BinarySearchFunc(c.window, c.cur, func(e entry, k string) int { return cmpStr(e.key, k) })
-	if found {
+	if i, found := c.inWindow(c.cur); found {
 		return c.window[i].createRev
 	}
 	return 0
@@ -220,11 +228,19 @@ func cmpStr(a, b string) int {
 	return 0
 }
 
-// setWindow keeps a page and remembers its range as read.
+// setWindow keeps a page and, in a writable transaction, remembers its
+// range as read (compared at commit) and its values (a later Get of one
+// of its keys needs no compare of its own). A read-only transaction has
+// no commit: it keeps the page alone, so that a scan of a large bucket
+// (the relay's queue, a listing, a check) holds one page, not every value
+// it passed.
 func (c *cursor) setWindow(page []entry, lo, hi string) {
 	c.window, c.winLo, c.winHi = page, lo, hi
 	if c.window == nil {
 		c.window = []entry{}
+	}
+	if !c.t.writable {
+		return
 	}
 	c.t.spans = append(c.t.spans, span{lo, hi})
 	if c.bucket != nil {
