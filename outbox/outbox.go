@@ -251,14 +251,24 @@ func decodeEvent(k, v []byte) (*Event, error) {
 }
 
 // Outbox stores events in the caller's transactions and feeds them to a
-// Relay. Create one per database.
+// Relay. Create one per database; handles made by several calls of New
+// over one database share its relay's wake-up.
 type Outbox struct {
 	db   *kv.DB
 	wake chan struct{}
 }
 
-// New returns the outbox of db.
-func New(db *kv.DB) *Outbox { return &Outbox{db: db, wake: make(chan struct{}, 1)} }
+// wakeKey attaches the relay's wake-up to its database (kv.DB.Attachment).
+type wakeKey struct{}
+
+// New returns the outbox of db. Every handle over db wakes its relay: an
+// event added, or requeued, through any of them (a handler's own handle,
+// the admin console's) is published at once, not at the relay's next
+// poll.
+func New(db *kv.DB) *Outbox {
+	wake := db.Attachment(wakeKey{}, func() any { return make(chan struct{}, 1) }).(chan struct{})
+	return &Outbox{db: db, wake: wake}
+}
 
 // DB returns the outbox's database.
 func (o *Outbox) DB() *kv.DB { return o.db }
@@ -509,6 +519,10 @@ func (o *Outbox) Lag(ctx context.Context) (Lag, error) {
 	l, err := txn.Run(ctx, o.db.View, func(tx kv.Tx) (Lag, error) { return o.LagTx(tx) })
 	return l, err
 }
+
+// ErrNotQuarantined is returned by Requeue for an event that is not in
+// quarantine: pending, published, or unknown.
+var ErrNotQuarantined = errors.New("outbox: the event is not quarantined")
 
 // ErrInvalidConfig is returned by NewRelay for a RelayConfig that fails
 // validation.

@@ -243,7 +243,7 @@ func TestRelayShutdownDuringPublish(t *testing.T) {
 // The relay is woken by the commit of new events, not by polling.
 func TestRelayWokenByCommit(t *testing.T) {
 	t.Parallel()
-	o, _, _ := setupOutbox(t)
+	o, db, _ := setupOutbox(t)
 	got := make(chan outbox.Event, 10)
 	r, _ := outbox.NewRelay(o, &outbox.RelayConfig{PollInterval: time.Hour,
 		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error { got <- e; return nil })})
@@ -255,6 +255,12 @@ func TestRelayWokenByCommit(t *testing.T) {
 	_, _, err := o.Add(ctx, ev("woken"))
 	require.NoError(t, err)
 	require.Equal(t, "woken", (<-got).ID)
+	// Through another handle of the same database (a handler's own, the
+	// admin console's): the relay is woken all the same, where it once
+	// waited for its next poll, an hour here.
+	_, _, err = outbox.New(db).Add(ctx, ev("woken by another handle"))
+	require.NoError(t, err)
+	require.Equal(t, "woken by another handle", (<-got).ID)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 }
