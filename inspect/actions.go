@@ -36,6 +36,13 @@ type Operator interface {
 	// (outbox.DropDamaged) by its sequence ("event seq N"). A record that
 	// decodes is refused.
 	DropDamaged(ctx context.Context, kind, entry string) (Dropped, error)
+	// RequeueEvent moves a quarantined outbox event back to the pending
+	// queue with a fresh attempt budget (outbox.Outbox.Requeue); an event
+	// not in quarantine is refused (outbox.ErrNotQuarantined).
+	RequeueEvent(ctx context.Context, id string) (Requeued, error)
+	// RequeueAllEvents moves every quarantined outbox event that can be
+	// read back to the pending queue (outbox.Outbox.RequeueAll).
+	RequeueAllEvents(ctx context.Context) (Requeued, error)
 }
 
 // Actions carries out operator actions on a database opened for writing.
@@ -115,6 +122,20 @@ func (a *Actions) DropDamaged(ctx context.Context, kind, entry string) (Dropped,
 		return Dropped{}, err
 	}
 	return Dropped{Kind: d.Kind, Entry: formatEntry(d.Kind, d.Entry), Scope: d.Scope, Key: d.Key, Reason: d.Reason}, nil
+}
+
+// RequeueEvent implements Operator.
+func (a *Actions) RequeueEvent(ctx context.Context, id string) (Requeued, error) {
+	if err := outbox.New(a.DB).Requeue(ctx, id); err != nil {
+		return Requeued{}, err
+	}
+	return Requeued{Events: 1}, nil
+}
+
+// RequeueAllEvents implements Operator.
+func (a *Actions) RequeueAllEvents(ctx context.Context) (Requeued, error) {
+	n, err := outbox.New(a.DB).RequeueAll(ctx)
+	return Requeued{Events: n}, err
 }
 
 // ParseEntry reads a damaged record's name as the check gives it, for

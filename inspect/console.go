@@ -17,7 +17,6 @@ import (
 
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
-	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/retention"
 	"github.com/oncekv/oncekv/sideeffect"
 )
@@ -55,14 +54,13 @@ type console struct {
 	in      *Inspector // redacted
 	full    *Inspector // with bodies
 	act     *Actions
-	outbox  *outbox.Outbox
 	opts    HandlerOptions
 	session string // the admin cookie's value, derived from the token
 	csrf    string // the forms' token, derived from the token
 }
 
 func newConsole(db *kv.DB, in, full *Inspector, act *Actions, opts HandlerOptions) *console {
-	c := &console{db: db, in: in, full: full, act: act, outbox: outbox.New(db), opts: opts}
+	c := &console{db: db, in: in, full: full, act: act, opts: opts}
 	if opts.Token != "" {
 		c.session = mac(opts.Token, "oncekv console session")
 		c.csrf = mac(opts.Token, "oncekv console csrf")
@@ -114,7 +112,12 @@ func (c *console) routes(mux *http.ServeMux) {
 		return "intents?flash=resolved", err
 	}))
 	mux.HandleFunc("POST "+ConsolePath+"outbox/requeue", c.action(true, func(r *http.Request) (string, error) {
-		return "outbox?flash=event-requeued", c.outbox.Requeue(r.Context(), r.PostFormValue("id"))
+		_, err := c.act.RequeueEvent(r.Context(), r.PostFormValue("id"))
+		return "outbox?flash=event-requeued", err
+	}))
+	mux.HandleFunc("POST "+ConsolePath+"outbox/requeue-all", c.action(false, func(r *http.Request) (string, error) {
+		_, err := c.act.RequeueAllEvents(r.Context())
+		return "outbox?flash=events-requeued", err
 	}))
 	mux.HandleFunc("POST "+ConsolePath+"keys/drop", c.action(true, func(r *http.Request) (string, error) {
 		if r.PostFormValue("confirm") != "1" {
@@ -155,6 +158,7 @@ var flashes = map[string]string{
 	"requeued":        "Requeued: it is due now, its next attempt asks the provider first.",
 	"resolved":        "Resolved: the verdict is applied as if the provider had answered.",
 	"event-requeued":  "Requeued: the event is pending again, with a fresh attempt budget, at its place in the queue.",
+	"events-requeued": "Requeued every quarantined event that could be read: they are pending again, each with a fresh attempt budget, at their places in the queue.",
 	"usage-recounted": "Recounted: the tenants' usage counters that disagreed with their records are mended.",
 	"usage-matched":   "Recounted: every tenant's usage already matched its records; nothing changed.",
 	"dropped":         "Dropped: the damaged record is gone, and its key runs again at its next request.",

@@ -258,3 +258,61 @@ func TestConsoleInboxAndOutbox(t *testing.T) {
 	require.Equal(t, 0, sum.Quarantined)
 	require.Equal(t, 2, sum.Pending)
 }
+
+// After an outage that quarantined more events than the page lists: the
+// page lists the first MaxListedQuarantined and says so, and "Requeue
+// all" (the token's, with the CSRF token) moves every one back to the
+// queue.
+func TestConsoleRequeuesEveryQuarantinedEvent(t *testing.T) {
+	db, x, _ := fixture(t)
+	ob := outbox.New(db)
+	n := inspect.MaxListedQuarantined + 50
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		for i := range n {
+			if _, _, err := ob.AddTx(tx, outbox.Event{ID: fmt.Sprintf("ev-%04d", i), Topic: "orders", Payload: []byte("{}")}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	failing := outbox.PublishFunc(func(context.Context, outbox.Event) error { return errors.New("broker down") })
+	st, err := must(outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: failing, MaxAttempts: 1})).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, st.Quarantined)
+
+	file := must(inspect.New(db))
+	sum, err := file.Outbox(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, sum.Quarantined)
+	require.Len(t, sum.QuarantinedEvents, inspect.MaxListedQuarantined)
+	require.Equal(t, "ev-0000", sum.QuarantinedEvents[0].ID, "the first, in sequence order")
+
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
+	defer srv.Close()
+	base := srv.URL + inspect.ConsolePath
+	code, body := page(t, &http.Client{}, base+"outbox")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, fmt.Sprintf("The first %d of %d", inspect.MaxListedQuarantined, n))
+	require.Equal(t, inspect.MaxListedQuarantined, strings.Count(body, `<tr data-id="ev-`))
+	require.NotContains(t, body, `id="requeue-all"`, "no action without the token")
+
+	jar, _ := cookiejar.New(nil)
+	admin := &http.Client{Jar: jar}
+	code, _ = post(t, admin, base+"login", url.Values{"token": {token}}, srv.URL)
+	require.Equal(t, 200, code)
+	_, body = page(t, admin, base+"outbox")
+	require.Contains(t, body, fmt.Sprintf("Requeue all %d", n))
+	csrf := between(body, `name="csrf" value="`, `"`)
+	code, _ = post(t, admin, base+"outbox/requeue-all", nil, srv.URL)
+	require.Equal(t, http.StatusForbidden, code, "the session alone is not enough")
+	sum, err = file.Outbox(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, sum.Quarantined, "nothing moved by a refused request")
+	code, body = post(t, admin, base+"outbox/requeue-all", url.Values{"csrf": {csrf}}, srv.URL)
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "Requeued every quarantined event")
+	sum, err = file.Outbox(ctx)
+	require.NoError(t, err)
+	require.Zero(t, sum.Quarantined)
+	require.Equal(t, n, sum.Pending)
+}

@@ -19,13 +19,17 @@
 // non-loopback listen address. HandlerOptions.Token adds an admin bearer
 // token that unlocks the sensitive fields, the full /check and the
 // operator's actions (Operator: requeue and resolve an intent, recount the
-// tenants' usage, drop a damaged record), which Actions also runs on a
-// stopped service's file:
+// tenants' usage, drop a damaged record, requeue one quarantined outbox
+// event or all of them), which Actions also runs on a stopped service's
+// file:
 //
 //	$ oncekv intents requeue --addr http://127.0.0.1:8081 --token "$TOKEN" ID
+//	$ oncekv outbox requeue --addr http://127.0.0.1:8081 --token "$TOKEN" --all
 //	$ oncekv intents resolve --db payments.db ID --state failed --reason "declined in the provider's dashboard"
 //	$ oncekv recount --addr http://127.0.0.1:8081 --token "$TOKEN"
 //	$ oncekv drop --db payments.db 1ac51aa700000001
 //
-// Bad parameters answer 400; /keys returns at most MaxKeysLimit records.
+// Bad parameters answer 400; /keys returns at most MaxKeysLimit records,
+// and /outbox lists at most MaxListedQuarantined quarantined events (it
+// counts them all).
 package inspect

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
 )
 
@@ -70,13 +71,15 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //	POST /intents/resolve?id=ID&state=succeeded|failed&result=R&reason=TEXT   token only
 //	POST /usage/recount                     token only: mends tenants' usage counters
 //	POST /drop?kind=idempotency|inbox|outbox&entry=E   token only: removes a damaged record the check names
+//	POST /outbox/requeue?id=ID              token only: a quarantined event back to the queue
+//	POST /outbox/requeue-all                token only: every quarantined event back to the queue
 //
 // Bad parameters answer 400. Under ConsolePath (/console/) it serves the
 // web console: HTML pages for the people on call (overview, keys, one
 // record, intents, outbox, inbox), readable without JavaScript and on a
 // phone; the admin token, given once on its login page, unlocks bodies
-// and the actions (requeue and resolve intents, requeue quarantined
-// events), which are POST forms checked for a CSRF token and the same
+// and the actions (requeue and resolve intents, requeue one quarantined
+// event or all of them), which are POST forms checked for a CSRF token and the same
 // origin. Serve it on a loopback address (see ValidateAddr) or with a
 // Token. It fails as New does.
 func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
@@ -180,6 +183,21 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 		}
 		return act.DropDamaged(r.Context(), q(r, "kind"), q(r, "entry"))
 	})
+	serve("POST /outbox/requeue", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
+		if !admin {
+			return nil, errForbidden
+		}
+		if q(r, "id") == "" {
+			return nil, badParam("id is required")
+		}
+		return act.RequeueEvent(r.Context(), q(r, "id"))
+	})
+	serve("POST /outbox/requeue-all", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
+		if !admin {
+			return nil, errForbidden
+		}
+		return act.RequeueAllEvents(r.Context())
+	})
 	serve("POST /usage/recount", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
 		if !admin {
 			return nil, errForbidden
@@ -207,7 +225,7 @@ func errStatus(err error, tokenConfigured bool) int {
 		return http.StatusForbidden
 	case errors.Is(err, ErrNotFound), errors.Is(err, sideeffect.ErrNotFound), errors.Is(err, kv.ErrNoEntry):
 		return http.StatusNotFound
-	case errors.Is(err, sideeffect.ErrAlreadyFinal), errors.Is(err, kv.ErrNotDamaged):
+	case errors.Is(err, sideeffect.ErrAlreadyFinal), errors.Is(err, kv.ErrNotDamaged), errors.Is(err, outbox.ErrNotQuarantined):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
@@ -411,6 +429,16 @@ func (c *Client) Check(ctx context.Context) ([]Problem, error) {
 // Requeue implements Operator.
 func (c *Client) Requeue(ctx context.Context, id string) (Intent, error) {
 	return fetch[Intent](ctx, c, http.MethodPost, "/intents/requeue", url.Values{"id": {id}})
+}
+
+// RequeueEvent implements Operator.
+func (c *Client) RequeueEvent(ctx context.Context, id string) (Requeued, error) {
+	return fetch[Requeued](ctx, c, http.MethodPost, "/outbox/requeue", url.Values{"id": {id}})
+}
+
+// RequeueAllEvents implements Operator.
+func (c *Client) RequeueAllEvents(ctx context.Context) (Requeued, error) {
+	return fetch[Requeued](ctx, c, http.MethodPost, "/outbox/requeue-all", nil)
 }
 
 // Resolve implements Operator.

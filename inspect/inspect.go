@@ -287,6 +287,11 @@ func (i *Inspector) eventView(e *outbox.Event) Event {
 	return v
 }
 
+// MaxListedQuarantined bounds the quarantined events Outbox lists: a
+// broker's long outage can quarantine thousands, and the console's page
+// and the CLI's listing would carry every one.
+const MaxListedQuarantined = 200
+
 // Outbox summarises the outbox: lag, published and quarantined events,
 // and the events that cannot be read (counted and listed apart).
 func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
@@ -330,7 +335,9 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 				continue
 			}
 			o.Quarantined++
-			o.QuarantinedEvents = append(o.QuarantinedEvents, i.eventView(e))
+			if len(o.QuarantinedEvents) < MaxListedQuarantined {
+				o.QuarantinedEvents = append(o.QuarantinedEvents, i.eventView(e))
+			}
 		}
 		return nil
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/outbox"
 	"github.com/oncekv/oncekv/sideeffect"
 	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
@@ -182,4 +183,44 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// The admin endpoint's outbox requeues (oncekv outbox requeue --addr):
+// the token's only; one event, refused with 409 for an event not in
+// quarantine; then every one.
+func TestHandlerRequeuesQuarantinedEvents(t *testing.T) {
+	db, x, _ := fixture(t)
+	ob := outbox.New(db)
+	for _, id := range []string{"ev-a", "ev-b", "ev-c"} {
+		_, _, err := ob.Add(ctx, outbox.Event{ID: id, Topic: "orders"})
+		require.NoError(t, err)
+	}
+	failing := outbox.PublishFunc(func(context.Context, outbox.Event) error { return errors.New("broker down") })
+	st, err := must(outbox.NewRelay(ob, &outbox.RelayConfig{Publisher: failing, MaxAttempts: 1})).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.Quarantined)
+
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
+	defer srv.Close()
+	anon := &inspect.Client{BaseURL: srv.URL}
+	_, err = anon.RequeueEvent(ctx, "ev-a")
+	require.ErrorContains(t, err, "401")
+	_, err = anon.RequeueAllEvents(ctx)
+	require.ErrorContains(t, err, "401")
+
+	admin := &inspect.Client{BaseURL: srv.URL, Token: token}
+	rq, err := admin.RequeueEvent(ctx, "ev-a")
+	require.NoError(t, err)
+	require.Equal(t, inspect.Requeued{Events: 1}, rq)
+	_, err = admin.RequeueEvent(ctx, "ev-a")
+	require.ErrorContains(t, err, "409", "pending now, not quarantined")
+	_, err = admin.RequeueEvent(ctx, "no-such-event")
+	require.ErrorContains(t, err, "409")
+	rq, err = admin.RequeueAllEvents(ctx)
+	require.NoError(t, err)
+	require.Equal(t, inspect.Requeued{Events: 2}, rq)
+	l, err := ob.Lag(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, l.Pending)
+	require.Zero(t, l.Quarantined)
 }

@@ -93,8 +93,11 @@ type Outbox struct {
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 	Published        int     `json:"published"`
 	Quarantined      int     `json:"quarantined"`
-	// QuarantinedEvents lists every quarantined event; OldestPending the
-	// oldest pending ones (at most 20), oldest first.
+	// QuarantinedEvents lists the quarantined events, the first
+	// MaxListedQuarantined of them in sequence order (Quarantined counts
+	// them all; outbox.RequeueAll, the console's "Requeue all", moves them
+	// all); OldestPending the oldest pending ones (at most 20), oldest
+	// first.
 	QuarantinedEvents []Event `json:"quarantined_events"`
 	OldestPending     []Event `json:"oldest_pending"`
 	// Corrupt counts the events, in any state, that cannot be read;
@@ -169,6 +172,12 @@ type UsageRecount struct {
 	Damaged    int    `json:"damaged_counters"`
 	Records    int64  `json:"records"`
 	Bytes      int64  `json:"bytes"`
+}
+
+// Requeued says how many quarantined outbox events an operator's requeue
+// moved back to the pending queue.
+type Requeued struct {
+	Events int `json:"events"`
 }
 
 // Dropped is a damaged record an operator dropped (kv.DroppedEntry).

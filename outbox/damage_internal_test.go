@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -194,4 +195,49 @@ func TestDropADamagedPublishedEvent(t *testing.T) {
 	problems, err = db.Check(ctx, RecordKind)
 	require.NoError(t, err)
 	require.Empty(t, problems)
+}
+
+// RequeueAll moves the quarantined events that decode and leaves a
+// damaged one where it is, for DropDamaged; its batches go on past it.
+func TestRequeueAllLeavesADamagedEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, o := withEvents(t, "a", "b", "c", "d", "e")
+	r, err := NewRelay(o, &RelayConfig{Publisher: PublishFunc(func(context.Context, Event) error { return errors.New("down") }), MaxAttempts: 1})
+	require.NoError(t, err)
+	st, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, st.Quarantined)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := quarantineNS.Bucket(tx)
+		v := append([]byte(nil), b.Get(seqKey(2))...)
+		return b.Put(seqKey(2), v[:len(v)-3])
+	}))
+	var moved, batches int
+	var after []byte
+	for {
+		var n int
+		var next []byte
+		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+			var err error
+			n, next, err = o.requeueSome(tx, after, 2) // two a transaction: the damaged one shares a batch
+			return err
+		}))
+		moved += n
+		batches++
+		if next == nil {
+			break
+		}
+		after = next
+	}
+	require.Equal(t, 4, moved)
+	require.Equal(t, 3, batches)
+	n, err := o.RequeueAll(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "the damaged one stays")
+	lag, err := o.Lag(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Lag{Pending: 4, Quarantined: 1}, lag)
+	_, err = DropDamaged(ctx, db, 2)
+	require.NoError(t, err)
 }

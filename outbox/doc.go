@@ -33,7 +33,8 @@
 // A failing event is retried with backoff, holding back the events after it
 // to keep the order; after RelayConfig.MaxAttempts it moves to quarantine,
 // where it stays — never dropped — until an operator requeues it (Requeue,
-// oncekv outbox). Published events are kept for RelayConfig.Retention (1 hour
+// or RequeueAll after a broker's outage quarantined many; oncekv outbox
+// requeue, the admin console). Published events are kept for RelayConfig.Retention (1 hour
 // by default) to dedupe late re-adds, then removed by retention.Sweep with
 // RecordKind. The WebhookPublisher posts JSON and never follows redirects: a
 // 3xx is a failed publish, not a success. A publisher's panic fails the

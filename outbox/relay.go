@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -645,23 +646,120 @@ func (o *Outbox) RequeueTx(tx kv.Tx, eventID string) error {
 		return err
 	}
 	if s == nil || in != EventQuarantined {
-		return fmt.Errorf("outbox: event %q is not quarantined", eventID)
+		return fmt.Errorf("%w (event %q)", ErrNotQuarantined, eventID)
 	}
-	q := quarantineNS.Bucket(tx)
-	ev.State, ev.Attempts, ev.NextAttempt = EventPending, 0, time.Time{}
 	pending, err := outboxNS.Create(tx)
 	if err != nil {
 		return err
 	}
-	var e record.Encoder
-	if err := pending.Put(append([]byte(nil), s...), encodeEvent(&e, o.db.Cipher(), ev)); err != nil {
-		return err
-	}
-	if err := q.Delete(s); err != nil {
+	if err := o.unquarantine(pending, quarantineNS.Bucket(tx), bytes.Clone(s), ev); err != nil {
 		return err
 	}
 	tx.OnCommit(o.notify)
 	return nil
+}
+
+// unquarantine moves ev, at key k of the quarantine bucket q, back to the
+// pending queue with a fresh attempt budget.
+func (o *Outbox) unquarantine(pending, q kv.Bucket, k []byte, ev *Event) error {
+	ev.State, ev.Attempts, ev.NextAttempt = EventPending, 0, time.Time{}
+	var e record.Encoder
+	if err := pending.Put(k, encodeEvent(&e, o.db.Cipher(), ev)); err != nil {
+		return err
+	}
+	return q.Delete(k)
+}
+
+// requeueAllBatch is how many quarantined events RequeueAll moves a
+// transaction (a quarter of kv.Traits.MaxTxOps, if less).
+const requeueAllBatch = 100
+
+// RequeueAll moves every quarantined event back to the pending queue, as
+// Requeue moves one, and returns how many it moved: what an operator does
+// after a broker's outage quarantined the events that kept failing through
+// it. It moves them in transactions of at most 100 (a quarter of the bound
+// on a store that bounds a transaction's writes, etcd), so it never holds
+// the writer for long, and wakes the relay after each. A quarantined
+// event that does not decode stays where it is (DropDamaged removes it;
+// the check names it). Should it fail part way, the events it moved stay
+// pending, and running it again moves the rest; events quarantined while
+// it runs may be moved too.
+func (o *Outbox) RequeueAll(ctx context.Context) (int, error) {
+	per := requeueAllBatch
+	if m := o.db.Traits().MaxTxOps; m > 0 {
+		per = max(1, min(per, m/4))
+	}
+	moved := 0
+	var after []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return moved, err
+		}
+		var n int
+		var next []byte
+		err := o.db.Update(ctx, func(tx kv.Tx) error {
+			var err error
+			n, next, err = o.requeueSome(tx, after, per)
+			return err
+		})
+		if err != nil {
+			return moved, err
+		}
+		moved += n
+		if next == nil {
+			return moved, nil
+		}
+		after = next
+	}
+}
+
+// requeueSome moves up to limit quarantined events after the key after
+// (nil: from the first) back to the queue, in tx. next is the last key it
+// looked at, nil when none is left.
+func (o *Outbox) requeueSome(tx kv.Tx, after []byte, limit int) (moved int, next []byte, err error) {
+	q := quarantineNS.Bucket(tx)
+	if q == nil {
+		return 0, nil, nil
+	}
+	c := q.Cursor()
+	k, v := c.First()
+	if after != nil {
+		if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
+	}
+	type move struct {
+		k  []byte
+		ev *Event
+	}
+	var moves []move
+	for seen := 0; k != nil && seen < limit; k, v = c.Next() {
+		seen++
+		next = bytes.Clone(k)
+		ev, err := decodeEvent(k, v)
+		if err != nil {
+			continue // damaged: left for DropDamaged
+		}
+		moves = append(moves, move{next, ev})
+	}
+	if k == nil {
+		next = nil
+	}
+	if len(moves) == 0 {
+		return 0, next, nil
+	}
+	pending, err := outboxNS.Create(tx)
+	if err != nil {
+		return 0, nil, err
+	}
+	// After the walk: never delete under a live cursor.
+	for _, m := range moves {
+		if err := o.unquarantine(pending, q, m.k, m.ev); err != nil {
+			return 0, nil, err
+		}
+	}
+	tx.OnCommit(o.notify)
+	return len(moves), next, nil
 }
 
 var publishedExpiry = keyspace.NewTimeIndex("outbox.published.expiry")
