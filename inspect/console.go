@@ -390,17 +390,18 @@ type intentsData struct {
 	State  string
 	States []string
 	Rows   []Intent
+	Limit  int // the most rows listed
 }
 
 func (c *console) intents(r *http.Request, v *pageData) error {
 	st := r.URL.Query().Get("state")
-	v.Intents = &intentsData{State: st, States: []string{"", "needs_attention", "unknown", "pending", "succeeded", "failed"}, Rows: []Intent{}}
+	v.Intents = &intentsData{State: st, States: []string{"", "needs_attention", "unknown", "pending", "succeeded", "failed"}, Rows: []Intent{}, Limit: consoleRows}
 	if st != "" {
 		if _, err := sideeffect.ParseState(st); err != nil {
 			return badParam("state %q: want pending, unknown, succeeded, failed or needs_attention", clip(st))
 		}
 	}
-	rows, err := v.src.Intents(r.Context(), st)
+	rows, err := v.src.Intents(r.Context(), st, consoleRows)
 	if err != nil {
 		return err
 	}
@@ -414,6 +415,9 @@ func (c *console) outboxPage(r *http.Request, v *pageData) error {
 	return err
 }
 
+// consoleRows bounds the rows of the console's intent and inbox pages.
+const consoleRows = 200
+
 type inboxData struct {
 	Consumer string
 	Rows     []InboxEntry
@@ -421,7 +425,7 @@ type inboxData struct {
 
 func (c *console) inbox(r *http.Request, v *pageData) error {
 	cons := r.URL.Query().Get("consumer")
-	rows, err := v.src.Inbox(r.Context(), cons, 200)
+	rows, err := v.src.Inbox(r.Context(), cons, consoleRows)
 	v.Inbox = &inboxData{Consumer: cons, Rows: rows}
 	return err
 }

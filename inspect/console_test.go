@@ -316,3 +316,43 @@ func TestConsoleRequeuesEveryQuarantinedEvent(t *testing.T) {
 	require.Zero(t, sum.Quarantined)
 	require.Equal(t, n, sum.Pending)
 }
+
+// A service keeps every intent it made for its retention: the listings
+// are bounded. The file's Intents takes a limit (0: all); the endpoint
+// lists 100 unless asked, 1000 at most; the console's page 200, and says
+// so.
+func TestIntentListingsAreBounded(t *testing.T) {
+	db, x, _ := fixture(t)
+	const n = 250
+	for i := range n {
+		_, _, err := x.Create(ctx, sideeffect.Spec{Kind: "charge", Subject: fmt.Sprintf("order/%d", i), Key: fmt.Sprintf("b%d", i), Purpose: "charge"})
+		require.NoError(t, err)
+	}
+	file := must(inspect.New(db))
+	all, err := file.Intents(ctx, "", 0)
+	require.NoError(t, err)
+	require.Len(t, all, n+1, "the fixture's parked intent too")
+	some, err := file.Intents(ctx, "pending", 7)
+	require.NoError(t, err)
+	require.Len(t, some, 7)
+
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
+	defer srv.Close()
+	remote := &inspect.Client{BaseURL: srv.URL}
+	got, err := remote.Intents(ctx, "", 0)
+	require.NoError(t, err)
+	require.Len(t, got, inspect.DefaultKeysLimit)
+	got, err = remote.Intents(ctx, "pending", 5000)
+	require.NoError(t, err)
+	require.Len(t, got, n, "under the largest limit")
+	got, err = remote.Intents(ctx, "needs_attention", 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+
+	code, body := page(t, &http.Client{}, srv.URL+inspect.ConsolePath+"intents")
+	require.Equal(t, 200, code)
+	require.Equal(t, 200, strings.Count(body, `<tr data-id="`))
+	require.Contains(t, body, `id="listed">The first 200`)
+	_, body = page(t, &http.Client{}, srv.URL+inspect.ConsolePath+"intents?state=needs_attention")
+	require.NotContains(t, body, `id="listed"`)
+}

@@ -62,9 +62,9 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //
 //	GET  /keys?scope=PREFIX&key=PREFIX&status=in_progress|completed&expired=1&limit=N&offset=M   (N ≤ 1000, default 100)
 //	GET  /get?scope=S&key=K&body=1          body only with the token
-//	GET  /intents?state=S                   provider text only with the token
+//	GET  /intents?state=S&limit=N           provider text only with the token (N ≤ 1000, default 100)
 //	GET  /outbox
-//	GET  /inbox?consumer=C&limit=N
+//	GET  /inbox?consumer=C&limit=N          (N ≤ 1000, default 100)
 //	GET  /stats
 //	GET  /check                             token only: a full scan
 //	POST /intents/requeue?id=ID             token only
@@ -139,7 +139,11 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 				return nil, badParam("state %q: want pending, unknown, succeeded, failed or needs_attention", clip(st))
 			}
 		}
-		return src.Intents(r.Context(), q(r, "state"))
+		n, err := limitParam(r, DefaultKeysLimit, MaxKeysLimit)
+		if err != nil {
+			return nil, err
+		}
+		return src.Intents(r.Context(), q(r, "state"), n)
 	})
 	serve("GET /outbox", func(r *http.Request, src *Inspector, _ bool) (any, error) { return src.Outbox(r.Context()) })
 	serve("GET /inbox", func(r *http.Request, src *Inspector, _ bool) (any, error) {
@@ -395,9 +399,12 @@ func (c *Client) Get(ctx context.Context, scope, key string, body bool) (Record,
 }
 
 // Intents implements Source.
-func (c *Client) Intents(ctx context.Context, state string) ([]Intent, error) {
+func (c *Client) Intents(ctx context.Context, state string, limit int) ([]Intent, error) {
 	p := url.Values{}
 	set(p, "state", state)
+	if limit > 0 {
+		p.Set("limit", strconv.Itoa(limit))
+	}
 	return fetch[[]Intent](ctx, c, http.MethodGet, "/intents", p)
 }
 

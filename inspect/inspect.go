@@ -30,7 +30,7 @@ import (
 type Source interface {
 	Keys(ctx context.Context, q KeysQuery) ([]Key, error)
 	Get(ctx context.Context, scope, key string, body bool) (Record, error)
-	Intents(ctx context.Context, state string) ([]Intent, error)
+	Intents(ctx context.Context, state string, limit int) ([]Intent, error)
 	Outbox(ctx context.Context) (Outbox, error)
 	Inbox(ctx context.Context, consumer string, limit int) ([]InboxEntry, error)
 	Stats(ctx context.Context) (Stats, error)
@@ -246,10 +246,11 @@ func redact(s string) string {
 	return "redacted"
 }
 
-// Intents lists intents, optionally in one state. An intent that cannot
-// be read is listed too, whatever the state asked for, with State
-// "corrupt" and its Error; the listing goes on past it.
-func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error) {
+// Intents lists intents, optionally in one state, at most limit of them
+// (0: all; a service keeps every intent it made for its retention). An
+// intent that cannot be read is listed too, whatever the state asked for,
+// with State "corrupt" and its Error; the listing goes on past it.
+func (i *Inspector) Intents(ctx context.Context, state string, limit int) ([]Intent, error) {
 	var st sideeffect.State
 	if state != "" {
 		var err error
@@ -266,9 +267,12 @@ func (i *Inspector) Intents(ctx context.Context, state string) ([]Intent, error)
 					v.ID, v.Error = ie.ID, ie.Err.Error()
 				}
 				out = append(out, v)
-				continue
+			} else {
+				out = append(out, i.intentView(in))
 			}
-			out = append(out, i.intentView(in))
+			if limit > 0 && len(out) >= limit {
+				return nil
+			}
 		}
 		return nil
 	})

@@ -68,7 +68,7 @@ func TestHandlerMatchesFileAndRedacts(t *testing.T) {
 
 		rec, err := remote.Get(ctx, "acme|POST /x", "k1", true)
 		require.NoError(t, err)
-		intents, err := remote.Intents(ctx, "needs_attention")
+		intents, err := remote.Intents(ctx, "needs_attention", 0)
 		require.NoError(t, err)
 		require.Len(t, intents, 1)
 		if tok != "" {

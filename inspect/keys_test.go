@@ -122,7 +122,7 @@ func TestIntentViewShowsTheNextAttemptOnlyWhenOneIsDue(t *testing.T) {
 	_, err = x.Execute(ctx, done.ID)
 	require.NoError(t, err)
 
-	views, err := must(inspect.New(db)).Intents(ctx, "")
+	views, err := must(inspect.New(db)).Intents(ctx, "", 0)
 	require.NoError(t, err)
 	byID := map[string]inspect.Intent{}
 	for _, v := range views {

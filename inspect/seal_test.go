@@ -170,7 +170,7 @@ func TestEverySealedKind(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "encrypted (key id 1)", got.Body)
 	require.Equal(t, "encrypted", got.BodyEncoding)
-	intents, err := ins.Intents(ctx, "")
+	intents, err := ins.Intents(ctx, "", 0)
 	require.NoError(t, err)
 	require.Len(t, intents, 2)
 	for _, in := range intents {
@@ -300,7 +300,7 @@ func TestRekeyEveryKind(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, secret, got.Body)
 	require.Equal(t, "key id 2", got.Encrypted)
-	intents, err := ins.Intents(ctx, "")
+	intents, err := ins.Intents(ctx, "", 0)
 	require.NoError(t, err)
 	for _, in := range intents {
 		require.Equal(t, secret, in.Payload)

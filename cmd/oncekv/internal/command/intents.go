@@ -12,6 +12,7 @@ import (
 
 func newIntents(o *options) *cobra.Command {
 	var state string
+	var limit int
 	c := &cobra.Command{
 		Use:   "intents",
 		Short: "List side-effect intents; requeue or resolve the ones that need attention",
@@ -35,8 +36,11 @@ endpoint (--addr with --token).`,
 			default:
 				return usagef("--state must be pending, unknown, succeeded, failed or needs_attention, not %q", state)
 			}
+			if limit < 0 {
+				return usagef("--limit must be 0 (all) or more, not %d", limit)
+			}
 			list, err := query(o, func(src inspect.Source) ([]inspect.Intent, error) {
-				return src.Intents(cmd.Context(), state)
+				return src.Intents(cmd.Context(), state, limit)
 			})
 			if err != nil {
 				return err
@@ -59,6 +63,7 @@ endpoint (--addr with --token).`,
 		},
 	}
 	c.Flags().StringVar(&state, "state", "", "only intents in `STATE`")
+	c.Flags().IntVar(&limit, "limit", 0, "at most `N` (0: all from a file; an admin endpoint lists 100 unless asked, 1000 at most)")
 	addrFlag(c, o)
 	c.AddCommand(newIntentsRequeue(o), newIntentsResolve(o))
 	return c
