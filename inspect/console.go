@@ -280,7 +280,8 @@ type lastSweep struct {
 type overviewData struct {
 	Attention int
 	Counts    []countRow
-	Tenants   []TenantUsage
+	Tenants   []TenantUsage // the largest consoleTenants by records
+	More      int           // tenants with records beyond them
 	Outbox    Outbox
 	Sweep     *lastSweep
 	Backend   string
@@ -301,6 +302,12 @@ func (c *console) overview(r *http.Request, v *pageData) error {
 	}
 	o := &overviewData{Attention: st.Counts["intent.needs_attention"], Tenants: st.Tenants, Outbox: ob, Backend: st.Backend, Format: st.FormatVersion,
 		WriterHeld: st.WriterHeldSeconds, WriterQueued: st.WriterQueued}
+	// A service of many tenants: the page shows the largest, by records.
+	sort.SliceStable(o.Tenants, func(i, j int) bool { return o.Tenants[i].Records > o.Tenants[j].Records })
+	if len(o.Tenants) > consoleTenants {
+		o.More = len(o.Tenants) - consoleTenants
+		o.Tenants = o.Tenants[:consoleTenants]
+	}
 	for n, k := range st.Counts {
 		o.Counts = append(o.Counts, countRow{n, k})
 	}
@@ -415,8 +422,12 @@ func (c *console) outboxPage(r *http.Request, v *pageData) error {
 	return err
 }
 
-// consoleRows bounds the rows of the console's intent and inbox pages.
-const consoleRows = 200
+// consoleRows bounds the rows of the console's intent and inbox pages;
+// consoleTenants the tenants on its overview.
+const (
+	consoleRows    = 200
+	consoleTenants = 50
+)
 
 type inboxData struct {
 	Consumer string

@@ -356,3 +356,32 @@ func TestIntentListingsAreBounded(t *testing.T) {
 	_, body = page(t, &http.Client{}, srv.URL+inspect.ConsolePath+"intents?state=needs_attention")
 	require.NotContains(t, body, `id="listed"`)
 }
+
+// The overview shows the tenants with the most records, fifty of them,
+// and how many more there are: a service of thousands of tenants made it
+// a page of thousands of rows.
+func TestOverviewShowsTheLargestTenants(t *testing.T) {
+	db, x, _ := fixture(t)
+	l := must(ledger.New(db, nil))
+	const tenants = 60
+	for i := range tenants {
+		for k := range 1 + i%3 {
+			_, err := l.Do(ctx, ledger.Request{Scope: fmt.Sprintf("t%02d|POST /x", i), Key: fmt.Sprint("k", k), Fingerprint: ledger.Fingerprint{1}},
+				func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+			require.NoError(t, err)
+		}
+	}
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, Executor: x})))
+	defer srv.Close()
+	code, body := page(t, &http.Client{}, srv.URL+inspect.ConsolePath)
+	require.Equal(t, 200, code)
+	table := between(body, `<table id="tenants">`, `</table>`)
+	require.Equal(t, 50, strings.Count(table, "<tr><td><a "))
+	require.Contains(t, body, "11 more", "60 tenants and the fixture's acme, 50 shown")
+	for i := 2; i < tenants; i += 3 { // the twenty tenants with three records each
+		require.Contains(t, table, fmt.Sprintf(">t%02d<", i))
+	}
+	st, err := must(inspect.New(db)).Stats(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Tenants, tenants+1, "Stats keeps every tenant")
+}
