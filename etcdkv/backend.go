@@ -401,9 +401,10 @@ func (e *TxTooLargeError) Error() string {
 		e.Writes, e.Compares, e.MaxOps, e.Bytes, e.MaxBytes)
 }
 
-// Is makes errors.Is(err, kv.ErrTxTooLarge)-style checks possible through
-// ErrTxTooLarge.
+// Is makes errors.Is(err, ErrTxTooLarge) true of every *TxTooLargeError.
 func (e *TxTooLargeError) Is(target error) bool { return target == ErrTxTooLarge }
 
-// ErrTxTooLarge matches every *TxTooLargeError.
-var ErrTxTooLarge = errors.New("etcdkv: transaction too large")
+// ErrTxTooLarge matches every *TxTooLargeError. It is the port's
+// kv.ErrTxTooLarge, so that code written against kv (idemhttp's answers,
+// say) can tell it apart.
+var ErrTxTooLarge = kv.ErrTxTooLarge

@@ -206,7 +206,7 @@ func TestTxTooLargeIsTyped(t *testing.T) {
 			return fn(bk)
 		})
 		var tl *etcdkv.TxTooLargeError
-		if !errors.As(err, &tl) || !errors.Is(err, etcdkv.ErrTxTooLarge) {
+		if !errors.As(err, &tl) || !errors.Is(err, etcdkv.ErrTxTooLarge) || !errors.Is(err, kv.ErrTxTooLarge) {
 			t.Fatalf("%s: got %v, want *TxTooLargeError", name, err)
 		}
 		if err := b.View(ctx, func(tx kv.Tx) error {

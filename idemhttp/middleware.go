@@ -385,6 +385,14 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom
 		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
 			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
 		return EventNotStored, http.StatusInternalServerError
+	case errors.Is(err, kv.ErrTxTooLarge):
+		// The handler's writes and the stored answer do not fit in one
+		// transaction of the store (etcd's 1.5 MiB and 128 operations).
+		// Nothing was stored, and a retry fails the same way.
+		m.log.Error("idempotent request's transaction too large for the store", "error", err)
+		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Too large to store", Status: http.StatusInternalServerError,
+			Detail: "the request's writes and its answer do not fit in one transaction of the store; nothing was stored, and a retry fails the same way"}, 0)
+		return EventNotStored, http.StatusInternalServerError
 	}
 	m.log.Error("idempotent request failed", "error", err)
 	WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)

@@ -99,6 +99,13 @@ var (
 	// itself raised in the call that led the batch.
 	ErrCommitUnknown = errors.New("kv: commit outcome unknown")
 
+	// ErrTxTooLarge is wrapped by the error of a backend that bounds a
+	// transaction (etcd: 128 operations, 1.5 MiB a request) when a
+	// transaction exceeds the bound. Nothing was written, and running it
+	// again fails the same way: split the work, or store less (a stored
+	// response of several megabytes, say). bbolt has no such bound.
+	ErrTxTooLarge = errors.New("kv: transaction too large for the backend")
+
 	// ErrNotDamaged is returned when an operator asks to drop a record
 	// (DroppedEntry) that is intact and decodes: a readable record leaves
 	// with the retention sweep, never by hand.
