@@ -3,12 +3,14 @@ package sideeffect_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -162,4 +164,45 @@ func TestUnknownKindDoesNotFailItsBatch(t *testing.T) {
 	require.ErrorIs(t, err, sideeffect.ErrUnknownKind)
 	require.NoError(t, <-other)
 	require.EqualValues(t, 1, runs.Load(), "the other call ran again")
+}
+
+// Intents that fail a pass the same way are logged in one line, with
+// their number and the first one's ID: a deploy that dropped a handler
+// strands every intent of its kind, and a line for each at every
+// PollInterval buried the rest of the log. A lone failure keeps its own
+// line, its ID in it.
+func TestLikeFailuresAreLoggedOnce(t *testing.T) {
+	t.Parallel()
+	x, b := setup(t, providertest.New(providertest.Rates{}, 1)) // handlers: charge only
+	both := refundsToo(t, x)
+	const orphans = 50
+	for i := range orphans {
+		s := spec("r" + strconv.Itoa(i))
+		s.Kind, s.Purpose = "refund", "refund"
+		_, _, err := both.Create(ctx, s)
+		require.NoError(t, err)
+	}
+	logger, logs := testlog.New()
+	cfg := x.Config()
+	cfg.Logger = logger
+	quiet, err := sideeffect.New(x.DB(), &cfg)
+	require.NoError(t, err)
+	b.clock.Advance(time.Minute)
+	st, err := quiet.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, orphans, st.Errors)
+	out := logs.String()
+	require.Equal(t, 1, strings.Count(out, `msg="reconcile intents" intents=50 first_id=`), out)
+	require.Contains(t, out, `no handler for intent kind: \"refund\" (intent ID)`)
+	require.Equal(t, 1, strings.Count(out, "\n"), "one line for the fifty: %s", out)
+
+	s := spec("r-last")
+	s.Kind, s.Purpose = "refund", "refund"
+	lone, _, err := both.Create(ctx, s)
+	require.NoError(t, err)
+	b.clock.Advance(time.Second) // within the others' hold, past its grace
+	b.clock.Advance(15 * time.Second)
+	_, err = quiet.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Contains(t, logs.String(), `msg="reconcile intent" id=`+lone.ID)
 }

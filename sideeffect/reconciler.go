@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,10 +87,12 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	}
 
 	var (
-		mu    sync.Mutex
-		stats = RunStats{Examined: len(ids), Held: passed}
-		wg    sync.WaitGroup
-		work  = make(chan string)
+		mu     sync.Mutex
+		stats  = RunStats{Examined: len(ids), Held: passed}
+		wg     sync.WaitGroup
+		work   = make(chan string)
+		failed = map[string][]failure{} // error text, the intent's ID taken out → the intents it failed
+		order  []string                 // those texts, first met first
 	)
 	for range min(x.cfg.Concurrency, len(ids)) {
 		wg.Go(func() {
@@ -102,7 +105,11 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 				case err != nil:
 					stats.Errors++
 					x.held.hold(id, x.db.Clock().Now().Add(x.cfg.PollInterval))
-					x.cfg.Logger.Warn("reconcile intent", "id", id, "error", err, "again_in", x.cfg.PollInterval)
+					text := strings.ReplaceAll(err.Error(), id, "ID")
+					if _, seen := failed[text]; !seen {
+						order = append(order, text)
+					}
+					failed[text] = append(failed[text], failure{id, err})
 				case in.State == StateSucceeded:
 					stats.Succeeded++
 				case in.State == StateFailed:
@@ -124,7 +131,23 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	}
 	close(work)
 	wg.Wait()
+	// One line per distinct failure, not per intent: a deploy that dropped
+	// a handler strands every intent of its kind, and each fails the same
+	// way at every PollInterval.
+	for _, text := range order {
+		if fs := failed[text]; len(fs) == 1 {
+			x.cfg.Logger.Warn("reconcile intent", "id", fs[0].id, "error", fs[0].err, "again_in", x.cfg.PollInterval)
+		} else {
+			x.cfg.Logger.Warn("reconcile intents", "intents", len(fs), "first_id", fs[0].id, "error", text, "again_in", x.cfg.PollInterval)
+		}
+	}
 	return stats, ctx.Err()
+}
+
+// failure is an intent a pass could not reconcile, and why.
+type failure struct {
+	id  string
+	err error
 }
 
 // holds are intents the reconciler leaves alone until a time.
