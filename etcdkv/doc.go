@@ -71,11 +71,12 @@
 // With several writers the ledger keeps its records under their keys (no
 // in-memory directory, which one process cannot keep for all), takes over
 // another replica's claim only after its lease, and its waiters follow the
-// record with a watch; the outbox numbers events at random and its relay
-// orders them by the revision that created them (one shared counter would
-// be a key every writer conflicts on), which takes a read of the whole
-// queue: once a pass, and not again while the queue's head waits out its
-// backoff; a tenant's usage is kept in
+// record with a watch; the outbox numbers events under a random prefix per
+// process (one shared counter would be a key every writer conflicts on)
+// and its relay orders them by the revision that created them, the events
+// of one commit in the order they were added, which takes a read of the
+// whole queue: once a pass, and not again while the queue's head waits out
+// its backoff; a tenant's usage is kept in
 // counters spread by key, for the same reason.
 //
 // # Cost

@@ -18,7 +18,7 @@ import (
 )
 
 // severalWriters presents a bbolt file as a store with several writers
-// (etcd's traits: random sequences, the queue ordered by commit revision,
+// (etcd's traits: sequences under a prefix per process, the queue ordered by commit revision,
 // read whole to find its head), and counts the entries its cursors visit.
 type severalWriters struct {
 	kv.Backend

@@ -221,3 +221,38 @@ func TestDefaultBatchDrainsABacklog(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, st.Published, "nothing published twice")
 }
+
+// Events added in one transaction are published in the order they were
+// added: on etcd they share the revision of their commit, and were
+// published in the order of their random sequence numbers, so an
+// "order.paid" could reach consumers before the "order.created" added
+// before it in the same transaction.
+func TestEventsOfOneTransactionKeepTheirOrder(t *testing.T) {
+	o, db, _ := setupOutbox(t)
+	const txs, per = 20, 3
+	var want []string
+	for i := range txs {
+		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+			for j := range per {
+				if _, _, err := o.AddTx(tx, ev(fmt.Sprintf("tx%02d-ev%d", i, j))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		for j := range per {
+			want = append(want, fmt.Sprintf("tx%02d-ev%d", i, j))
+		}
+	}
+	pub := &batches{ack: -1}
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: 7})
+	require.NoError(t, err)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, txs*per, st.Published)
+	var got []string
+	for _, e := range pub.seen {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, want, got)
+}

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
@@ -252,22 +253,74 @@ func decodeEvent(k, v []byte) (*Event, error) {
 
 // Outbox stores events in the caller's transactions and feeds them to a
 // Relay. Create one per database; handles made by several calls of New
-// over one database share its relay's wake-up.
+// over one database share its relay's wake-up and its numbering.
 type Outbox struct {
-	db   *kv.DB
-	wake chan struct{}
+	db     *kv.DB
+	shared *shared
 }
 
-// wakeKey attaches the relay's wake-up to its database (kv.DB.Attachment).
-type wakeKey struct{}
+// shared is the state every handle over one database shares
+// (kv.DB.Attachment): the relay's wake-up, and the numbering of events on
+// a store with several writers.
+type shared struct {
+	wake chan struct{}
+	seqs seqs
+}
+
+// sharedKey attaches shared to its database.
+type sharedKey struct{}
 
 // New returns the outbox of db. Every handle over db wakes its relay: an
 // event added, or requeued, through any of them (a handler's own handle,
 // the admin console's) is published at once, not at the relay's next
 // poll.
 func New(db *kv.DB) *Outbox {
-	wake := db.Attachment(wakeKey{}, func() any { return make(chan struct{}, 1) }).(chan struct{})
-	return &Outbox{db: db, wake: wake}
+	s := db.Attachment(sharedKey{}, func() any { return &shared{wake: make(chan struct{}, 1)} }).(*shared)
+	return &Outbox{db: db, shared: s}
+}
+
+// seqs numbers the events a process adds to a store with several writers
+// (etcd): a random prefix of 31 bits, drawn once and again when the
+// counter wraps or a number is taken, above a 32-bit counter. A shared
+// counter would be a key every producer conflicts on; numbers drawn at
+// random for each event put the events of one transaction, which share
+// the revision the relay orders by, in a random order. These follow the
+// order in which the process added them.
+type seqs struct {
+	mu     sync.Mutex
+	prefix uint64 // 0: not drawn yet
+	n      uint32
+}
+
+// next returns the next number.
+func (s *seqs) next() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if s.prefix == 0 || s.n == 0 {
+		s.draw()
+	}
+	return s.prefix<<32 | uint64(s.n)
+}
+
+// renew draws a new prefix: a number of this one was taken (another
+// process drew the same prefix).
+func (s *seqs) renew() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draw()
+}
+
+// draw takes a new prefix, never 0 nor the one before, and starts its
+// counter.
+func (s *seqs) draw() {
+	old := s.prefix
+	for s.prefix == 0 || s.prefix == old {
+		var r [4]byte
+		_, _ = rand.Read(r[:])
+		s.prefix = uint64(binary.BigEndian.Uint32(r[:]) >> 1)
+	}
+	s.n = 1
 }
 
 // DB returns the outbox's database.
@@ -275,7 +328,7 @@ func (o *Outbox) DB() *kv.DB { return o.db }
 
 func (o *Outbox) notify() {
 	select {
-	case o.wake <- struct{}{}:
+	case o.shared.wake <- struct{}{}:
 	default:
 	}
 }
@@ -327,18 +380,16 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 }
 
 // nextSeq numbers a new event. bbolt has one writer at a time, so the
-// bucket's sequence follows commit order. With several writers a shared
-// counter would be a hot key every producer conflicts on: the event gets a
-// random number instead, and the relay orders by the store's commit
-// revision (revisioned).
+// bucket's sequence follows commit order. With several writers the relay
+// orders by the store's commit revision (revisioned), and the events of
+// one commit by their numbers, which seqs gives in the order they were
+// added.
 func (o *Outbox) nextSeq(tx kv.Tx, b kv.Bucket) (uint64, error) {
 	if o.db.Traits().SingleWriter {
 		return b.NextSequence()
 	}
 	for {
-		var r [8]byte
-		_, _ = rand.Read(r[:])
-		seq := binary.BigEndian.Uint64(r[:]) >> 1
+		seq := o.shared.seqs.next()
 		k := seqKey(seq)
 		taken := false
 		for _, ns := range []keyspace.Namespace{outboxNS, publishedNS, quarantineNS} {
@@ -346,9 +397,10 @@ func (o *Outbox) nextSeq(tx kv.Tx, b kv.Bucket) (uint64, error) {
 				taken = true
 			}
 		}
-		if seq != 0 && !taken {
+		if !taken {
 			return seq, nil
 		}
+		o.shared.seqs.renew()
 	}
 }
 
@@ -501,7 +553,8 @@ func (o *Outbox) LagTx(tx kv.Tx) (Lag, error) {
 			return l, err
 		}
 		// The oldest by its time, not the first in key order: with several
-		// writers (etcd) sequences are random, and the first was any event.
+		// writers (etcd) sequences start from a random prefix per process,
+		// and the first was any process's event.
 		l.OldestAge = max(l.OldestAge, now.Sub(ev.CreatedAt))
 		l.Pending++
 	}

@@ -620,7 +620,7 @@ func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
 // later: the process, which would meet the same events after a restart,
 // goes on.
 func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
-	return loop.Run(ctx, r.o.wake, func(ctx context.Context) (PassStats, time.Duration, error) {
+	return loop.Run(ctx, r.o.shared.wake, func(ctx context.Context) (PassStats, time.Duration, error) {
 		st, err := r.RunOnce(ctx)
 		wait := r.cfg.PollInterval
 		if st.Wait > 0 {
