@@ -21,7 +21,11 @@
 // attempts on it runs alone within its process, so a transaction that
 // keeps losing to its neighbours wins eventually. The function must
 // therefore have no effect outside the transaction, which is what
-// kv.Backend asks of every backend.
+// kv.Backend asks of every backend. A read-only transaction (View) whose
+// read fails in a way worth another attempt (a leader change; its
+// revision compacted away under a long scan) runs its function again in a
+// fresh transaction: a View function must start afresh too, keeping
+// nothing a first run gathered (kvtest.RetriedViews tests that).
 //
 // # Prefixes
 //

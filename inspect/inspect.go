@@ -122,6 +122,7 @@ func (i *Inspector) Keys(ctx context.Context, q KeysQuery) ([]Key, error) {
 	}
 	out := []Key{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
+		out = out[:0] // a read run again (etcd) starts afresh
 		now := i.db.Clock().Now()
 		skip := q.Offset
 		for r, err := range i.l.Records(tx, opts) {
@@ -260,6 +261,7 @@ func (i *Inspector) Intents(ctx context.Context, state string, limit int) ([]Int
 	}
 	out := []Intent{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
+		out = out[:0] // a read run again (etcd) starts afresh
 		for in, err := range sideeffect.Intents(tx, st) {
 			if err != nil {
 				v := Intent{State: "corrupt", Error: err.Error()}
@@ -312,6 +314,8 @@ func (i *Inspector) Outbox(ctx context.Context) (Outbox, error) {
 		o.CorruptEvents = append(o.CorruptEvents, v)
 	}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
+		// A read run again (etcd) starts afresh.
+		o = Outbox{QuarantinedEvents: []Event{}, OldestPending: []Event{}, CorruptEvents: []Event{}}
 		now := i.db.Clock().Now()
 		var firstPending []*outbox.Event // views are made for these alone
 		for e, err := range outbox.Events(tx, outbox.EventPending) {
@@ -372,6 +376,7 @@ func oldest(list []*outbox.Event, e *outbox.Event, n int) []*outbox.Event {
 func (i *Inspector) Inbox(ctx context.Context, consumer string, limit int) ([]InboxEntry, error) {
 	out := []InboxEntry{}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
+		out = out[:0] // a read run again (etcd) starts afresh
 		now := i.db.Clock().Now()
 		for e, err := range inbox.Entries(tx, consumer) {
 			if err != nil {
@@ -407,6 +412,8 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 		st.FreePages, st.PendingPages, st.FreeBytes = ds.FreePageN, ds.PendingPageN, ds.FreeAlloc
 	}
 	err := i.db.View(ctx, func(tx kv.Tx) error {
+		// A read run again (etcd) starts afresh.
+		st.Counts, st.Buckets, st.Tenants = map[string]int{}, []Bucket{}, []TenantUsage{}
 		var err error
 		if st.FormatVersion, err = keyspace.StoredFormat(tx); err != nil {
 			return err

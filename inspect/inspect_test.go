@@ -32,7 +32,15 @@ func fixture(t *testing.T) (*kv.DB, *sideeffect.Executor, string) {
 	db, err := kv.Open(filepath.Join(t.TempDir(), "i.db"), &kv.Options{NoSync: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
+	x, id := fixtureOn(t, db)
+	return db, x, id
+}
+
+// fixtureOn writes fixture's records into db.
+func fixtureOn(t *testing.T, db *kv.DB) (*sideeffect.Executor, string) {
+	t.Helper()
 	l, _ := ledger.New(db, nil)
+	var err error
 	_, err = l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "k1", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
 		return ledger.Response{Status: 201, Body: []byte("secret body")}, nil
 	})
@@ -46,7 +54,7 @@ func fixture(t *testing.T) (*kv.DB, *sideeffect.Executor, string) {
 	_, err = x.Execute(ctx, in.ID)
 	require.NoError(t, err)
 	fake.Script = nil
-	return db, x, in.ID
+	return x, in.ID
 }
 
 // The admin handler answers the same queries as the file; without the token

@@ -15,6 +15,11 @@ type Backend interface {
 	// optimistic conflict: fn must have no effect outside the transaction.
 	Update(ctx context.Context, fn func(Tx) error) error
 	// View runs fn in a read-only transaction over one consistent snapshot.
+	// A backend without a single writer may run fn more than once, after a
+	// read that failed in a way worth another attempt (etcd: a leader
+	// change, the read revision compacted away): fn must start afresh each
+	// time, keeping nothing a first run gathered (kvtest.RetriedViews runs
+	// every View twice, to test that).
 	View(ctx context.Context, fn func(Tx) error) error
 	// Traits describes what the layers above may rely on.
 	Traits() Traits

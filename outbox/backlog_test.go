@@ -333,3 +333,35 @@ func TestRequeueAllAfterAnOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, moved)
 }
+
+// On a backend that runs a read again after a failed attempt (etcd), a
+// pass publishes each event once: the batch, and the whole queue read
+// with several writers, gathered into what the first run had left, and
+// the events it held went out twice.
+func TestARetriedReadPublishesEachOnce(t *testing.T) {
+	for _, several := range []bool{false, true} {
+		t.Run(fmt.Sprintf("several=%v", several), func(t *testing.T) {
+			kvtest.RequireLocal(t, "wraps a bbolt file")
+			var b kv.Backend = kvtest.Open(t, &kv.Options{NoSync: true}, outbox.RecordKind)
+			if several {
+				b = &severalWriters{Backend: b}
+			}
+			db, err := kv.New(kvtest.RetriedViews(b), nil)
+			require.NoError(t, err)
+			o := outbox.New(db)
+			addEvents(t, o, 30)
+			pub := &batches{ack: -1}
+			relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: 7})
+			require.NoError(t, err)
+			st, err := relay.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 30, st.Published)
+			seen := map[string]int{}
+			for _, e := range pub.seen {
+				seen[e.ID]++
+			}
+			require.Len(t, seen, 30)
+			require.Len(t, pub.seen, 30, "each once")
+		})
+	}
+}

@@ -417,6 +417,7 @@ func (q *backlog) done(n int) {
 // queue reads the whole pending queue in commit order (see backlog).
 func (r *Relay) queue() (queue []Event, damaged int, err error) {
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
+		queue, damaged = queue[:0], 0 // a read run again (etcd) starts afresh
 		for ev, err := range pendingInOrder(tx, false) {
 			switch {
 			case errors.Is(err, kv.ErrCorrupt):
@@ -436,6 +437,7 @@ func (r *Relay) queue() (queue []Event, damaged int, err error) {
 // wait until it is.
 func (r *Relay) due(size int) (batch []Event, wait time.Duration, damaged int, err error) {
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
+		batch, wait, damaged = batch[:0], 0, 0 // a read run again (etcd) starts afresh
 		now := r.o.db.Clock().Now()
 		for ev, err := range pendingInOrder(tx, r.o.db.Traits().SingleWriter) {
 			switch {

@@ -206,3 +206,29 @@ func TestLikeFailuresAreLoggedOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, logs.String(), `msg="reconcile intent" id=`+lone.ID)
 }
+
+// On a backend that runs a read again after a failed attempt (etcd), a
+// pass examines each due intent once: it gathered the due intents into
+// what the first run had found, and set each to two of its workers.
+func TestARetriedReadExaminesEachIntentOnce(t *testing.T) {
+	t.Parallel()
+	kvtest.RequireLocal(t, "wraps a bbolt file")
+	clock := kvtest.NewManualClock(t0)
+	file := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock})
+	db, err := kv.New(kvtest.RetriedViews(file), &kv.Options{Clock: clock})
+	require.NoError(t, err)
+	fake := providertest.New(providertest.Rates{}, 1)
+	x, err := sideeffect.New(db, ptr(config(fake, &completions{})))
+	require.NoError(t, err)
+	const n = 5
+	for i := range n {
+		_, _, err := x.Create(ctx, spec(strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+	clock.Advance(time.Minute) // past their grace
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, st.Examined)
+	require.Equal(t, n, st.Succeeded)
+	require.Len(t, fake.Log(), 2*n, "a status query and a charge each")
+}

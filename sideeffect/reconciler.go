@@ -48,6 +48,7 @@ func (x *Executor) RunOnce(ctx context.Context) (RunStats, error) {
 	held := x.held.until(now)
 	passed := 0
 	err := x.db.View(ctx, func(tx kv.Tx) error {
+		ids, passed = ids[:0], 0 // a read run again (etcd) starts afresh
 		seen := map[string]bool{}
 		var after []byte
 		for len(ids) < maxPerPass {

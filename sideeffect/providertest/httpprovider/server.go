@@ -186,6 +186,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 func (s *Server) All(ctx context.Context) ([]Charge, error) {
 	out := []Charge{}
 	err := s.db.View(ctx, func(tx kv.Tx) error {
+		out = out[:0] // a read run again (etcd) starts afresh
 		b := tx.Bucket(chargesBucket)
 		if b == nil {
 			return nil
