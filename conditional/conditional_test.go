@@ -50,6 +50,7 @@ func checkTable(t *testing.T, db *kv.DB, tbl *conditional.Table[Order]) {
 func count(t *testing.T, db *kv.DB, tbl *conditional.Table[Order]) int {
 	n := 0
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		n = 0 // a read run again (etcd) starts afresh
 		for _, err := range tbl.All(tx) {
 			require.NoError(t, err)
 			n++

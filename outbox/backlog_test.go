@@ -365,3 +365,35 @@ func TestARetriedReadPublishesEachOnce(t *testing.T) {
 		})
 	}
 }
+
+// A failed attempt is counted once when the transaction that records it
+// runs again (a conflict on etcd): it counted again from the first run's
+// count, and an event met quarantine in half its attempts.
+func TestAFailedAttemptIsCountedOnceWhenItsWriteRunsAgain(t *testing.T) {
+	kvtest.RequireLocal(t, "wraps a bbolt file")
+	clock := kvtest.NewManualClock(t0)
+	file := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, outbox.RecordKind)
+	db, err := kv.New(kvtest.RetriedTxs(file), &kv.Options{Clock: clock})
+	require.NoError(t, err)
+	o := outbox.New(db)
+	addEvents(t, o, 1)
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{MaxAttempts: 3, Backoff: outbox.Backoff{Base: time.Minute, Cap: time.Minute},
+		Publisher: outbox.PublishFunc(func(context.Context, outbox.Event) error { return errors.New("broker down") })})
+	require.NoError(t, err)
+	for attempt := 1; attempt <= 2; attempt++ {
+		st, err := relay.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, outbox.PassStats{Failed: 1, Wait: st.Wait}, st, "attempt %d", attempt)
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			for e, err := range outbox.Events(tx, outbox.EventPending) {
+				require.NoError(t, err)
+				require.Equal(t, attempt, e.Attempts)
+			}
+			return nil
+		}))
+		clock.Advance(2 * time.Minute)
+	}
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Quarantined, "at the third attempt, not before")
+}

@@ -292,8 +292,9 @@ func (e *mEvent) String() string { return fmt.Sprintf("%s#%d", e.id, e.seq) }
 // the model.
 func (m *outboxModel) compare(t *testing.T, at string, db *kv.DB, o *outbox.Outbox, now time.Time) {
 	t.Helper()
-	seen := map[string]bool{}
+	var seen map[string]bool
 	err := db.View(context.Background(), func(tx kv.Tx) error {
+		seen = map[string]bool{} // a read run again (etcd) starts afresh
 		for _, st := range []outbox.EventState{outbox.EventPending, outbox.EventPublished, outbox.EventQuarantined} {
 			for ev, err := range outbox.Events(tx, st) {
 				if err != nil {

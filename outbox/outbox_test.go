@@ -40,6 +40,7 @@ func ev(id string) outbox.Event {
 func pending(t *testing.T, db *kv.DB) []string {
 	var ids []string
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		ids = nil // a read run again (etcd) starts afresh
 		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			require.NoError(t, err)
 			ids = append(ids, e.ID)

@@ -572,10 +572,13 @@ func (r *Relay) markChunk(ctx context.Context, events []Event) error {
 
 // fail records a failed attempt of ev; after MaxAttempts the event moves to
 // quarantine. It reports whether it was quarantined.
-func (r *Relay) fail(ctx context.Context, ev Event, cause error) (bool, error) {
+func (r *Relay) fail(ctx context.Context, failed Event, cause error) (bool, error) {
 	quarantined := false
+	var ev Event
 	err := r.o.db.Batch(ctx, func(tx kv.Tx) error {
-		quarantined = false
+		// From the event as it failed at each run: a run again (a group
+		// commit's, etcd's after a conflict) counts the attempt once.
+		quarantined, ev = false, failed
 		pending, err := outboxNS.Create(tx)
 		if err != nil {
 			return err

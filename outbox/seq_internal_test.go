@@ -36,6 +36,7 @@ func TestSeqsFollowTheOrderOfAdding(t *testing.T) {
 // reused: the outbox draws a new prefix and goes on.
 func TestATakenNumberDrawsANewPrefix(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireLocal(t, "presents a bbolt file as a store of several writers")
 	ctx := context.Background()
 	file := kvtest.Open(t, nil)
 	db, err := kv.New(severalWriters{file}, nil)
