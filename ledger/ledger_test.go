@@ -683,6 +683,7 @@ func TestRecordsIteration(t *testing.T) {
 	collect := func(o ledger.ListOptions) []string {
 		var out []string
 		require.NoError(t, bb.db.View(ctx, func(tx kv.Tx) error {
+			out = nil // a read run again (etcd) starts afresh
 			for r, err := range l.Records(tx, o) {
 				require.NoError(t, err)
 				out = append(out, r.Scope+"/"+r.Key)

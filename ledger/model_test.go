@@ -441,10 +441,12 @@ func sameResponse(a, b ledger.Response) bool {
 // model.
 func compareLedger(t *testing.T, at string, db *kv.DB, l *ledger.Ledger, m *ledgerModel, incarnations []uuid.UUID) {
 	t.Helper()
-	stored := map[string]*ledger.Record{}
+	var stored map[string]*ledger.Record
 	var counts map[string]int
-	bytesOf := map[string]int64{}
+	var bytesOf map[string]int64
 	err := db.View(ctx, func(tx kv.Tx) error {
+		// A read run again (etcd) starts afresh.
+		stored, bytesOf = map[string]*ledger.Record{}, map[string]int64{}
 		for r, err := range l.Records(tx, ledger.ListOptions{IncludeExpired: true, WithBody: true}) {
 			if err != nil {
 				return err

@@ -42,8 +42,9 @@ func TestUsageIsShardedAndExact(t *testing.T) {
 		do("acme|POST /x", fmt.Sprintf("k-%d", i))
 	}
 	do("acmecorp|POST /x", "k-0") // a tenant whose name extends another's
-	counters := map[string]int{}
+	var counters map[string]int
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		counters = map[string]int{} // a read run again (etcd) starts afresh
 		c := keyspace.Raw(tx).Bucket(usageNS.Bytes()).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			if k[0] != 0 {
@@ -123,6 +124,7 @@ func TestUsageOneCounterWithOneWriter(t *testing.T) {
 	}
 	keys := func() (n int) {
 		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			n = 0 // a read run again (etcd) starts afresh
 			c := keyspace.Raw(tx).Bucket(usageNS.Bytes()).Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				if k[0] != 0 {
@@ -338,6 +340,7 @@ func TestAScopeWithoutATenant(t *testing.T) {
 			require.NoError(t, err)
 			usageKeys := func() (keys []string) {
 				require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+					keys = nil // a read run again (etcd) starts afresh
 					c := keyspace.Raw(tx).Bucket(usageNS.Bytes()).Cursor()
 					for k, _ := c.First(); k != nil; k, _ = c.Next() {
 						keys = append(keys, string(k))

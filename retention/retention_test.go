@@ -186,6 +186,7 @@ func TestEveryKindExpiresExactlyAtItsRetention(t *testing.T) {
 			_ = added
 			var n int
 			require.NoError(t, w.db.View(ctx, func(tx kv.Tx) error {
+				n = 0 // a read run again (etcd) starts afresh
 				for e, err := range outbox.Events(tx, outbox.EventPublished) {
 					require.NoError(t, err)
 					if e.ID == "published" {
@@ -289,6 +290,7 @@ func TestBatchesDryRunAndCancel(t *testing.T) {
 	require.Equal(t, old, dry.Deleted(), "the sum over kinds")
 	n := 0
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		n = 0 // a read run again (etcd) starts afresh
 		for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
 			n++
 		}
