@@ -285,7 +285,9 @@ func New(db *kv.DB) *Outbox {
 // counter would be a key every producer conflicts on; numbers drawn at
 // random for each event put the events of one transaction, which share
 // the revision the relay orders by, in a random order. These follow the
-// order in which the process added them.
+// order in which the process added them, except across a new prefix
+// (once in 2^32 events, or when another process drew the same one),
+// which falls anywhere.
 type seqs struct {
 	mu     sync.Mutex
 	prefix uint64 // 0: not drawn yet
