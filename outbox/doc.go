@@ -23,8 +23,14 @@
 //
 // Events get a sequence number from the outbox bucket; bbolt has one writer,
 // so sequence order is commit order, and the relay publishes in that order.
-// The relay is woken by the commit of new events and polls only as a
-// fallback (RelayConfig.PollInterval). An event is marked published only
+// On a store with several writers (etcd) commit order is the order of the
+// revisions at which the events were committed, and the events of one
+// commit go in the order they were added; finding the head of the queue
+// there takes a read of the whole queue, which the relay does once a pass
+// (not once a batch), and not at all while the head waits out its
+// backoff. The relay is woken by the commit of new events (through any
+// handle New returned for the database) and polls only as a fallback
+// (RelayConfig.PollInterval). An event is marked published only
 // after the publisher acknowledged it, so a crash between the two publishes
 // it again: delivery is at least once, and consumers dedupe on Event.ID
 // (package inbox does). Adding an event whose ID is already stored (a retried
