@@ -9,8 +9,9 @@ import (
 	"github.com/oncekv/oncekv/kv"
 )
 
-// cursorPage is how many keys a cursor fetches at a time.
-const cursorPage = 128
+// cursorPage is how many keys a cursor fetches at a time (a variable so
+// that tests can make pages small enough for their data to cross them).
+var cursorPage = 128
 
 // cursor walks a bucket's keys [lo, hi) as the transaction sees them: the
 // values at the read revision, merged with the transaction's own writes.
@@ -263,7 +264,7 @@ func (c *cursor) fetch(lo, hi string, descend bool) []entry {
 	if descend {
 		order = clientv3.SortDescend
 	}
-	opts := t.revOpts(clientv3.WithRange(hi), clientv3.WithLimit(cursorPage), clientv3.WithSort(clientv3.SortByKey, order))
+	opts := t.revOpts(clientv3.WithRange(hi), clientv3.WithLimit(int64(cursorPage)), clientv3.WithSort(clientv3.SortByKey, order))
 	if c.names {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}

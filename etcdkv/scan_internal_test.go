@@ -22,7 +22,7 @@ func TestScanHoldsAPageInAView(t *testing.T) {
 	}
 	defer b.Close()
 	ctx := context.Background()
-	const n = 5 * cursorPage
+	n := 5 * cursorPage
 	for i := 0; i < n; i += 100 {
 		if err := b.Update(ctx, func(tx kv.Tx) error {
 			bk, err := tx.CreateBucketIfNotExists([]byte("q"))
