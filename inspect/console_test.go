@@ -377,7 +377,7 @@ func TestOverviewShowsTheLargestTenants(t *testing.T) {
 	require.Equal(t, 200, code)
 	table := between(body, `<table id="tenants">`, `</table>`)
 	require.Equal(t, 50, strings.Count(table, "<tr><td><a "))
-	require.Contains(t, body, "11 more", "60 tenants and the fixture's acme, 50 shown")
+	require.Contains(t, body, "; 11 more (", "60 tenants and the fixture's acme, 50 shown")
 	for i := 2; i < tenants; i += 3 { // the twenty tenants with three records each
 		require.Contains(t, table, fmt.Sprintf(">t%02d<", i))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,6 +231,36 @@ func TestLagIsMeasuredAfterWorkOrOnceAPollInterval(t *testing.T) {
 	_, err = relay.RunOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, lags.Load(), "a pass that published")
+
+	// Whatever the mix: one published and one failed, then one failed
+	// and quarantined, each well within a PollInterval.
+	relay, err = outbox.NewRelay(o, &outbox.RelayConfig{
+		Publisher: outbox.PublishFunc(func(_ context.Context, e outbox.Event) error {
+			if strings.HasPrefix(e.ID, "poison") {
+				return errors.New("broker refuses it")
+			}
+			return nil
+		}),
+		PollInterval: time.Hour, MaxAttempts: 2,
+		Backoff: outbox.Backoff{Base: time.Minute, Cap: time.Minute},
+	})
+	require.NoError(t, err)
+	_, err = relay.RunOnce(ctx) // its first pass: measured
+	require.NoError(t, err)
+	require.EqualValues(t, 4, lags.Load())
+	_, _, err = o.Add(ctx, ev("ok-1"))
+	require.NoError(t, err)
+	_, _, err = o.Add(ctx, ev("poison-1"))
+	require.NoError(t, err)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.PassStats{Published: 1, Failed: 1, Wait: st.Wait}, st)
+	require.EqualValues(t, 5, lags.Load(), "a pass that published one and failed one")
+	clock.Advance(2 * time.Minute)
+	st, err = relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.PassStats{Failed: 1, Quarantined: 1}, st)
+	require.EqualValues(t, 6, lags.Load(), "a pass that failed one for good")
 }
 
 // With several writers, a pass that quarantines an event takes the next

@@ -241,3 +241,36 @@ func TestRequeueAllLeavesADamagedEvent(t *testing.T) {
 	_, err = DropDamaged(ctx, db, 2)
 	require.NoError(t, err)
 }
+
+// With several writers too (the whole queue read at once), a damaged
+// pending event is passed over and counted, and the others go out.
+func TestAReadingPassesOverADamagedEvent(t *testing.T) {
+	t.Parallel()
+	kvtest.RequireLocal(t, "presents a bbolt file as a store of several writers")
+	ctx := context.Background()
+	file := kvtest.Open(t, nil)
+	db, err := kv.New(severalWriters{file}, nil)
+	require.NoError(t, err)
+	o := New(db)
+	var seqs []uint64
+	for _, id := range []string{"a", "b", "c"} {
+		seq, _, err := o.Add(ctx, Event{ID: id, Topic: "t"})
+		require.NoError(t, err)
+		seqs = append(seqs, seq)
+	}
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := outboxNS.Bucket(tx)
+		v := append([]byte(nil), b.Get(seqKey(seqs[1]))...)
+		return b.Put(seqKey(seqs[1]), v[:len(v)-3])
+	}))
+	var published []string
+	r, err := NewRelay(o, &RelayConfig{Publisher: PublishFunc(func(_ context.Context, ev Event) error {
+		published = append(published, ev.ID)
+		return nil
+	})})
+	require.NoError(t, err)
+	st, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "c"}, published)
+	require.Equal(t, 1, st.Damaged)
+}

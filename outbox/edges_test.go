@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,4 +257,34 @@ func TestEventsOfOneTransactionKeepTheirOrder(t *testing.T) {
 		got = append(got, e.ID)
 	}
 	require.Equal(t, want, got)
+}
+
+// A batch is marked published in one transaction where the store allows
+// it (bbolt), and in as few as its bound allows elsewhere (etcd: a
+// quarter of its 128 writes an event's three).
+func TestABatchIsMarkedInAsFewTransactionsAsTheStoreTakes(t *testing.T) {
+	var commits atomic.Int64
+	obs := &observe.Observer{Commit: func(observe.Commit) { commits.Add(1) }}
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Observer: obs}, outbox.RecordKind)
+	o := outbox.New(db)
+	const n = 50
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		for i := range n {
+			if _, _, err := o.AddTx(tx, ev(fmt.Sprint("e", i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: &batches{ack: -1}, BatchSize: n})
+	require.NoError(t, err)
+	commits.Store(0)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, st.Published)
+	want := 1
+	if m := db.Traits().MaxTxOps; m > 0 {
+		want = (n + m/4 - 1) / (m / 4)
+	}
+	require.EqualValues(t, want, commits.Load())
 }
