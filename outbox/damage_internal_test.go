@@ -246,12 +246,8 @@ func TestRequeueAllLeavesADamagedEvent(t *testing.T) {
 // pending event is passed over and counted, and the others go out.
 func TestAReadingPassesOverADamagedEvent(t *testing.T) {
 	t.Parallel()
-	kvtest.RequireLocal(t, "presents a bbolt file as a store of several writers")
 	ctx := context.Background()
-	file := kvtest.Open(t, nil)
-	db, err := kv.New(severalWriters{file}, nil)
-	require.NoError(t, err)
-	o := New(db)
+	db, o := severalWritersOutbox(t)
 	var seqs []uint64
 	for _, id := range []string{"a", "b", "c"} {
 		seq, _, err := o.Add(ctx, Event{ID: id, Topic: "t"})

@@ -36,12 +36,8 @@ func TestSeqsFollowTheOrderOfAdding(t *testing.T) {
 // reused: the outbox draws a new prefix and goes on.
 func TestATakenNumberDrawsANewPrefix(t *testing.T) {
 	t.Parallel()
-	kvtest.RequireLocal(t, "presents a bbolt file as a store of several writers")
 	ctx := context.Background()
-	file := kvtest.Open(t, nil)
-	db, err := kv.New(severalWriters{file}, nil)
-	require.NoError(t, err)
-	o := New(db)
+	db, o := severalWritersOutbox(t)
 	seq, _, err := o.Add(ctx, Event{ID: "a", Topic: "t"})
 	require.NoError(t, err)
 	o.shared.seqs.n = uint32(seq) - 1 // the next number is a's
@@ -59,6 +55,16 @@ func TestATakenNumberDrawsANewPrefix(t *testing.T) {
 		return nil
 	}))
 	require.ElementsMatch(t, []string{"a", "b"}, ids, "a kept, b added beside it")
+}
+
+// severalWritersOutbox is an outbox over a bbolt file presented as a
+// store with several writers (etcd's numbering and order).
+func severalWritersOutbox(t *testing.T) (*kv.DB, *Outbox) {
+	t.Helper()
+	kvtest.RequireLocal(t, "presents a bbolt file as a store of several writers")
+	db, err := kv.New(severalWriters{kvtest.Open(t, nil)}, nil)
+	require.NoError(t, err)
+	return db, New(db)
 }
 
 // severalWriters presents a backend as one with several writers.
