@@ -204,10 +204,7 @@ func preloadKey(i int) []byte {
 
 // fill preloads n rows in transactions of 1,000 through put.
 func fill(ctx context.Context, db *kv.DB, n int, put func(tx kv.Tx, i int) error) error {
-	chunk := 1000
-	if m := db.Traits().MaxTxOps; m > 0 {
-		chunk = max(1, m/4) // a few writes per row on a backend with a per-transaction limit
-	}
+	chunk := db.Traits().Fit(1000, 4) // a few writes per row on a backend with a per-transaction limit
 	for i := 0; i < n; i += chunk {
 		err := db.Update(ctx, func(tx kv.Tx) error {
 			for j := i; j < min(i+chunk, n); j++ {

@@ -68,12 +68,10 @@ func Rekey(ctx context.Context, db *kv.DB, opts RekeyOptions) (int, error) {
 	if limit <= 0 {
 		limit = 500
 	}
-	if m := db.Traits().MaxTxOps; m > 0 {
-		// A resealed record is a write, and another when its size moves
-		// a usage counter: stay well within what one transaction of the
-		// backend may carry (etcd: 128 writes).
-		limit = max(1, min(limit, m/4))
-	}
+	// A resealed record is a write, and another when its size moves a
+	// usage counter: stay well within what one transaction of the backend
+	// may carry (etcd: 128 writes).
+	limit = db.Traits().Fit(limit, 4)
 	p := RekeyProgress{}
 	for _, k := range sealedKinds {
 		p.Kind = k.name

@@ -466,3 +466,25 @@ func TestPageSize(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, over.PageSize())
 }
+
+// Fit sizes bulk transactions: all of them without a bound; within it
+// otherwise, by the writes each takes; never none.
+func TestTraitsFit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		max, n, each, want int
+	}{
+		{0, 500, 4, 500},  // bbolt: no bound
+		{0, 0, 4, 1},      // never none
+		{120, 500, 4, 30}, // etcd's 128, less the backend's own
+		{120, 500, 3, 40},
+		{120, 10, 4, 10}, // fewer than fit
+		{120, 500, 0, 120},
+		{2, 500, 4, 1}, // not even one fits: one all the same
+	} {
+		got := kv.Traits{MaxTxOps: c.max}.Fit(c.n, c.each)
+		if got != c.want {
+			t.Errorf("Traits{MaxTxOps: %d}.Fit(%d, %d) = %d, want %d", c.max, c.n, c.each, got, c.want)
+		}
+	}
+}

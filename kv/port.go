@@ -41,7 +41,8 @@ type Traits struct {
 	// transaction (DB.Batch groups them); false makes Batch an Update.
 	GroupCommit bool
 	// MaxTxOps bounds the writes one transaction may carry (0: no bound).
-	// Layers that write in bulk (sweeps, migrations) stay below it.
+	// Layers that write in bulk (sweeps, migrations) stay below it
+	// (Traits.Fit).
 	MaxTxOps int
 	// Watch, if set, returns a channel closed when the value under key in
 	// the top-level bucket changes (or ctx ends). A backend with several
@@ -49,6 +50,17 @@ type Traits struct {
 	// (the ledger's waiters) is woken; a single-writer backend leaves it
 	// nil: in-process notifications see every write.
 	Watch func(ctx context.Context, bucket, key []byte) <-chan struct{}
+}
+
+// Fit returns how many of n items, each taking up to opsEach writes, one
+// transaction should carry: n on a backend without a bound, else no more
+// than fit within MaxTxOps; at least 1. Bulk work (sweeps, the relay's
+// marks, requeues, rekeys) sizes its transactions with it.
+func (t Traits) Fit(n, opsEach int) int {
+	if t.MaxTxOps > 0 {
+		n = min(n, t.MaxTxOps/max(opsEach, 1))
+	}
+	return max(1, n)
 }
 
 // Tx is one transaction. It is only valid inside the function it was handed

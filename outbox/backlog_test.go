@@ -165,10 +165,12 @@ func TestPassesDuringTheHeadsBackoffReadNothing(t *testing.T) {
 		Backoff: outbox.Backoff{Base: time.Minute, Cap: time.Minute},
 	})
 	require.NoError(t, err)
+	b.visited.Store(0)
 	st, err := relay.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Failed)
 	require.Positive(t, st.Wait)
+	require.EqualValues(t, 200, b.visited.Load(), "the failing pass read the queue once: its wait is the failed event's backoff")
 
 	b.visited.Store(0)
 	for i := range 50 { // a commit, then the pass it wakes

@@ -350,7 +350,7 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 		if ctx.Err() != nil {
 			return st, ctx.Err() // shutting down: not the event's fault
 		}
-		quarantined, err := r.fail(mctx, batch[acked], perr)
+		quarantined, retryAt, err := r.fail(mctx, batch[acked], perr)
 		if err != nil {
 			return st, err
 		}
@@ -361,8 +361,11 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 			q.done(1)
 			continue
 		}
-		_, st.Wait, st.Damaged, err = r.due(size)
-		return st, err
+		// The failed event heads the queue until its backoff ends: the
+		// pass's wait, known without reading the queue again (the whole
+		// queue, with several writers).
+		st.Wait = max(retryAt.Sub(r.o.db.Clock().Now()), 0)
+		return st, nil
 	}
 	return st, ctx.Err()
 }
@@ -434,12 +437,13 @@ func (r *Relay) queue() (queue []Event, damaged int, err error) {
 }
 
 // due returns the next batch of pending events if the head is due, else the
-// wait until it is.
+// wait until it is: a single-writer store's, where the head is the first
+// event in sequence order (see backlog).
 func (r *Relay) due(size int) (batch []Event, wait time.Duration, damaged int, err error) {
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
 		batch, wait, damaged = batch[:0], 0, 0 // a read run again (etcd) starts afresh
 		now := r.o.db.Clock().Now()
-		for ev, err := range pendingInOrder(tx, r.o.db.Traits().SingleWriter) {
+		for ev, err := range pendingInOrder(tx, true) {
 			switch {
 			case errors.Is(err, kv.ErrCorrupt):
 				// It cannot be published, and waiting changes nothing:
@@ -516,10 +520,7 @@ func pendingInOrder(tx kv.Tx, singleWriter bool) iter.Seq2[*Event, error] {
 // entry). A crash between two of them leaves the later events pending, to
 // be published again: at least once, as ever.
 func (r *Relay) markPublished(ctx context.Context, events []Event) error {
-	per := len(events)
-	if m := r.o.db.Traits().MaxTxOps; m > 0 {
-		per = max(1, m/4)
-	}
+	per := r.o.db.Traits().Fit(len(events), 4) // three writes an event, with room
 	for len(events) > 0 {
 		n := min(per, len(events))
 		if err := r.markChunk(ctx, events[:n]); err != nil {
@@ -571,11 +572,11 @@ func (r *Relay) markChunk(ctx context.Context, events []Event) error {
 }
 
 // fail records a failed attempt of ev; after MaxAttempts the event moves to
-// quarantine. It reports whether it was quarantined.
-func (r *Relay) fail(ctx context.Context, failed Event, cause error) (bool, error) {
-	quarantined := false
+// quarantine. It reports whether it was quarantined, and if not when it
+// may be tried again.
+func (r *Relay) fail(ctx context.Context, failed Event, cause error) (quarantined bool, retryAt time.Time, err error) {
 	var ev Event
-	err := r.o.db.Batch(ctx, func(tx kv.Tx) error {
+	err = r.o.db.Batch(ctx, func(tx kv.Tx) error {
 		// From the event as it failed at each run: a run again (a group
 		// commit's, etcd's after a conflict) counts the attempt once.
 		quarantined, ev = false, failed
@@ -612,7 +613,7 @@ func (r *Relay) fail(ctx context.Context, failed Event, cause error) (bool, erro
 			r.cfg.Logger.Warn("outbox publish failed", "id", ev.ID, "seq", ev.Seq, "attempt", ev.Attempts, "error", cause)
 		}
 	}
-	return quarantined, err
+	return quarantined, ev.NextAttempt, err
 }
 
 // Run publishes until ctx ends, sleeping between passes until a commit adds
@@ -690,10 +691,7 @@ const requeueAllBatch = 100
 // pending, and running it again moves the rest; events quarantined while
 // it runs may be moved too.
 func (o *Outbox) RequeueAll(ctx context.Context) (int, error) {
-	per := requeueAllBatch
-	if m := o.db.Traits().MaxTxOps; m > 0 {
-		per = max(1, min(per, m/4))
-	}
+	per := o.db.Traits().Fit(requeueAllBatch, 4) // two writes an event, with room
 	moved := 0
 	var after []byte
 	for {

@@ -132,11 +132,9 @@ func Sweep(ctx context.Context, db *kv.DB, cfg *Config, kinds ...kv.RecordKind) 
 }
 
 func sweepKind(ctx context.Context, db *kv.DB, k kv.RecordKind, c Config, ks *KindStats) error {
-	if m := db.Traits().MaxTxOps; m > 0 {
-		// Stay below the backend's limit on writes per transaction (etcd:
-		// 128): a record, its index entry and its counters.
-		c.BatchSize = max(1, min(c.BatchSize, m/4))
-	}
+	// Stay below the backend's limit on writes per transaction (etcd:
+	// 128): a record, its index entry and its counters.
+	c.BatchSize = db.Traits().Fit(c.BatchSize, 4)
 	var after []byte
 	for {
 		if err := ctx.Err(); err != nil {
