@@ -53,9 +53,12 @@ type logStore struct {
 	log  keyspace.Namespace
 	tail keyspace.Namespace // tail.go
 	// budget is the bytes of entries the tail holds at most (tailBudget);
-	// movedIn is the ID of the last transaction that moved it to the log.
+	// movedIn is the last write transaction that moved it to the log (the
+	// transaction itself: a rolled-back one's ID is the next one's, which
+	// would then skip the tail for nothing), under the writer lock as
+	// tailTx is.
 	budget  int
-	movedIn atomic.Uint64
+	movedIn *bolt.Tx
 	// tailTx and tailUsed remember what appendEntry found and added in
 	// the tail during the write transaction tailTx (closed transactions
 	// hold nothing), so that a batch's later entries do not walk the tail

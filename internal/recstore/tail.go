@@ -54,7 +54,7 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 	}
 	budget := s.budget
 	cost := inLeaf(key, entry)
-	if 2*cost >= budget || s.movedIn.Load() == uint64(bt.ID()) {
+	if 2*cost >= budget || s.movedIn == bt {
 		return log.Put(key, entry)
 	}
 	tail := bt.Bucket(s.tail.Bytes()) // CreateBucketIfNotExists would copy the name each time
@@ -77,10 +77,7 @@ func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte
 			s.tailTx = nil
 			return err
 		}
-		// A rolled-back transaction's ID is the next one's: that one may
-		// then write to the log directly, which costs pages, never a
-		// record.
-		s.movedIn.Store(uint64(bt.ID()))
+		s.movedIn = bt
 		used = 0
 	}
 	if err := tail.Put(key, entry); err != nil {

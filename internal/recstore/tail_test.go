@@ -165,7 +165,8 @@ func TestReplacingAnEntryInTheTailOrTheLog(t *testing.T) {
 }
 
 // A transaction that moved the tail and rolled back leaves the log, the
-// tail and the directory's answers as they were.
+// tail and the directory's answers as they were, and the next transaction
+// moves the tail.
 func TestRolledBackMoveLeavesNoTrace(t *testing.T) {
 	t.Parallel()
 	db, s := open(t)
@@ -192,6 +193,15 @@ func TestRolledBackMoveLeavesNoTrace(t *testing.T) {
 	require.Equal(t, tail0, tail)
 	require.Nil(t, get(t, db, s, "a", "rolled-back"))
 	requireFound(t, db, s, i, v)
+
+	// The next transaction (bbolt gives it the rolled-back one's ID) moves
+	// the full tail and starts a new one: it wrote its entry to the log
+	// beside the full tail, and so did the next run of a rolled-back
+	// batch (every transaction in a build with -tags oncekv_rerun).
+	put(t, db, s, "a", "after", t0, v)
+	log, tail, _ = contents(t, db)
+	require.Equal(t, tail0, log, "the tail moved")
+	require.Len(t, tail, 1, "the new entry starts the next tail")
 }
 
 // The check reports a position held by the log and the tail at once.
