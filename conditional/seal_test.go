@@ -47,6 +47,7 @@ func TestSealedTable(t *testing.T) {
 	require.Equal(t, uint64(2), row.Version)
 	n := 0
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		n = 0
 		for r, err := range tbl.All(tx) {
 			require.NoError(t, err)
 			require.Equal(t, "secret-status", r.Value.Status)

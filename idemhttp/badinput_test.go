@@ -184,7 +184,7 @@ func TestPathThatCannotScopeAKeyIsABadRequest(t *testing.T) {
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
+		countRun(&runs)
 		w.WriteHeader(http.StatusCreated)
 	})))
 	t.Cleanup(srv.Close)
@@ -238,6 +238,7 @@ func TestPathThatCannotScopeAKeyIsABadRequest(t *testing.T) {
 
 	var scopes []string
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		scopes = nil
 		for rec, err := range l.Records(tx, ledger.ListOptions{}) {
 			if err != nil {
 				return err

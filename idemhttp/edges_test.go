@@ -171,7 +171,9 @@ func TestFlushSendsNothingBeforeTheCommit(t *testing.T) {
 		fmt.Fprint(w, "part,")
 		err := http.NewResponseController(w).Flush()
 		mu.Lock()
-		flushErrs = append(flushErrs, err)
+		if kvtest.Counts() {
+			flushErrs = append(flushErrs, err)
+		}
 		mu.Unlock()
 		if fail.Load() {
 			panic("after the flush")
@@ -223,7 +225,7 @@ func TestStoreDecidesWhatIsStored(t *testing.T) {
 	var runs atomic.Int32
 	db, srv := wrapped(t, nil, nil, idemhttp.Config{Store: func(status int) bool { return status == http.StatusInternalServerError }},
 		func(w http.ResponseWriter, r *http.Request) {
-			runs.Add(1)
+			countRun(&runs)
 			if r.URL.Query().Has("fail") {
 				http.Error(w, "down", http.StatusInternalServerError) // writes nothing
 				return
@@ -282,7 +284,7 @@ func TestA4xxIsStoredOnlyAfterAWrite(t *testing.T) {
 			}
 			var runs atomic.Int32
 			db, srv := wrapped(t, &kv.Options{NoSync: true}, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
-				runs.Add(1)
+				countRun(&runs)
 				tx, _ := idemhttp.Tx(r.Context())
 				if err := c.act(tx); err != nil {
 					http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -421,7 +423,7 @@ func TestProblemDetailClipping(t *testing.T) {
 func TestInformationalStatusIsNotTheAnswer(t *testing.T) {
 	var runs atomic.Int32
 	_, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, KeepHeaders: []string{"Link"}}, func(w http.ResponseWriter, r *http.Request) {
-		if !writeOrder(w, r, fmt.Appendf(nil, "ord_%d", runs.Add(1))) {
+		if !writeOrder(w, r, fmt.Appendf(nil, "ord_%d", countRun(&runs))) {
 			return
 		}
 		w.Header().Set("Link", "</terms.css>; rel=preload")
@@ -474,7 +476,7 @@ func TestCompressedAnswerIsReplayedWithItsEncoding(t *testing.T) {
 	const answer = `{"id":"ord_1","status":"pending"}`
 	var runs atomic.Int32
 	_, srv := wrapped(t, nil, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
+		countRun(&runs)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Encoding", "gzip")
 		w.WriteHeader(http.StatusCreated)
@@ -518,7 +520,7 @@ func TestUnkeyedRequestRunAgainReadsItsWholeBody(t *testing.T) {
 			http.Error(w, "bad json", http.StatusBadRequest)
 			return
 		}
-		if runs.Add(1) == 2 { // the batch's second call fails once: the first runs again
+		if countRun(&runs) == 2 { // the batch's second call fails once: the first runs again
 			http.Error(w, "try again", http.StatusServiceUnavailable)
 			return
 		}
@@ -671,7 +673,7 @@ func TestHandlerPanicsRollBackAndAreLogged(t *testing.T) {
 	mode.Store("")
 	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: logger},
 		func(w http.ResponseWriter, r *http.Request) {
-			runs.Add(1)
+			countRun(&runs)
 			if !writeOrder(w, r, []byte(fmt.Sprintf("ord_%d", runs.Load()))) {
 				return
 			}
@@ -736,7 +738,7 @@ func TestRequestNotFinishedIsServiceUnavailable(t *testing.T) {
 	var runs atomic.Int32
 	db, srv := wrapped(t, nil, nil, idemhttp.Config{KeyOptional: true, Logger: logger},
 		func(w http.ResponseWriter, r *http.Request) {
-			runs.Add(1)
+			countRun(&runs)
 			if writeOrder(w, r, []byte(fmt.Sprint("ord_", runs.Load()))) {
 				w.WriteHeader(http.StatusCreated)
 			}
@@ -815,7 +817,7 @@ func TestCommitOutcomeUnknownIsServiceUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	var runs atomic.Int32
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
+		countRun(&runs)
 		if writeOrder(w, r, []byte("ord_1")) {
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprint(w, "ord_1")
@@ -856,7 +858,7 @@ func TestObserverPanicInACommitLeavesTheServiceServing(t *testing.T) {
 		}
 	}}}
 	db, srv := wrapped(t, opts, nil, idemhttp.Config{}, func(w http.ResponseWriter, r *http.Request) {
-		if writeOrder(w, r, fmt.Appendf(nil, "ord_%d", runs.Add(1))) {
+		if writeOrder(w, r, fmt.Appendf(nil, "ord_%d", countRun(&runs))) {
 			w.WriteHeader(http.StatusCreated)
 		}
 	})
@@ -952,7 +954,7 @@ func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				key := r.Header.Get("Idempotency-Key")
 				runs.Store(key, true)
-				if key == holderKey {
+				if key == holderKey && kvtest.Counts() { // once: a rerun build's second run goes on
 					close(held)
 					<-release
 				}

@@ -93,7 +93,7 @@ func setup(t *testing.T, mutate func(*idemhttp.Config)) *bundle {
 			http.Error(w, err.Error(), 500)
 			return
 		}
-		n := b.runs.Add(1)
+		n := countRun(&b.runs)
 		id := fmt.Sprintf("ord_%d", n)
 		if err := orders.Put([]byte(id), []byte(fmt.Sprint(in["amount_cents"]))); err != nil {
 			http.Error(w, err.Error(), 500)
@@ -160,6 +160,7 @@ func countOrders(t *testing.T, db *kv.DB) int {
 	t.Helper()
 	n := 0
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		n = 0
 		if bk := tx.Bucket([]byte("orders")); bk != nil {
 			c := bk.Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
@@ -468,4 +469,14 @@ func TestCompressedBodyIsFingerprintedAsBytes(t *testing.T) {
 	require.Equal(t, 201, b.post(t, "sk_acme", "gz-2", `{"amount_cents":5}`, "Content-Encoding", "identity").status)
 	again := b.post(t, "sk_acme", "gz-2", ` { "amount_cents" : 5 } `, "Content-Encoding", "Identity")
 	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"), again.body)
+}
+
+// countRun counts a run of a handler in n and returns the count, leaving
+// out the second of a rerun build's two runs of each transaction
+// (kvtest.Counts): the tests count what one run of each gives.
+func countRun(n *atomic.Int32) int32 {
+	if !kvtest.Counts() {
+		return n.Load()
+	}
+	return n.Add(1)
 }

@@ -20,6 +20,7 @@ import (
 func recordCount(t *testing.T, l *ledger.Ledger) int {
 	n := 0
 	require.NoError(t, l.DB().View(ctx, func(tx kv.Tx) error {
+		n = 0
 		for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
 			n++
 		}
@@ -125,6 +126,7 @@ func TestRejectedRequestsStoreNothing(t *testing.T) {
 	require.Equal(t, 2, recordCount(t, l), "fix-me and k-c")
 	var orders []string
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		orders = nil
 		c := tx.Bucket([]byte("orders")).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			orders = append(orders, string(k))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 
 	"github.com/oncekv/oncekv/inbox"
@@ -24,26 +25,30 @@ func ExampleInbox_Handle() {
 	defer db.Close()
 	in, _ := inbox.New(db, nil)
 
-	applied := 0
-	for range 2 { // the delivery and its redelivery
+	for range 2 { // the delivery and its redelivery: a deposit of 100
 		d, err := in.Handle(context.Background(), "billing", "m-1", func(tx kv.Tx) error {
 			b, err := tx.CreateBucketIfNotExists([]byte("balances"))
 			if err != nil {
 				return err
 			}
-			applied++ // counts runs; only the committed one is kept
-			return b.Put([]byte("acct-7"), []byte("100"))
+			balance, _ := strconv.Atoi(string(b.Get([]byte("acct-7"))))
+			return b.Put([]byte("acct-7"), []byte(strconv.Itoa(balance+100)))
 		})
 		if err != nil {
 			panic(err)
 		}
 		fmt.Printf("ack=%v duplicate=%v\n", d.Ack, d.Duplicate)
 	}
-	fmt.Println("applied", applied, "time")
+	var balance string
+	_ = db.View(context.Background(), func(tx kv.Tx) error {
+		balance = string(tx.Bucket([]byte("balances")).Get([]byte("acct-7")))
+		return nil
+	})
+	fmt.Println("balance", balance)
 	// Output:
 	// ack=true duplicate=false
 	// ack=true duplicate=true
-	// applied 1 time
+	// balance 100
 }
 
 // A consumer with a pool of workers: each handles one delivery after

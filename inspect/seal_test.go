@@ -144,6 +144,7 @@ func TestEverySealedKind(t *testing.T) {
 	require.Equal(t, secret, row.Value.Card)
 	var pending []*outbox.Event
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		pending = nil
 		for ev, err := range outbox.Events(tx, outbox.EventPending) {
 			require.NoError(t, err)
 			pending = append(pending, ev)

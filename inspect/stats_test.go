@@ -141,7 +141,8 @@ func TestStatsShowTheWriter(t *testing.T) {
 
 	held, release := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { close(held); <-release; return nil }) })
+	heldOnce := sync.OnceFunc(func() { close(held) }) // once, should the function run again
+	wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { heldOnce(); <-release; return nil }) })
 	<-held
 	for range 2 {
 		wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { return nil }) })

@@ -1,6 +1,8 @@
 package kv
 
 import (
+	"github.com/oncekv/oncekv/internal/rerun"
+
 	"context"
 	"errors"
 	"fmt"
@@ -77,6 +79,7 @@ func get(t *testing.T, db *DB, key string) []byte {
 // the others commit.
 func TestBatchGroupsWaitingCallsAndIsolatesFailures(t *testing.T) {
 	t.Parallel()
+	oneRun(t)
 	db := openInternal(t, nil)
 	ctx := context.Background()
 
@@ -316,6 +319,7 @@ func testBatchManyConcurrent(t *testing.T, db *DB) {
 // re-run, and the rejected caller gets its error.
 func TestBatchRejectionDoesNotRerun(t *testing.T) {
 	t.Parallel()
+	oneRun(t)
 	db := openInternal(t, nil)
 	ctx := context.Background()
 	release := make(chan struct{})
@@ -500,6 +504,7 @@ func waitQueuedBehind(db *DB, n int) error {
 // with it, once each, instead of waiting for the next commit.
 func TestBatchTakesInCallsQueuedWhileItRuns(t *testing.T) {
 	t.Parallel()
+	oneRun(t)
 	opts, sizes := commitSizes(Options{NoSync: true})
 	db := openInternal(t, opts)
 	ctx := context.Background()
@@ -566,6 +571,7 @@ func TestBatchDoesNotTakeInCanceledCalls(t *testing.T) {
 // rejection, however many calls join after it.
 func TestBatchKeepsRejectionsWhenItTakesInCalls(t *testing.T) {
 	t.Parallel()
+	oneRun(t)
 	opts, sizes := commitSizes(Options{NoSync: true})
 	db := openInternal(t, opts)
 	ctx := context.Background()
@@ -774,7 +780,8 @@ func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
 		release := make(chan struct{})
 		held := make(chan struct{})
 		done := make(chan error, 1)
-		hold := func(Tx) error { close(held); <-release; return nil }
+		heldOnce := sync.OnceFunc(func() { close(held) }) // once, should the function run again
+		hold := func(Tx) error { heldOnce(); <-release; return nil }
 		go func() {
 			if update {
 				done <- db.Update(ctx, hold)
@@ -828,8 +835,9 @@ func TestUpdateCanceledWhileWaitingForTheWriter(t *testing.T) {
 	db := openInternal(t, nil)
 	release, held := make(chan struct{}), make(chan struct{})
 	leader := make(chan error, 1)
+	heldOnce := sync.OnceFunc(func() { close(held) }) // once, should the function run again
 	go func() {
-		leader <- db.Batch(context.Background(), func(tx Tx) error { close(held); <-release; return put("leader")(tx) })
+		leader <- db.Batch(context.Background(), func(tx Tx) error { heldOnce(); <-release; return put("leader")(tx) })
 	}()
 	<-held
 	c, cancel := context.WithCancel(context.Background())
@@ -852,4 +860,14 @@ func TestUpdateCanceledWhileWaitingForTheWriter(t *testing.T) {
 	require.Nil(t, get(t, db, "never"))
 	require.NoError(t, db.Update(context.Background(), put("after")), "the turn was given back")
 	require.Equal(t, []byte("v"), get(t, db, "after"))
+}
+
+// oneRun skips a test of the batcher's own runs in a build with -tags
+// oncekv_rerun, where every transaction runs twice (kvtest.RequireOneRun,
+// which this package's own tests cannot import).
+func oneRun(t *testing.T) {
+	t.Helper()
+	if rerun.Enabled {
+		t.Skip("kv: not in a rerun build: counts the batcher's runs of each call")
+	}
 }

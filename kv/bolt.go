@@ -2,8 +2,11 @@ package kv
 
 import (
 	"context"
+	"errors"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/rerun"
 )
 
 // boltBackend is the embedded default: one bbolt file, one writer process,
@@ -16,10 +19,38 @@ type boltBackend struct {
 var _ Backend = (*boltBackend)(nil)
 
 func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
+	if rerun.Enabled { // a first run, rolled back (package internal/rerun)
+		err := b.db.Update(func(t *bolt.Tx) error {
+			if err := fn((*boltTx)(t)); err != nil {
+				return err
+			}
+			return errFirstRun
+		})
+		if !errors.Is(err, errFirstRun) {
+			return err // fn failed: not a conflict, not run again (as on etcd)
+		}
+		return b.db.Update(func(t *bolt.Tx) error { return again(fn, (*boltTx)(t)) })
+	}
 	return b.db.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
 }
 
+// again runs fn in tx, a run that repeats one rolled back or void
+// (package internal/rerun).
+func again(fn func(Tx) error, tx Tx) error {
+	rerun.Begin()
+	defer rerun.End()
+	return fn(tx)
+}
+
+// errFirstRun rolls back the first run of a write in a build with
+// -tags oncekv_rerun (package internal/rerun).
+var errFirstRun = errors.New("kv: the first run of a rerun build, rolled back")
+
 func (b *boltBackend) View(_ context.Context, fn func(Tx) error) error {
+	if rerun.Enabled { // a first run whose result is void (package internal/rerun)
+		_ = b.db.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+		return b.db.View(func(t *bolt.Tx) error { return again(fn, (*boltTx)(t)) })
+	}
 	return b.db.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
 }
 
@@ -27,6 +58,10 @@ func (b *boltBackend) View(_ context.Context, fn func(Tx) error) error {
 // path's fixed cost (a replay's transaction). fn gets the guarded Tx, and
 // the transaction rolls back however fn returns, a panic included.
 func (b *boltBackend) view(fn func(Tx) error) error {
+	if rerun.Enabled { // a first run whose result is void (package internal/rerun)
+		_ = b.db.View(func(t *bolt.Tx) error { return fn((*guardedBolt)(t)) })
+		return b.db.View(func(t *bolt.Tx) error { return again(fn, (*guardedBolt)(t)) })
+	}
 	t, err := b.db.Begin(false)
 	if err != nil {
 		return closedErr(err)

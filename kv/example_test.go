@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -31,10 +32,12 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	_ = db.View(ctx, func(tx kv.Tx) error {
-		fmt.Printf("%s\n", tx.Bucket([]byte("orders")).Get([]byte("ord_1")))
+	var order []byte
+	_ = db.View(ctx, func(tx kv.Tx) error { // fn may run more than once: it keeps its last reading
+		order = bytes.Clone(tx.Bucket([]byte("orders")).Get([]byte("ord_1"))) // valid only in tx: copied
 		return nil
 	})
+	fmt.Printf("%s\n", order)
 	fmt.Println("backend:", db.Traits().Name, "single writer:", db.Traits().SingleWriter)
 	// Output:
 	// {"amount":1200}
@@ -71,14 +74,15 @@ func ExampleDB_Batch() {
 			panic(err)
 		}
 	}
+	var n int
 	_ = db.View(ctx, func(tx kv.Tx) error {
-		n := 0
+		n = 0 // from zero at every run
 		c := tx.Bucket([]byte("events")).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			n++
 		}
-		fmt.Println(n, "events committed")
 		return nil
 	})
+	fmt.Println(n, "events committed")
 	// Output: 10 events committed
 }

@@ -50,8 +50,10 @@ func TestDropDamagedLetsTheKeyRunAgain(t *testing.T) {
 			db, l := openSealed(t, path, sealtest.Ring(t, 1))
 			runs := 0
 			do := func(l *Ledger, key string) (Result, error) {
-				return l.Do(ctx, Request{Scope: "acme|POST /x", Key: key, Fingerprint: Fingerprint{1}}, func(kv.Tx) (Response, error) {
-					runs++
+				return l.Do(ctx, Request{Scope: "acme|POST /x", Key: key, Fingerprint: Fingerprint{1}}, func(tx kv.Tx) (Response, error) {
+					if kvtest.Counts() {
+						runs++
+					}
 					return Response{Status: 201, Body: []byte("ran " + key)}, nil
 				})
 			}

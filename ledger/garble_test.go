@@ -112,6 +112,7 @@ func FuzzGarbledLogEntry(f *testing.F) {
 		// never another key's record (a flipped bit in a stored key).
 		listed, damaged := 0, 0
 		err = db.View(ctx, func(tx kv.Tx) error {
+			listed, damaged = 0, 0
 			for r, err := range l.Records(tx, ledger.ListOptions{WithBody: true, IncludeExpired: true}) {
 				if err != nil {
 					if !errors.Is(err, kv.ErrCorrupt) {

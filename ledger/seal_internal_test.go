@@ -183,6 +183,7 @@ func TestSealedWithoutKeyAndTampered(t *testing.T) {
 	require.ErrorIs(t, err, seal.ErrUnknownKey)
 	n := 0
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		n = 0
 		for r, err := range l.Records(tx, ListOptions{WithBody: true}) {
 			require.NoError(t, err)
 			require.True(t, r.Sealed)

@@ -276,8 +276,9 @@ func TestObserveLedger(t *testing.T) {
 		// behind it.
 		held, release := make(chan struct{}), make(chan struct{})
 		var wg sync.WaitGroup
+		heldOnce := sync.OnceFunc(func() { close(held) }) // once, should the function run again
 		wg.Go(func() {
-			_ = db.Batch(ctx, func(kv.Tx) error { close(held); <-release; return nil })
+			_ = db.Batch(ctx, func(kv.Tx) error { heldOnce(); <-release; return nil })
 		})
 		<-held
 		for range 2 {

@@ -25,6 +25,7 @@ func Example() {
 	ob := outbox.New(db)
 
 	for range 2 { // the business transaction and a retry of it
+		var added bool
 		err := db.Update(ctx, func(tx kv.Tx) error {
 			orders, err := tx.CreateBucketIfNotExists([]byte("orders"))
 			if err != nil {
@@ -33,13 +34,15 @@ func Example() {
 			if err := orders.Put([]byte("ord_1"), []byte("paid")); err != nil {
 				return err
 			}
-			_, added, err := ob.AddTx(tx, outbox.Event{ID: "order.paid/ord_1", Topic: "order.paid", Payload: []byte(`{"order":"ord_1"}`)})
-			fmt.Println("event added:", added)
+			_, added, err = ob.AddTx(tx, outbox.Event{ID: "order.paid/ord_1", Topic: "order.paid", Payload: []byte(`{"order":"ord_1"}`)})
 			return err
 		})
 		if err != nil {
 			panic(err)
 		}
+		// Said once the transaction has committed: a function may run
+		// more than once (etcd retries it after a conflict).
+		fmt.Println("event added:", added)
 	}
 
 	relay, _ := outbox.NewRelay(ob, &outbox.RelayConfig{

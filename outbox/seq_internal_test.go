@@ -48,6 +48,7 @@ func TestATakenNumberDrawsANewPrefix(t *testing.T) {
 	require.NotEqual(t, seq>>32, seq2>>32, "a new prefix")
 	var ids []string
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		ids = nil
 		for ev, err := range Events(tx, EventPending) {
 			require.NoError(t, err)
 			ids = append(ids, ev.ID)

@@ -567,6 +567,7 @@ func TestPauseBetweenBatches(t *testing.T) {
 		}
 		n := 0
 		_ = db.View(ctx, func(tx kv.Tx) error {
+			n = 0
 			for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
 				n++
 			}
@@ -579,6 +580,7 @@ func TestPauseBetweenBatches(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	left := 0
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		left = 0
 		for range l.Records(tx, ledger.ListOptions{IncludeExpired: true}) {
 			left++
 		}

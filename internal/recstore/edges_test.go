@@ -238,6 +238,7 @@ func TestDuePagesThroughTheLog(t *testing.T) {
 	now := t0.Add(time.Second) // the record of t0+1.5s is of this second
 	var pages [][]kv.Due
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		pages = nil
 		var after []byte
 		for {
 			page := k.Due(tx, now, after, 2)
@@ -252,6 +253,7 @@ func TestDuePagesThroughTheLog(t *testing.T) {
 	var keys []string
 	var secs []int64
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		keys, secs = nil, nil
 		for _, page := range pages {
 			require.LessOrEqual(t, len(page), 2)
 			for _, d := range page {

@@ -215,8 +215,9 @@ func playModel(t *testing.T, ops []byte, l modelLayout) {
 			for i := range args {
 				args[i] = [3]int{arg(), arg(), arg()}
 			}
-			p := m.pending()
+			var p map[[2]string]modelRec
 			err := m.db.Update(ctx, func(tx kv.Tx) error {
+				p = m.pending() // each run from the model (a rerun build runs it twice)
 				for _, a := range args {
 					if a[0]&0x80 != 0 {
 						if err := m.del(tx, p, a[0]%len(modelIDs)); err != nil {
@@ -255,9 +256,10 @@ func playModel(t *testing.T, ops []byte, l modelLayout) {
 			j := &Journal{}
 			jctx := WithJournal(ctx, j)
 			run := func(commit bool) map[[2]string]modelRec {
-				j.Undo()
-				p := m.pending()
+				var p map[[2]string]modelRec
 				err := m.db.Update(ctx, func(tx kv.Tx) error {
+					j.Undo()        // an earlier run that did not commit
+					p = m.pending() // each run from the model (a rerun build runs it twice)
 					if err := m.put(jctx, tx, p, id%len(modelIDs), exp(e), size(sz)); err != nil {
 						return err
 					}
@@ -280,8 +282,9 @@ func playModel(t *testing.T, ops []byte, l modelLayout) {
 			}
 		case 4: // a sweep: every record expiring at or before a second
 			before := exp(arg())
-			p := m.pending()
+			var p map[[2]string]modelRec
 			err := m.db.Update(ctx, func(tx kv.Tx) error {
+				p = m.pending() // each run from the model (a rerun build runs it twice)
 				type due struct {
 					ref    Ref
 					sc, k  string

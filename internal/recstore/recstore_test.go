@@ -18,6 +18,7 @@ import (
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -196,7 +197,7 @@ func TestStaleProbesAreVerified(t *testing.T) {
 		var out []byte
 		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 			_, v, err := s.GetProbed(tx, "a", key, p)
-			out = append(out, v...)
+			out = append(out[:0], v...)
 			return err
 		}))
 		return out
@@ -417,6 +418,7 @@ func TestLogIsExpiryOrdered(t *testing.T) {
 	}
 	var keys []string
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		keys = nil
 		s.Scan(tx, "", func(_ Ref, _, key string, _ []byte, ok bool) bool {
 			require.True(t, ok)
 			keys = append(keys, key)
@@ -529,6 +531,7 @@ func TestPutFramedStoresWhatPutStores(t *testing.T) {
 // found.
 func TestAMissIsLookedUpAgainOnlyWhenSomethingWasAdded(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireOneRun(t, "takes back the count of one run's add")
 	db, s := open(t)
 	v := value("v")
 	getProbed := func(key string, p Probe) []byte {
@@ -683,6 +686,7 @@ func TestSettlingKeepsEntriesItsOwnTransactionDeleted(t *testing.T) {
 // caller's entry stays until the next open, as before.
 func TestHintsAreBounded(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireOneRun(t, "pins the hints of one run")
 	db, _ := open(t)
 	var hs hints
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {

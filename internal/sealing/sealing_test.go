@@ -56,17 +56,22 @@ func TestRewriteBatches(t *testing.T) {
 	var visited []string
 	total, calls := 0, 0
 	for first := true; first || after != nil; first = false {
+		var next []byte
+		var n int
+		var seen []string
 		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-			next, n, err := sealing.Rewrite(tx.Bucket([]byte("b")), after, 3, func(k, v []byte) ([]byte, error) {
-				visited = append(visited, string(k))
+			var err error
+			seen = seen[:0] // the committed run's
+			next, n, err = sealing.Rewrite(tx.Bucket([]byte("b")), after, 3, func(k, v []byte) ([]byte, error) {
+				seen = append(seen, string(k))
 				if string(k) == "k1" || string(k) == "k5" {
 					return []byte("new-" + string(v)), nil
 				}
 				return nil, nil
 			})
-			after, total = next, total+n
 			return err
 		}))
+		after, total, visited = next, total+n, append(visited, seen...)
 		calls++
 	}
 	require.Equal(t, []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6"}, visited, "each key once, in order")

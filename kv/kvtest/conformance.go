@@ -28,6 +28,7 @@ import (
 // concurrency — lost updates, phantoms in scanned ranges and deletions
 // inside scanned ranges must all be impossible.
 func RunConformance(t *testing.T, open func(t testing.TB) kv.Backend) {
+	RequireOneRun(t, "the suite pins what one run of each function does: the backend's own semantics")
 	run := func(name string, fn func(t *testing.T, b kv.Backend)) {
 		t.Run(name, func(t *testing.T) {
 			b := open(t)

@@ -3,8 +3,18 @@ package kvtest
 import (
 	"strconv"
 
+	"github.com/oncekv/oncekv/internal/rerun"
 	"github.com/oncekv/oncekv/kv"
 )
+
+// Counts reports whether the run of a transaction function that calls it
+// (on the goroutine running the transaction) counts as a call, for a test
+// that counts its function's calls: every run does, but the second of a
+// rerun build's two (package internal/rerun), which repeats the first.
+// The count stays what one run of each transaction gives, while the
+// library's code still runs twice. A run that rolls back for another
+// reason (a group commit's failed batch) counts, as it did.
+func Counts() bool { return !rerun.Enabled || !rerun.Again() }
 
 // Increment adds one to the counter key of bucket (created if needed), in
 // tx: the state change a test counts to see how many times work took

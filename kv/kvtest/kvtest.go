@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/rerun"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -62,6 +63,17 @@ func RequireLocal(t testing.TB, why string) {
 	t.Helper()
 	if Remote() {
 		t.Skipf("kvtest: not on a remote backend: %s", why)
+	}
+}
+
+// RequireOneRun skips the test in a build with -tags oncekv_rerun (package
+// internal/rerun), where every bbolt transaction runs its function twice:
+// a test that counts bbolt's own transactions, or pins what a single run
+// of a function does, does not apply there; why says which.
+func RequireOneRun(t testing.TB, why string) {
+	t.Helper()
+	if rerun.Enabled {
+		t.Skipf("kvtest: not in a rerun build: %s", why)
 	}
 }
 

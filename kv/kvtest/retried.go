@@ -19,7 +19,8 @@ func RetriedViews(b kv.Backend) kv.Backend { return retriedViews{b} }
 
 // RetriedTxs is RetriedViews for writes too: every Update runs fn once in
 // a transaction it rolls back, then again in one it commits, as a backend
-// with several writers does after an optimistic conflict. A function that
+// with several writers does after an optimistic conflict. A run whose fn
+// fails is not run again, as on etcd: its error is the Update's. A function that
 // changes what it captured (a counter, a struct it was handed) shows it:
 // the second run starts from the first run's changes.
 func RetriedTxs(b kv.Backend) kv.Backend { return retriedTxs{retriedViews{b}} }
@@ -44,11 +45,14 @@ type retriedTxs struct{ retriedViews }
 var errFirstRun = errors.New("kvtest: the first run, rolled back")
 
 func (b retriedTxs) Update(ctx context.Context, fn func(kv.Tx) error) error {
-	_ = b.Backend.Update(ctx, func(tx kv.Tx) error {
+	err := b.Backend.Update(ctx, func(tx kv.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
 		return errFirstRun
 	})
+	if !errors.Is(err, errFirstRun) {
+		return err // fn failed (or the store did): not a conflict, not run again
+	}
 	return b.Backend.Update(ctx, fn)
 }

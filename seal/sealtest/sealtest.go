@@ -68,14 +68,17 @@ func Reseal(t testing.TB, db *kv.DB, reseal ResealFunc, batch int) (resealed, ba
 	t.Helper()
 	after := []byte{}
 	for first := true; first || after != nil; first = false {
+		var next []byte
+		var n int
 		err := db.Update(context.Background(), func(tx kv.Tx) error {
-			next, n, err := reseal(tx, db.Cipher(), after, batch)
-			after, resealed = next, resealed+n
+			var err error
+			next, n, err = reseal(tx, db.Cipher(), after, batch) // what the committed run did
 			return err
 		})
 		if err != nil {
 			t.Fatalf("reseal, batch %d: %v", batches+1, err)
 		}
+		after, resealed = next, resealed+n
 		batches++
 	}
 	return resealed, batches

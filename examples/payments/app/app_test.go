@@ -44,6 +44,7 @@ func TestPaidOrderHasItsEvent(t *testing.T) {
 
 	var events []outbox.Event
 	require.NoError(t, a.DB.View(context.Background(), func(tx kv.Tx) error {
+		events = nil // a read may run more than once
 		for e, err := range outbox.Events(tx, outbox.EventPending) {
 			require.NoError(t, err)
 			events = append(events, *e)
