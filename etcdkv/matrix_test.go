@@ -20,7 +20,7 @@ import (
 
 // matrixPackages are the library packages whose own test suites run on
 // etcd: unchanged, through kvtest's remote protocol (ONCEKV_TEST_REMOTE).
-var matrixPackages = []string{"./ledger", "./conditional", "./inbox", "./outbox", "./sideeffect", "./retention", "./internal/crashtest"}
+var matrixPackages = []string{"./ledger", "./idemhttp", "./conditional", "./inbox", "./outbox", "./sideeffect", "./retention", "./inspect", "./internal/crashtest"}
 
 func init() {
 	if p := os.Getenv("ONCEKV_MATRIX_PACKAGES"); p != "" {
@@ -28,8 +28,9 @@ func init() {
 	}
 }
 
-// TestLibrarySuitesOnEtcd runs the test suites of the ledger, conditional,
-// inbox, outbox, sideeffect and retention packages, and the ledger's
+// TestLibrarySuitesOnEtcd runs the test suites of the ledger, idemhttp
+// (the middleware), conditional, inbox, outbox, sideeffect, retention and
+// inspect (the console, the admin API) packages, and the ledger's
 // porcupine linearizability check (three replicas, restarts), with every
 // kvtest database on a fresh etcd backend (a prefix of its own on one
 // three-member cluster) — a test matrix, not copies of the tests. Tests

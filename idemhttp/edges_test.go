@@ -529,6 +529,7 @@ func TestUnkeyedRequestRunAgainReadsItsWholeBody(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
+	kvtest.RequireGroupCommit(t, db)
 
 	statuses := make([]int, 2)
 	var wg sync.WaitGroup
@@ -943,6 +944,7 @@ func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 		t.Run("holder="+holderKey, func(t *testing.T) {
 			t.Parallel()
 			db := kvtest.Open(t, &kv.Options{NoSync: true}, ledger.RecordKind)
+			kvtest.RequireSingleWriter(t, db) // several writers do not queue behind one another
 			l, err := ledger.New(db, nil)
 			require.NoError(t, err)
 			logger, logs := testlog.New()

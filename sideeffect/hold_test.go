@@ -133,9 +133,7 @@ func TestUnknownKindDoesNotFailItsBatch(t *testing.T) {
 	t.Parallel()
 	clock := kvtest.NewManualClock(t0)
 	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock, MaxBatchDelay: 200 * time.Millisecond}, sideeffect.RecordKind)
-	if !db.Traits().GroupCommit {
-		t.Skipf("%s has no group commit: each call is a transaction of its own", db.Traits().Name)
-	}
+	kvtest.RequireGroupCommit(t, db)
 	c := &completions{}
 	x, err := sideeffect.New(db, ptr(config(providertest.New(providertest.Rates{}, 1), c)))
 	require.NoError(t, err)

@@ -87,6 +87,17 @@ func RequireSingleWriter(t testing.TB, db *kv.DB) {
 	}
 }
 
+// RequireGroupCommit skips the test unless db's backend commits several
+// calls in one transaction (bbolt): a test of how a batch forms, or of a
+// call run again after another call of its batch failed, does not apply
+// to a backend where each call is a transaction of its own (etcd).
+func RequireGroupCommit(t testing.TB, db *kv.DB) {
+	t.Helper()
+	if !db.Traits().GroupCommit {
+		t.Skipf("kvtest: needs group commit; this run's backend (%s) makes each call a transaction of its own", db.Traits().Name)
+	}
+}
+
 // RequireBolt skips the test unless db is a bbolt file: a test that works on
 // bbolt's own structures, or relies on one writer process, does not apply
 // to other backends.
