@@ -67,7 +67,10 @@
 // (kv.ErrCommitUnknown) is returned only when etcd cannot be reached to
 // settle it; retrying the whole operation is then safe, since the records
 // make it idempotent (idemhttp answers 503 with Retry-After to say so).
-// Markers live on a lease and vanish a few minutes after their commit.
+// Markers live on a lease and vanish a few minutes after their commit. A
+// lease carries at most 4,096 of them: etcd deletes an expired lease's keys
+// in one transaction that every write of the cluster waits for (a lease
+// of 60,000 markers held writes for 0.36 s on one member, 5,000 for 13 ms).
 //
 // # What changes above
 //

@@ -9,3 +9,11 @@ func SetCursorPage(n int) (restore func()) {
 	cursorPage = n
 	return func() { cursorPage = old }
 }
+
+// SetMarkersPerLease makes a commit marker lease carry n markers until the
+// returned function restores the default.
+func SetMarkersPerLease(n int) (restore func()) {
+	old := markersPerLease
+	markersPerLease = n
+	return func() { markersPerLease = old }
+}
