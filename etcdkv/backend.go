@@ -341,8 +341,7 @@ func (b *Backend) backoff(ctx context.Context, attempt int) {
 // deletes an expired lease's keys in one transaction of its own, and every
 // write of the cluster waits for it: a minute of markers at 1,000 commits
 // a second (60,000) held writes for 0.36 s on one member here (fsync
-// off), 5,000 for
-// 13 ms.
+// off), 5,000 for 13 ms.
 var markersPerLease = 4096
 
 // markerLease returns a lease for commit markers: a new one each minute,
