@@ -1,9 +1,12 @@
 package outbox_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +27,9 @@ import (
 type severalWriters struct {
 	kv.Backend
 	visited atomic.Int64
+	// rev, if set, gives the cursors a commit revision for each key, as
+	// etcd's cursors have (outbox orders several writers' events by it).
+	rev func(key []byte) int64
 }
 
 func (b *severalWriters) Traits() kv.Traits {
@@ -75,7 +81,28 @@ type countingBucket struct {
 	b *severalWriters
 }
 
-func (b countingBucket) Cursor() kv.Cursor { return countingCursor{b.Bucket.Cursor(), b.b} }
+func (b countingBucket) Cursor() kv.Cursor {
+	c := countingCursor{b.Bucket.Cursor(), b.b}
+	if b.b.rev != nil {
+		return &revisionCursor{countingCursor: c}
+	}
+	return c
+}
+
+// revisionCursor is a countingCursor with the revision severalWriters.rev
+// gives the key it is on.
+type revisionCursor struct {
+	countingCursor
+	at []byte
+}
+
+func (c *revisionCursor) on(k, v []byte) ([]byte, []byte) { c.at = k; return k, v }
+func (c *revisionCursor) First() ([]byte, []byte)         { return c.on(c.countingCursor.First()) }
+func (c *revisionCursor) Next() ([]byte, []byte)          { return c.on(c.countingCursor.Next()) }
+func (c *revisionCursor) Seek(s []byte) ([]byte, []byte)  { return c.on(c.countingCursor.Seek(s)) }
+func (c *revisionCursor) Last() ([]byte, []byte)          { return c.on(c.Cursor.Last()) }
+func (c *revisionCursor) Prev() ([]byte, []byte)          { return c.on(c.Cursor.Prev()) }
+func (c *revisionCursor) Revision() int64                 { return c.b.rev(c.at) }
 
 type countingCursor struct {
 	kv.Cursor
@@ -137,6 +164,68 @@ func TestDrainingABacklogReadsTheQueueOnce(t *testing.T) {
 	}
 	require.Empty(t, pending(t, db))
 	require.LessOrEqual(t, b.visited.Load(), int64(2*n), "the queue read once, not once a batch")
+}
+
+// A reading of the whole queue keeps its head, at most maxReading events
+// in commit order, whatever the backlog: it held every pending event,
+// decoded, and a broker's long outage on etcd left a backlog as large as
+// etcd's space quota for the relay to hold in memory. Past the head the
+// pass reads the queue again; events of one commit (one revision) keep
+// the order they were added in, across readings too.
+func TestAReadingKeepsTheHeadOfTheQueue(t *testing.T) {
+	defer outbox.SetMaxReading(10)()
+	o, db, b := openSeveralWriters(t, nil)
+	const n = 25
+	// Commit revisions out of key order, three events to some revisions.
+	rev := func(k []byte) int64 {
+		seq := binary.BigEndian.Uint64(k)
+		return int64((seq&0xffffffff)*7%9) + 1
+	}
+	addEvents(t, o, n)
+	var want []string
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		want = nil
+		type keyed struct {
+			rev int64
+			seq uint64
+			id  string
+		}
+		var all []keyed
+		for e, err := range outbox.Events(tx, outbox.EventPending) {
+			require.NoError(t, err)
+			all = append(all, keyed{rev(binary.BigEndian.AppendUint64(nil, e.Seq)), e.Seq, e.ID})
+		}
+		slices.SortFunc(all, func(a, b keyed) int {
+			if c := cmp.Compare(a.rev, b.rev); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.seq, b.seq)
+		})
+		for _, e := range all {
+			want = append(want, e.id)
+		}
+		return nil
+	}))
+	require.Len(t, want, n)
+	b.rev = rev
+	pub := &batches{ack: -1}
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: 4})
+	require.NoError(t, err)
+	b.visited.Store(0)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, st.Published)
+	var got []string
+	for _, e := range pub.seen {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, want, got, "commit order across three readings")
+	read := int64(n + (n - 10) + (n - 20))
+	if kvtest.RunsTwice() {
+		read *= 2
+	}
+	require.Equal(t, read, b.visited.Load(), "readings of 25, 15 and 5 events, each keeping at most 10")
+	require.Empty(t, pending(t, db))
 }
 
 // With several writers, passes while the head of the queue waits out its

@@ -28,7 +28,9 @@
 // commit go in the order they were added; finding the head of the queue
 // there takes a read of the whole queue, which the relay does once a pass
 // (not once a batch), and not at all while the head waits out its
-// backoff. The relay is woken by the commit of new events (through any
+// backoff; a reading keeps the queue's first 20,000 events, so the
+// relay's memory is bounded whatever the backlog (a larger one is read
+// again for each 20,000). The relay is woken by the commit of new events (through any
 // handle New returned for the database) and polls only as a fallback
 // (RelayConfig.PollInterval). An event is marked published only
 // after the publisher acknowledged it, so a crash between the two publishes

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"runtime/debug"
 	"slices"
@@ -381,7 +380,10 @@ func (r *Relay) runOnce(ctx context.Context) (PassStats, error) {
 // member, 4,000 took 1.5 s). An event committed after the reading has a
 // later revision than every event in it, so it comes after them, as it
 // would in a fresh reading; the relay is the only writer of the events it
-// publishes, so the reading stays true of them.
+// publishes, so the reading stays true of them. A reading keeps the head
+// of the queue, maxReading events at most: the rest, later in commit
+// order, wait for the next reading, and the relay's memory stays bounded
+// however large a backlog an outage left (it held every pending event).
 type backlog struct {
 	r       *Relay
 	whole   bool    // read the whole queue, in revision order
@@ -417,11 +419,28 @@ func (q *backlog) done(n int) {
 	}
 }
 
-// queue reads the whole pending queue in commit order (see backlog).
+// maxReading bounds the events a reading of the whole queue keeps (see
+// backlog): the head of the queue, in commit order. A reading of a
+// backlog larger than that keeps the first maxReading events, and the
+// pass reads the queue again when it has published them.
+var maxReading = 20_000
+
+// queue reads the whole pending queue and returns its head in commit
+// order: the first maxReading events (see backlog).
 func (r *Relay) queue() (queue []Event, damaged int, err error) {
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
-		queue, damaged = queue[:0], 0 // a read run again (etcd) starts afresh
-		for ev, err := range pendingInOrder(tx, false) {
+		var h headHeap
+		met := 0
+		damaged = 0 // a read run again (etcd) starts afresh
+		b := outboxNS.Bucket(tx)
+		if b == nil {
+			return nil
+		}
+		ring := kv.CipherOf(tx)
+		c := b.Cursor()
+		rc, _ := c.(revisioned)
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			ev, err := decodeEventWith(ring, k, v, true)
 			switch {
 			case errors.Is(err, kv.ErrCorrupt):
 				damaged++ // passed over, as due does
@@ -429,11 +448,85 @@ func (r *Relay) queue() (queue []Event, damaged int, err error) {
 			case err != nil:
 				return err
 			}
-			queue = append(queue, *ev)
+			var rev int64
+			if rc != nil {
+				rev = rc.Revision()
+			}
+			h.keep(queued{rev: rev, at: met, ev: ev}, maxReading)
+			met++
 		}
+		queue = h.inOrder()
 		return nil
 	})
 	return queue, damaged, err
+}
+
+// queued is an event of a reading of the whole queue: its commit's
+// revision, and where the reading met it (the key order, which breaks
+// ties: the events of one commit share its revision).
+type queued struct {
+	rev int64
+	at  int
+	ev  *Event
+}
+
+func (a queued) after(b queued) bool { return a.rev > b.rev || a.rev == b.rev && a.at > b.at }
+
+// headHeap keeps the first events of a reading in commit order: a max-heap
+// of at most n, whose root is the latest of them.
+type headHeap struct{ q []queued }
+
+// keep adds e, and drops the latest event if the heap holds more than n.
+func (h *headHeap) keep(e queued, n int) {
+	if len(h.q) == n {
+		if !h.q[0].after(e) {
+			return // after every event kept
+		}
+		h.q[0] = e
+		h.down(0)
+		return
+	}
+	h.q = append(h.q, e)
+	for i := len(h.q) - 1; i > 0; { // up
+		p := (i - 1) / 2
+		if !h.q[i].after(h.q[p]) {
+			break
+		}
+		h.q[i], h.q[p] = h.q[p], h.q[i]
+		i = p
+	}
+}
+
+func (h *headHeap) down(i int) {
+	for {
+		l, m := 2*i+1, i
+		if l < len(h.q) && h.q[l].after(h.q[m]) {
+			m = l
+		}
+		if r := l + 1; r < len(h.q) && h.q[r].after(h.q[m]) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h.q[i], h.q[m] = h.q[m], h.q[i]
+		i = m
+	}
+}
+
+// inOrder returns the kept events in commit order.
+func (h *headHeap) inOrder() []Event {
+	slices.SortFunc(h.q, func(a, b queued) int {
+		if c := cmp.Compare(a.rev, b.rev); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.at, b.at)
+	})
+	out := make([]Event, len(h.q))
+	for i, e := range h.q {
+		out[i] = *e.ev
+	}
+	return out
 }
 
 // due returns the next batch of pending events if the head is due, else the
@@ -443,7 +536,7 @@ func (r *Relay) due(size int) (batch []Event, wait time.Duration, damaged int, e
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
 		batch, wait, damaged = batch[:0], 0, 0 // a read run again (etcd) starts afresh
 		now := r.o.db.Clock().Now()
-		for ev, err := range pendingInOrder(tx, true) {
+		for ev, err := range events(tx, EventPending, true, kv.CipherOf(tx)) {
 			switch {
 			case errors.Is(err, kv.ErrCorrupt):
 				// It cannot be published, and waiting changes nothing:
@@ -466,50 +559,6 @@ func (r *Relay) due(size int) (batch []Event, wait time.Duration, damaged int, e
 		return nil
 	})
 	return batch, wait, damaged, err
-}
-
-// pendingInOrder yields the pending events in commit order: sequence order
-// on a single-writer store; with several writers, the order of the
-// revisions at which the events were committed (the whole queue is read
-// and sorted; a pass does it once, see backlog).
-func pendingInOrder(tx kv.Tx, singleWriter bool) iter.Seq2[*Event, error] {
-	if singleWriter {
-		return events(tx, EventPending, true, kv.CipherOf(tx))
-	}
-	return func(yield func(*Event, error) bool) {
-		b := outboxNS.Bucket(tx)
-		if b == nil {
-			return
-		}
-		type queued struct {
-			rev int64
-			ev  *Event
-		}
-		var q []queued
-		ring := kv.CipherOf(tx)
-		c := b.Cursor()
-		rc, _ := c.(revisioned)
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			ev, err := decodeEventWith(ring, k, v, true)
-			if err != nil {
-				if !yield(nil, err) {
-					return
-				}
-				continue
-			}
-			var rev int64
-			if rc != nil {
-				rev = rc.Revision()
-			}
-			q = append(q, queued{rev, ev})
-		}
-		slices.SortStableFunc(q, func(a, b queued) int { return cmp.Compare(a.rev, b.rev) })
-		for _, e := range q {
-			if !yield(e.ev, nil) {
-				return
-			}
-		}
-	}
 }
 
 // markPublished moves acknowledged events to the published bucket, in

@@ -66,6 +66,12 @@ func RequireLocal(t testing.TB, why string) {
 	}
 }
 
+// RunsTwice reports whether this is a build with -tags oncekv_rerun
+// (package internal/rerun), where every bbolt transaction runs its
+// function twice: a test that counts what its reads read expects twice
+// as much there.
+func RunsTwice() bool { return rerun.Enabled }
+
 // RequireOneRun skips the test in a build with -tags oncekv_rerun (package
 // internal/rerun), where every bbolt transaction runs its function twice:
 // a test that counts bbolt's own transactions, or pins what a single run
