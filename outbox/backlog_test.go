@@ -137,6 +137,20 @@ func addEvents(t *testing.T, o *outbox.Outbox, n int) {
 	}
 }
 
+// drain publishes the n pending events of o in one pass, batch events at a
+// time, counting from zero the entries b's cursors visit.
+func drain(t *testing.T, o *outbox.Outbox, b *severalWriters, batch, n int) *batches {
+	t.Helper()
+	pub := &batches{ack: -1}
+	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: batch})
+	require.NoError(t, err)
+	b.visited.Store(0)
+	st, err := relay.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, n, st.Published)
+	return pub
+}
+
 // With several writers the queue's order is known only from a read of
 // the whole queue: a pass reads it once and publishes batch after batch
 // from that reading. Reading it again for every batch made draining a
@@ -146,13 +160,7 @@ func TestDrainingABacklogReadsTheQueueOnce(t *testing.T) {
 	o, db, b := openSeveralWriters(t, nil)
 	const n = 1000
 	addEvents(t, o, n)
-	pub := &batches{ack: -1}
-	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: 10})
-	require.NoError(t, err)
-	b.visited.Store(0)
-	st, err := relay.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, n, st.Published)
+	pub := drain(t, o, b, 10, n)
 	require.Len(t, pub.sizes, n/10)
 	seen := map[string]int{}
 	for _, e := range pub.seen {
@@ -208,13 +216,7 @@ func TestAReadingKeepsTheHeadOfTheQueue(t *testing.T) {
 	}))
 	require.Len(t, want, n)
 	b.rev = rev
-	pub := &batches{ack: -1}
-	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: pub, BatchSize: 4})
-	require.NoError(t, err)
-	b.visited.Store(0)
-	st, err := relay.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, n, st.Published)
+	pub := drain(t, o, b, 4, n)
 	var got []string
 	for _, e := range pub.seen {
 		got = append(got, e.ID)
