@@ -32,6 +32,9 @@ crash-long: ## crash suite, release profile: 100 cycles per failpoint
 fuzz-long: ## run every fuzz target for 10m (release profile)
 	./scripts/fuzz.sh 10m
 
+fuzz-rerun: ## run every fuzz target for 2m in the rerun build (every transaction's function run twice)
+	FUZZ_TAGS=oncekv_rerun ./scripts/fuzz.sh 2m
+
 bench: ## run the paired benchmarks (oncekv vs bare bbolt)
 	go test ./bench -run '^$$' -bench . -benchtime 20000x
 
@@ -59,4 +62,4 @@ docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md fr
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race rerun fuzz-smoke fuzz-long crash crash-long bench goals lint mutate chart bench-postgres docs-graph etcd-long ci
+.PHONY: help test race rerun fuzz-smoke fuzz-long fuzz-rerun crash crash-long bench goals lint mutate chart bench-postgres docs-graph etcd-long ci

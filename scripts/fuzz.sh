@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for the given time (default 10s). CI uses the
 # default; a release run uses 10m:  ./scripts/fuzz.sh 10m
+# FUZZ_TAGS adds build tags: FUZZ_TAGS=oncekv_rerun runs the targets in the
+# rerun build, every transaction's function run twice (make fuzz-rerun).
 #
 # A target fails the run when the fuzzer finds something: it writes the
 # failing input under testdata/fuzz/<Target>/. Go's fuzzing coordinator can
@@ -11,6 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${1:-10s}
+tags=()
+if [ -n "${FUZZ_TAGS:-}" ]; then tags=(-tags "$FUZZ_TAGS"); fi
 flakes=0
 for pkg in $(go list ./... ./cmd/oncekv/... ./examples/... ./etcdkv/...); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
@@ -21,7 +25,7 @@ for pkg in $(go list ./... ./cmd/oncekv/... ./examples/... ./etcdkv/...); do
     out=$(mktemp)
     # A short minimisation budget: minimising every "interesting" input for
     # the default 60s stalls the workers and can fail a short run.
-    if go test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$t" -fuzzminimizetime 1s 2>&1 | tee "$out"; then
+    if go test "${tags[@]}" "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$t" -fuzzminimizetime 1s 2>&1 | tee "$out"; then
       rm -f "$out"
       continue
     fi
@@ -30,7 +34,7 @@ for pkg in $(go list ./... ./cmd/oncekv/... ./examples/... ./etcdkv/...); do
       ! grep -qE 'Failing input written|panic:|fuzzing process hung' "$out"; then
       rm -f "$out"
       echo "fuzz $target: bare deadline at the end of -fuzztime, no input written (golang/go#75804); replaying the corpus"
-      go test "$pkg" -run "^${target}\$" -count=1
+      go test "${tags[@]}" "$pkg" -run "^${target}\$" -count=1
       flakes=$((flakes + 1))
       continue
     fi
