@@ -431,7 +431,7 @@ func (r *Relay) queue() (queue []Event, damaged int, err error) {
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
 		var h headHeap
 		met := 0
-		damaged = 0 // a read run again (etcd) starts afresh
+		queue, damaged = nil, 0 // a read run again (etcd) starts afresh
 		b := outboxNS.Bucket(tx)
 		if b == nil {
 			return nil
@@ -476,9 +476,10 @@ func (a queued) after(b queued) bool { return a.rev > b.rev || a.rev == b.rev &&
 // of at most n, whose root is the latest of them.
 type headHeap struct{ q []queued }
 
-// keep adds e, and drops the latest event if the heap holds more than n.
+// keep adds e, and drops the latest event if the heap holds more than n
+// (at least one).
 func (h *headHeap) keep(e queued, n int) {
-	if len(h.q) == n {
+	if len(h.q) >= max(n, 1) {
 		if !h.q[0].after(e) {
 			return // after every event kept
 		}
