@@ -1,7 +1,9 @@
 // Package kvtest is the test kit of package kv: it opens databases for
 // tests (a fresh file under t.TempDir, checked for consistency and closed
 // when the test ends) and holds the conformance suite every kv backend must
-// pass (RunConformance).
+// pass (RunConformance). Counts, RunsTwice and RequireOneRun let a test
+// pass in the rerun build (-tags oncekv_rerun, package internal/rerun),
+// where every bbolt transaction runs its function twice.
 package kvtest
 
 import (
