@@ -43,6 +43,24 @@ func TestLibrarySuitesOnEtcd(t *testing.T) {
 	runSuites(t, c, nil, matrixPackages...)
 }
 
+// TestLibrarySuitesWithLostAnswers runs the suites whose work must happen
+// once (the ledger, the middleware, the inbox, the outbox, side effects)
+// on etcd with the answer of every other commit lost: each such commit is
+// settled by its marker, applied or fenced. A function run again after a
+// commit that applied, or a commit reported as failed that had applied,
+// fails their tests, which count calls and the work in the database.
+// Not parallel: it sets a fault for every backend of the process.
+func TestLibrarySuitesWithLostAnswers(t *testing.T) {
+	lost, restore := etcdkv.LoseAnswers(2)
+	defer restore()
+	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
+	runSuites(t, c, nil, "./ledger", "./idemhttp", "./inbox", "./outbox", "./sideeffect")
+	if lost() < 1000 {
+		t.Fatalf("%d answers lost: the fault did not reach the suites' commits", lost())
+	}
+	t.Logf("%d commits settled by their markers", lost())
+}
+
 // runSuites runs go test on the library's packages with every kvtest
 // database on its own prefix of cluster c; wrap, if set, wraps each
 // backend before it is served.

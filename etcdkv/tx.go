@@ -299,6 +299,9 @@ func (t *tx) commit() (bool, error) {
 		resp, err = b.c.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		return err
 	})
+	if err == nil && loseAnswer != nil && loseAnswer() {
+		err = errAnswerLost // a test's fault: the answer is dropped, the commit settled by its marker
+	}
 	if err == nil {
 		return resp.Succeeded, nil
 	}
@@ -411,6 +414,15 @@ func (b *Backend) resolve(ctx context.Context, marker string, cause error) (bool
 	}
 	return false, fmt.Errorf("%w: %w (and settling it: %w)", ErrCommitUnknown, cause, last)
 }
+
+// loseAnswer, set by a test (LoseAnswers), drops the answers of the
+// commits it returns true for, as a network that loses them would: each
+// such commit is settled by its marker (resolve), whether it applied or
+// not.
+var loseAnswer func() bool
+
+// errAnswerLost is the error of a commit whose answer loseAnswer dropped.
+var errAnswerLost = errors.New("etcdkv: the commit's answer was lost (a test's fault)")
 
 // errClosedUnsettled is why a commit whose answer was lost stays unknown
 // when Close comes before it is settled.
