@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/oncekv/oncekv/etcdkv"
-	"github.com/oncekv/oncekv/etcdkv/etcdtest"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -21,16 +20,7 @@ import (
 // held writes for a third of a second). Not parallel: it sets the bound.
 func TestMarkerLeasesCarryBoundedMarkers(t *testing.T) {
 	defer etcdkv.SetMarkersPerLease(3)()
-	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
-	b, err := etcdkv.Open(c.Endpoints(), &etcdkv.Options{Prefix: "/leases/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := kv.New(b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, c := openDB(t, "/leases/")
 	ctx := context.Background()
 	for i := range 10 {
 		if err := db.Update(ctx, func(tx kv.Tx) error {

@@ -11,20 +11,19 @@ import (
 	"testing"
 
 	"github.com/oncekv/oncekv/etcdkv"
+	"github.com/oncekv/oncekv/etcdkv/embedded"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
 
-// An answer too large for one etcd transaction (2 MiB that do not
-// compress, under the ledger's 8 MiB bound) is a 500 that says so, not
-// the generic internal error: nothing is stored, the handler's write
-// included, and a retry fails the same way.
-func TestAnswerTooLargeForEtcdSaysSo(t *testing.T) {
-	t.Parallel()
+// openDB opens a database on a one-member cluster of its own, under
+// prefix, closed when the test ends; it returns the cluster too.
+func openDB(t *testing.T, prefix string) (*kv.DB, *embedded.Cluster) {
+	t.Helper()
 	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
-	b, err := etcdkv.Open(c.Endpoints(), &etcdkv.Options{Prefix: "/large/"})
+	b, err := etcdkv.Open(c.Endpoints(), &etcdkv.Options{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +31,17 @@ func TestAnswerTooLargeForEtcdSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { _ = db.Close() })
+	return db, c
+}
+
+// An answer too large for one etcd transaction (2 MiB that do not
+// compress, under the ledger's 8 MiB bound) is a 500 that says so, not
+// the generic internal error: nothing is stored, the handler's write
+// included, and a retry fails the same way.
+func TestAnswerTooLargeForEtcdSaysSo(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t, "/large/")
 	l, err := ledger.New(db, nil)
 	if err != nil {
 		t.Fatal(err)
