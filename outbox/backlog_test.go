@@ -181,7 +181,7 @@ func TestDrainingABacklogReadsTheQueueOnce(t *testing.T) {
 // pass reads the queue again; events of one commit (one revision) keep
 // the order they were added in, across readings too.
 func TestAReadingKeepsTheHeadOfTheQueue(t *testing.T) {
-	defer outbox.SetMaxReading(9)() // odd: a heap node with one child
+	defer outbox.SetMaxReading(9)() // a reading of 25 is cut back once, at 18
 	o, db, b := openSeveralWriters(t, nil)
 	const n = 25
 	// Commit revisions out of key order, three events to some revisions.

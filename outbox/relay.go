@@ -426,16 +426,18 @@ func (q *backlog) done(n int) {
 var maxReading = 20_000
 
 // queue reads the whole pending queue and returns its head in commit
-// order: the first maxReading events (see backlog).
+// order: the first maxReading events (see backlog). The reading keeps at
+// most twice that many, sorting and cutting back to maxReading each time
+// it reaches it.
 func (r *Relay) queue() (queue []Event, damaged int, err error) {
 	err = r.o.db.View(context.Background(), func(tx kv.Tx) error {
-		var h headHeap
-		met := 0
 		queue, damaged = nil, 0 // a read run again (etcd) starts afresh
 		b := outboxNS.Bucket(tx)
 		if b == nil {
 			return nil
 		}
+		limit := max(maxReading, 1)
+		var head []queued
 		ring := kv.CipherOf(tx)
 		c := b.Cursor()
 		rc, _ := c.(revisioned)
@@ -452,82 +454,38 @@ func (r *Relay) queue() (queue []Event, damaged int, err error) {
 			if rc != nil {
 				rev = rc.Revision()
 			}
-			h.keep(queued{rev: rev, at: met, ev: ev}, maxReading)
-			met++
+			head = append(head, queued{rev: rev, ev: ev})
+			if len(head) == 2*limit {
+				head = firstInOrder(head, limit)
+			}
 		}
-		queue = h.inOrder()
+		head = firstInOrder(head, limit)
+		queue = make([]Event, len(head))
+		for i, e := range head {
+			queue[i] = *e.ev
+		}
 		return nil
 	})
 	return queue, damaged, err
 }
 
-// queued is an event of a reading of the whole queue: its commit's
-// revision, and where the reading met it (the key order, which breaks
-// ties: the events of one commit share its revision).
+// queued is an event of a reading of the whole queue, with the revision
+// of the commit that created it.
 type queued struct {
 	rev int64
-	at  int
 	ev  *Event
 }
 
-func (a queued) after(b queued) bool { return a.rev > b.rev || a.rev == b.rev && a.at > b.at }
-
-// headHeap keeps the first events of a reading in commit order: a max-heap
-// of at most n, whose root is the latest of them.
-type headHeap struct{ q []queued }
-
-// keep adds e, and drops the latest event if the heap holds more than n
-// (at least one).
-func (h *headHeap) keep(e queued, n int) {
-	if len(h.q) >= max(n, 1) {
-		if !h.q[0].after(e) {
-			return // after every event kept
-		}
-		h.q[0] = e
-		h.down(0)
-		return
+// firstInOrder returns the first n of head in commit order: by revision,
+// the events of one commit in the order the reading met them (key order,
+// the order they were added in), which a stable sort keeps.
+func firstInOrder(head []queued, n int) []queued {
+	slices.SortStableFunc(head, func(a, b queued) int { return cmp.Compare(a.rev, b.rev) })
+	if len(head) > n {
+		clear(head[n:]) // the events cut drop out of memory
+		head = head[:n]
 	}
-	h.q = append(h.q, e)
-	for i := len(h.q) - 1; i > 0; { // up
-		p := (i - 1) / 2
-		if !h.q[i].after(h.q[p]) {
-			break
-		}
-		h.q[i], h.q[p] = h.q[p], h.q[i]
-		i = p
-	}
-}
-
-func (h *headHeap) down(i int) {
-	for {
-		l, m := 2*i+1, i
-		if l < len(h.q) && h.q[l].after(h.q[m]) {
-			m = l
-		}
-		if r := l + 1; r < len(h.q) && h.q[r].after(h.q[m]) {
-			m = r
-		}
-		if m == i {
-			return
-		}
-		h.q[i], h.q[m] = h.q[m], h.q[i]
-		i = m
-	}
-}
-
-// inOrder returns the kept events in commit order.
-func (h *headHeap) inOrder() []Event {
-	slices.SortFunc(h.q, func(a, b queued) int {
-		if c := cmp.Compare(a.rev, b.rev); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.at, b.at)
-	})
-	out := make([]Event, len(h.q))
-	for i, e := range h.q {
-		out[i] = *e.ev
-	}
-	return out
+	return head
 }
 
 // due returns the next batch of pending events if the head is due, else the
