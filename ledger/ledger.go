@@ -52,8 +52,8 @@ type Config struct {
 	// CompressThreshold is the body size above which stored responses are
 	// zstd-compressed. 0 means record.DefaultCompressThreshold; negative disables
 	// compression. A body over 64 MiB (which only a MaxResponseBytes above
-	// the default lets through) is stored as it is: readers refuse to
-	// decompress more than that from one record.
+	// the default lets through) is stored as it is: readers before this
+	// release refuse to decompress more than that from one record.
 	CompressThreshold int
 
 	// MaxResponseBytes bounds the body of a stored response; larger responses

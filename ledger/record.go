@@ -161,9 +161,10 @@ func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold i
 	body := resp.Body
 	flags := byte(flagResponse)
 	r.Compressed = false
-	// A body past the decompression limit stays as it is: compressed, it
-	// would be stored and then refused by every read as corrupt.
-	if threshold > 0 && len(body) > threshold && len(body) <= record.MaxDecompressedSize {
+	// A body past the decompression limit stays as it is. This code reads
+	// such a body compressed (a writer before the limit stored some), but a
+	// reader from before that would refuse it as corrupt.
+	if threshold > 0 && len(body) > threshold && len(body) <= maxCompressedBody {
 		if c := record.Compress(nil, body); len(c) < len(body) {
 			body, flags, r.Compressed = c, flags|flagCompressed, true
 		}
@@ -188,6 +189,10 @@ func encodeRecordWith(e *record.Encoder, ring *seal.Ring, r *Record, threshold i
 	r.StoredBytes = len(out) - at
 	return out
 }
+
+// maxCompressedBody is the largest body a record stores compressed. A
+// variable so that a test can write what writers before the limit wrote.
+var maxCompressedBody = record.MaxDecompressedSize
 
 // encodedSize is at least the size of r encoded in clear, uncompressed:
 // a buffer of that size is allocated once for encodeRecordWith.
@@ -391,12 +396,12 @@ func decodeResponse(d *record.Decoder, r *Record, resp *Response, ring *seal.Rin
 		return false, err
 	}
 	if r.Compressed {
-		if rawLen > record.MaxDecompressedSize {
-			return false, d.Fail(fmt.Sprintf("body of %d bytes exceeds the decompression limit", rawLen))
-		}
 		// Pre-size from the stored length, but never trust it for more than a
 		// few times the compressed size: DecodeAll grows the buffer if needed.
-		out, err := record.Decompress(record.KindIdempotency, make([]byte, 0, min(rawLen, uint64(8*len(body)+4096))), body)
+		// The stored length bounds the decompression (the checksum vouches
+		// for it): a body over record.MaxDecompressedSize comes from a writer
+		// before that limit, and is read as it was written.
+		out, err := record.DecompressSized(record.KindIdempotency, make([]byte, 0, min(rawLen, uint64(8*len(body)+4096))), body, rawLen)
 		if err != nil {
 			return false, err
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -153,28 +154,74 @@ func TestEncodedSizeCoversTheRecord(t *testing.T) {
 // statuses were refused is read and replayed as it was stored: the rule is
 // for what is written, never for what a file already holds.
 func TestARecordStoredWithA1xxIsStillReplayed(t *testing.T) {
+	r := sampleRecord([]byte("early"))
+	r.Response.Status = 103
+	l := storedByAnEarlierWriter(t, r)
+	res := replayStored(t, l, r)
+	require.Equal(t, 103, res.Response.Status)
+	require.Equal(t, "early", string(res.Response.Body))
+}
+
+// A body over the decompression limit stored compressed (as writers did
+// before they kept to the limit) is read and replayed, bounded by the
+// length the record states; a record stating more than any value bbolt
+// holds is refused as corrupt, not decompressed.
+func TestABodyCompressedPastTheLimitIsStillReplayed(t *testing.T) {
+	body := bytes.Repeat([]byte("a"), record.MaxDecompressedSize+1)
+	maxCompressedBody = math.MaxInt
+	r := sampleRecord(body)
+	l := storedByAnEarlierWriter(t, r)
+	maxCompressedBody = record.MaxDecompressedSize
+	require.True(t, r.Compressed, "stored compressed, as earlier writers did")
+	res := replayStored(t, l, r)
+	require.True(t, bytes.Equal(body, res.Response.Body), "the body replayed whole")
+	problems, err := l.db.Check(context.Background(), RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems, "the check reads it too")
+
+	_, err = record.DecompressSized(record.KindIdempotency, nil, record.Compress(nil, body), 1<<31)
+	require.ErrorIs(t, err, kv.ErrCorrupt)
+	_, err = record.DecompressSized(record.KindIdempotency, nil, record.Compress(nil, body), record.MaxDecompressedSize+1)
+	require.NoError(t, err)
+	_, err = record.DecompressSized(record.KindIdempotency, nil, record.Compress(nil, append(body, 'b')), record.MaxDecompressedSize+1)
+	require.ErrorIs(t, err, kv.ErrCorrupt, "a body longer than the record states")
+}
+
+// storedByAnEarlierWriter stores r as it encodes, under its scope and key,
+// through the record store and counted in its tenant's usage (no rule of
+// today's writer applied), then opens
+// the file afresh and returns a ledger over it.
+func storedByAnEarlierWriter(t *testing.T, r *Record) *Ledger {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "l.db")
 	db, err := kv.Open(path, nil)
 	require.NoError(t, err)
 	l, err := New(db, nil)
 	require.NoError(t, err)
-	r := sampleRecord([]byte("early"))
-	r.Response.Status = 103
 	r.CreatedAt, r.CompletedAt = db.Clock().Now(), db.Clock().Now()
 	r.ExpiresAt = r.CreatedAt.Add(time.Hour)
 	var e record.Encoder
 	v := bytes.Clone(encodeRecordWith(&e, nil, r, record.DefaultCompressThreshold))
 	require.NoError(t, db.Update(context.Background(), func(tx kv.Tx) error {
-		_, err := l.records.Put(context.Background(), tx, r.Scope, r.Key, recstore.Ref{}, time.Time{}, r.ExpiresAt, v)
-		return err
+		if _, err := l.records.Put(context.Background(), tx, r.Scope, r.Key, recstore.Ref{}, time.Time{}, r.ExpiresAt, v); err != nil {
+			return err
+		}
+		return accountAround(tx, r.Scope, r.Key, 1, int64(len(v)))
 	}))
 	require.NoError(t, db.Close())
 
 	db, err = kv.Open(path, nil)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	l, err = New(db, nil)
 	require.NoError(t, err)
+	return l
+}
+
+// replayStored retries r's request on l and requires the stored answer back,
+// the work not run.
+func replayStored(t *testing.T, l *Ledger, r *Record) Result {
+	t.Helper()
 	ran := false
 	res, err := l.Do(context.Background(), Request{Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint}, func(kv.Tx) (Response, error) {
 		ran = true
@@ -183,6 +230,5 @@ func TestARecordStoredWithA1xxIsStillReplayed(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ran, "the stored answer is replayed, the work not run")
 	require.True(t, res.Replayed)
-	require.Equal(t, 103, res.Response.Status)
-	require.Equal(t, "early", string(res.Response.Body))
+	return res
 }

@@ -8,8 +8,14 @@ import (
 )
 
 // MaxDecompressedSize bounds what Decompress will produce, so that a corrupt
-// or hostile record cannot make a reader allocate without limit.
+// or hostile record cannot make a reader allocate without limit. Writers
+// compress no value larger than this; DecompressSized reads the larger
+// ones that writers before that rule stored.
 const MaxDecompressedSize = 64 << 20
+
+// maxSizedDecompression bounds DecompressSized: the largest value bbolt
+// stores (a larger body cannot have been written uncompressed either).
+const maxSizedDecompression = 1<<31 - 2
 
 // DefaultCompressThreshold is the value size, in bytes, above which oncekv
 // compresses stored values (responses, payloads) with zstd. Below it the cost
@@ -49,6 +55,32 @@ func Compress(dst, src []byte) []byte { return zenc().EncodeAll(src, dst) }
 // kind k.
 func Decompress(k Kind, dst, src []byte) ([]byte, error) {
 	out, err := zdec().DecodeAll(src, dst)
+	if err != nil {
+		return dst, &CorruptError{Kind: k, Reason: fmt.Sprintf("compressed value: %v", err)}
+	}
+	return out, nil
+}
+
+// DecompressSized is Decompress for a value whose decompressed size the
+// record states, under its checksum: it expands src to at most size bytes
+// (MaxDecompressedSize when size is smaller). A record written before
+// writers kept to MaxDecompressedSize (a response body over 64 MiB,
+// compressed) is read this way, with a decoder of its own for the one call,
+// bounded by what the record says rather than by the shared decoder's
+// limit.
+func DecompressSized(k Kind, dst, src []byte, size uint64) ([]byte, error) {
+	if size <= MaxDecompressedSize {
+		return Decompress(k, dst, src)
+	}
+	if size > maxSizedDecompression {
+		return dst, &CorruptError{Kind: k, Reason: fmt.Sprintf("compressed value of %d bytes is larger than any value stored", size)}
+	}
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(size))
+	if err != nil {
+		return dst, err
+	}
+	defer d.Close()
+	out, err := d.DecodeAll(src, dst)
 	if err != nil {
 		return dst, &CorruptError{Kind: k, Reason: fmt.Sprintf("compressed value: %v", err)}
 	}
