@@ -22,6 +22,7 @@ import (
 
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -1000,7 +1001,7 @@ func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 			require.Equal(t, 1, strings.Count(logs.String(), holder), "once for the run that holds it")
 
 			free()
-			require.Equal(t, http.StatusCreated, (<-first).status)
+			require.Equal(t, http.StatusCreated, testwait.Receive(t, first, "the holder's answer").status)
 			r, err = tryPost(t, srv, "/v1/orders", "queued", `{}`)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusCreated, r.status, "the same key, sent again, runs")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -187,12 +188,12 @@ func TestExternalDuplicateWaitsForTheFirstAttempt(t *testing.T) {
 	}
 	first := make(chan reply, 1)
 	go func() { first <- postPay(t, e.srv, "/v1/orders/A/pay", "K") }()
-	<-entered
+	testwait.Receive(t, entered, "the provider called")
 	second := make(chan reply, 1)
 	go func() { second <- postPay(t, e.srv, "/v1/orders/A/pay", "K") }()
 	waitFor(t, func() bool { return e.l.Waited() > 0 })
 	close(release)
-	a, b := <-first, <-second
+	a, b := testwait.Receive(t, first, "the first answer"), testwait.Receive(t, second, "the duplicate's answer")
 	require.Equal(t, 200, a.status, a.body)
 	require.Equal(t, 200, b.status, "the duplicate waited instead of answering 409: %s", b.body)
 	require.Equal(t, a.body, b.body)
@@ -438,13 +439,13 @@ func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 	// retry is refused, the first attempt finishes and answers itself.
 	e, h, logs := setup(5*time.Minute, 1)
 	first := pay(e)
-	require.EqualValues(t, 1, <-h.entered)
+	require.EqualValues(t, 1, testwait.Receive(t, h.entered, "the provider's first call"))
 	e.clock.Advance(90 * time.Second)
 	retry := postPay(t, e.srv, "/v1/orders/A/pay", "k-slow")
 	require.Equal(t, http.StatusConflict, retry.status, retry.body)
 	require.Equal(t, idemhttp.ProblemInProgress, problemType(t, retry))
 	close(h.hold[1])
-	r := <-first
+	r := testwait.Receive(t, first, "the first attempt's answer")
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Empty(t, r.header.Get(idemhttp.HeaderReplayed), "its own answer")
@@ -453,14 +454,14 @@ func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 	// The retry finishes first: the first attempt answers its answer.
 	e, h, logs = setup(0, 1)
 	first = pay(e)
-	require.EqualValues(t, 1, <-h.entered)
+	require.EqualValues(t, 1, testwait.Receive(t, h.entered, "the provider's first call"))
 	e.clock.Advance(2 * time.Minute) // past both one-minute leases
 	retry = postPay(t, e.srv, "/v1/orders/A/pay", "k-slow")
 	require.Equal(t, http.StatusOK, retry.status, retry.body)
 	require.Equal(t, "succeeded ch_0001", retry.body)
 	require.Empty(t, retry.header.Get(idemhttp.HeaderReplayed))
 	close(h.hold[1])
-	r = <-first
+	r = testwait.Receive(t, first, "the first attempt's answer")
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Equal(t, "succeeded ch_0001", r.body)
 	require.Equal(t, "true", r.header.Get(idemhttp.HeaderReplayed), "the answer the retry stored")
@@ -472,17 +473,17 @@ func TestOvertakenPaymentAnswersWhatTheRetryStored(t *testing.T) {
 	// retry's answer for the client's next retry.
 	e, h, logs = setup(0, 1, 2)
 	first = pay(e)
-	require.EqualValues(t, 1, <-h.entered)
+	require.EqualValues(t, 1, testwait.Receive(t, h.entered, "the provider's first call"))
 	e.clock.Advance(2 * time.Minute)
 	second := pay(e)
-	require.EqualValues(t, 2, <-h.entered)
+	require.EqualValues(t, 2, testwait.Receive(t, h.entered, "the provider's second call"))
 	close(h.hold[1])
-	r = <-first
+	r = testwait.Receive(t, first, "the first attempt's answer")
 	require.Equal(t, http.StatusConflict, r.status, r.body)
 	require.Equal(t, idemhttp.ProblemInProgress, problemType(t, r))
 	require.Equal(t, "1", r.header.Get("Retry-After"))
 	close(h.hold[2])
-	r = <-second
+	r = testwait.Receive(t, second, "the retry's answer")
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Equal(t, "succeeded ch_0001", r.body)
 	r = postPay(t, e.srv, "/v1/orders/A/pay", "k-slow")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -333,7 +334,7 @@ func TestInProgressConflictAndWait(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // let the request reach the wait; the result does not depend on it
 	_, err = w.l.Complete(ctx, out.Claim, ledger.Response{Status: 201, Body: []byte("finished elsewhere")}, nil)
 	require.NoError(t, err)
-	r = <-got
+	r = testwait.Receive(t, got, "the waiting duplicate's answer")
 	require.Equal(t, 201, r.status)
 	require.Equal(t, "finished elsewhere", r.body)
 }

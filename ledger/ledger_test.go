@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncekv/oncekv/fingerprint"
 	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -427,7 +428,7 @@ func TestWaitForInProgress(t *testing.T) {
 	}()
 	_, err = l.Complete(ctx, out.Claim, ledger.Response{Status: 201, Body: []byte("done")}, nil)
 	require.NoError(t, err)
-	o := <-done
+	o := testwait.Receive(t, done, "the waiting claim's outcome")
 	require.NotNil(t, o.Replay)
 	require.Equal(t, []byte("done"), o.Replay.Response.Body)
 
@@ -443,7 +444,7 @@ func TestWaitForInProgress(t *testing.T) {
 		res <- rr
 	}()
 	require.NoError(t, l.Release(ctx, out.Claim))
-	rr := <-res
+	rr := testwait.Receive(t, res, "the waiting Do's result")
 	require.False(t, rr.Replayed)
 	require.Equal(t, uint64(1), rr.Version, "a released key starts again at version 1")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -69,7 +70,7 @@ func TestWaitIsWokenByTheCompletion(t *testing.T) {
 		require.NoError(t, err)
 		// Had the notification not woken it, the wait would have ended at its
 		// 30 s bound with the key still in progress: an error here.
-		require.NoError(t, <-got)
+		require.NoError(t, testwait.Receive(t, got, "the waiter's end"))
 		if finish == "complete" {
 			require.True(t, res.Replayed)
 			require.Equal(t, "first", string(res.Response.Body))
@@ -115,8 +116,8 @@ func TestWaitersShareAnEntryAndLeaveNone(t *testing.T) {
 	// Had the hasty duplicate's departure removed the shared entry, the
 	// completion would have woken nobody and the patient Claim would have
 	// ended at its 30 s bound, in progress.
-	require.NoError(t, <-errs)
-	o := <-got
+	require.NoError(t, testwait.Receive(t, errs, "the patient Claim's end"))
+	o := testwait.Receive(t, got, "the patient Claim's outcome")
 	require.NotNil(t, o.Replay, "the patient Claim waited and got the replay")
 	require.Equal(t, "first", string(o.Replay.Response.Body))
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/outbox"
@@ -228,9 +229,9 @@ func TestRelayShutdownDuringPublish(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- r.Run(runCtx, nil) }()
-	<-entered
+	testwait.Receive(t, entered, "the publisher called")
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the relay's end"), context.Canceled)
 	require.Equal(t, []string{"e-1"}, pending(t, db), "still pending")
 
 	pub := &recorder{}
@@ -252,18 +253,18 @@ func TestRelayWokenByCommit(t *testing.T) {
 	done := make(chan error)
 	passes := make(chan struct{}, 10)
 	go func() { done <- r.Run(runCtx, func(outbox.PassStats, error) { passes <- struct{}{} }) }()
-	<-passes
+	testwait.Receive(t, passes, "the relay's first pass")
 	_, _, err := o.Add(ctx, ev("woken"))
 	require.NoError(t, err)
-	require.Equal(t, "woken", (<-got).ID)
+	require.Equal(t, "woken", testwait.Receive(t, got, "the event published, the relay woken by its commit").ID)
 	// Through another handle of the same database (a handler's own, the
 	// admin console's): the relay is woken all the same, where it once
 	// waited for its next poll, an hour here.
 	_, _, err = outbox.New(db).Add(ctx, ev("woken by another handle"))
 	require.NoError(t, err)
-	require.Equal(t, "woken by another handle", (<-got).ID)
+	require.Equal(t, "woken by another handle", testwait.Receive(t, got, "the event published, the relay woken by another handle's commit").ID)
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the relay's end"), context.Canceled)
 }
 
 func TestWebhookPublisher(t *testing.T) {
@@ -414,18 +415,13 @@ func TestRelayPollsWhenNothingWakesIt(t *testing.T) {
 			}
 		})
 	}()
-	<-passes
+	testwait.Receive(t, passes, "the relay's first pass")
 	other := outbox.New(db) // its commits wake nobody's relay
 	_, _, err := other.Add(ctx, ev("silent"))
 	require.NoError(t, err)
-	select {
-	case e := <-got:
-		require.Equal(t, "silent", e.ID)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the relay never polled")
-	}
+	require.Equal(t, "silent", testwait.Receive(t, got, "the event published at the relay's next poll").ID)
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the relay's end"), context.Canceled)
 }
 
 // A published-event retention past the time encoding would wrap round

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/observe"
@@ -124,10 +125,10 @@ func TestRelayRunGoesOnPastAPanic(t *testing.T) {
 	passes := make(chan error, 1000)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx, func(_ outbox.PassStats, err error) { passes <- err }) }()
-	require.ErrorContains(t, <-passes, "a pass of the outbox relay panicked: observer bug")
-	require.NoError(t, <-passes, "the next pass")
+	require.ErrorContains(t, testwait.Receive(t, passes, "the pass that panicked"), "a pass of the outbox relay panicked: observer bug")
+	require.NoError(t, testwait.Receive(t, passes, "the pass after it"), "the next pass")
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the relay's end"), context.Canceled)
 
 	require.Empty(t, pending(t, db))
 	mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/outbox"
 )
@@ -103,21 +104,13 @@ func TestRelayWokenByRequeue(t *testing.T) {
 			}
 		})
 	}()
-	for st := range passes {
-		if st.Quarantined > 0 {
-			break
-		}
-	}
+	testwait.Until(t, passes, func(st outbox.PassStats) bool { return st.Quarantined > 0 }, "a pass that quarantines the poisoned event")
 	poisoned.Store(false)
 	require.NoError(t, o.Requeue(ctx, "poison"))
-	select {
-	case id := <-got:
-		require.Equal(t, "poison", id)
-	case <-time.After(time.Minute): // a bound on a hang, not a measure: the poll is an hour away
-		t.Fatal("the requeued event waits for the next poll")
-	}
+	// The poll is an hour away: the requeue wakes the relay.
+	require.Equal(t, "poison", testwait.Receive(t, got, "the requeued event published before the next poll"))
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the relay's end"), context.Canceled)
 }
 
 // Operators hear about failures and quarantines through the relay's

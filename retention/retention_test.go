@@ -17,6 +17,7 @@ import (
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/looptest"
 	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -410,9 +411,9 @@ func TestRunStopsWithContext(t *testing.T) {
 			sweeps <- s
 		}, allKinds...)
 	}()
-	<-sweeps
+	testwait.Receive(t, sweeps, "the first sweep")
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the sweeper's end"), context.Canceled)
 	require.Error(t, retention.Run(ctx, db, nil, 0, nil, allKinds...))
 }
 
@@ -446,10 +447,10 @@ func TestRunGoesOnPastAPanic(t *testing.T) {
 		done <- retention.Run(rctx, db, &retention.Config{Logger: logger}, 10*time.Millisecond,
 			func(_ retention.Stats, err error) { sweeps <- err }, allKinds...)
 	}()
-	require.ErrorContains(t, <-sweeps, "a pass of the retention sweeper panicked: observer bug")
-	require.NoError(t, <-sweeps, "the next sweep")
+	require.ErrorContains(t, testwait.Receive(t, sweeps, "the sweep that panicked"), "a pass of the retention sweeper panicked: observer bug")
+	require.NoError(t, testwait.Receive(t, sweeps, "the sweep after it"), "the next sweep")
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the sweeper's end"), context.Canceled)
 	require.Contains(t, logs.String(), `level=ERROR msg="retention sweeper pass panicked" panic="observer bug"`)
 	require.Contains(t, logs.String(), "TestRunGoesOnPastAPanic", "the stack names the observer")
 }
@@ -588,7 +589,7 @@ func TestPauseBetweenBatches(t *testing.T) {
 	}))
 	require.Equal(t, 5, left, "the sweep pauses between batches")
 	cancel()
-	<-done
+	testwait.Receive(t, done, "the sweep's end")
 	require.ErrorIs(t, err, context.Canceled, "canceled during the pause")
 	require.Equal(t, 5, st.Kinds[retention.Idempotency].Deleted)
 	require.Equal(t, 1, st.Kinds[retention.Idempotency].Batches)

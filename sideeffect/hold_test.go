@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -79,7 +80,7 @@ func TestIntentThatCannotBeAttemptedIsLeftAlone(t *testing.T) {
 			}
 		})
 	}()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the reconciler's end"), context.Canceled)
 	require.LessOrEqual(t, passes.Load(), int32(2), "the loop ran again at once")
 
 	// After the hold, it is tried again; a reconciler with the handler
@@ -162,7 +163,7 @@ func TestUnknownKindDoesNotFailItsBatch(t *testing.T) {
 	require.Eventually(t, func() bool { return db.Writer().Queued > 0 }, 5*time.Second, time.Millisecond)
 	_, err = x.Execute(ctx, orphan.ID)
 	require.ErrorIs(t, err, sideeffect.ErrUnknownKind)
-	require.NoError(t, <-other)
+	require.NoError(t, testwait.Receive(t, other, "the other call's answer"))
 	require.EqualValues(t, 1, runs.Load(), "the other call ran again")
 }
 

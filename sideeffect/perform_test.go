@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -189,7 +190,7 @@ func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
 		require.NoError(t, err)
 		first <- res
 	}()
-	<-entered
+	testwait.Receive(t, entered, "the provider called")
 	dup := payReq("1")
 	dup.Wait = 30 * time.Second
 	second := make(chan error, 1)
@@ -199,12 +200,11 @@ func TestPerformWaitsForTheFirstAttempt(t *testing.T) {
 		res, err = x.Perform(ctx, l, dup, spec("1"), respond)
 		second <- err
 	}()
-	for l.Waited() == 0 {
-		time.Sleep(time.Millisecond) // polls state: the duplicate is waiting
-	}
+	// Polls state: the duplicate is waiting.
+	require.Eventually(t, func() bool { return l.Waited() > 0 }, testwait.Bound, time.Millisecond)
 	close(release)
-	a := <-first
-	require.NoError(t, <-second)
+	a := testwait.Receive(t, first, "the first Perform's result")
+	require.NoError(t, testwait.Receive(t, second, "the duplicate's end"))
 	require.True(t, res.Replayed)
 	require.Equal(t, a.Response, res.Response)
 	require.Len(t, fake.Charges(), 1)
@@ -231,7 +231,7 @@ func TestPerformWhoseClaimIsTakenOverKeepsTheCharge(t *testing.T) {
 		res, err := x.Perform(ctx, l, payReq("1"), spec("1"), respond)
 		first <- answer{res, err}
 	}()
-	<-entered
+	testwait.Receive(t, entered, "the provider called")
 	bb.clock.Advance(45 * time.Second) // past the claim's lease, not the intent's
 	other, err := l.Claim(ctx, payReq("1"))
 	require.NoError(t, err)
@@ -239,7 +239,7 @@ func TestPerformWhoseClaimIsTakenOverKeepsTheCharge(t *testing.T) {
 	require.True(t, other.Claim.Takeover)
 	close(release)
 
-	a := <-first
+	a := testwait.Receive(t, first, "the first Perform's answer")
 	var ip *ledger.InProgressError
 	require.ErrorAs(t, a.err, &ip, "the other claim is live")
 	in, err := x.Get(ctx, sideeffect.DownstreamKey(spec("1").Scope, spec("1").Key, "charge"))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -369,7 +370,7 @@ func TestStaleExecutorWritesNothing(t *testing.T) {
 		_, err := x.Execute(ctx, in.ID)
 		done <- err
 	}()
-	<-entered
+	testwait.Receive(t, entered, "the provider called")
 
 	// The first executor is stuck in the provider call; its lease runs out
 	// and the reconciler takes the intent over and finishes it.
@@ -381,7 +382,7 @@ func TestStaleExecutorWritesNothing(t *testing.T) {
 	require.Equal(t, uint64(3), got.Version)
 
 	close(release)
-	err = <-done
+	err = testwait.Receive(t, done, "the stale executor's answer")
 	var stale *sideeffect.StaleError
 	require.ErrorAs(t, err, &stale)
 	require.Equal(t, uint64(2), stale.Executed)
@@ -476,20 +477,16 @@ func TestRunLoopWakesAndStops(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	stopped := make(chan error)
 	go func() { stopped <- x.Run(runCtx, func(s sideeffect.RunStats, _ error) { passes <- s }) }()
-	<-passes // the first, empty pass
+	testwait.Receive(t, passes, "the first, empty pass")
 
 	in, _, err := x.Create(ctx, spec("1"))
 	require.NoError(t, err)
 	clock.Advance(time.Second) // past the grace period
-	for s := range passes {
-		if s.Succeeded == 1 {
-			break
-		}
-	}
+	testwait.Until(t, passes, executedOne, "a pass that executes the intent")
 	got, _ := x.Get(ctx, in.ID)
 	require.Equal(t, sideeffect.StateSucceeded, got.State)
 	cancel()
-	require.ErrorIs(t, <-stopped, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, stopped, "the reconciler's end"), context.Canceled)
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -513,6 +510,8 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func executedOne(s sideeffect.RunStats) bool { return s.Succeeded == 1 }
 
 // Requeue wakes a running reconciler: a parked intent, made due by an
 // operator, is not left until the next poll (an hour here).
@@ -542,24 +541,14 @@ func TestRequeueWakesTheReconciler(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	stopped := make(chan error)
 	go func() { stopped <- x.Run(runCtx, func(s sideeffect.RunStats, _ error) { passes <- s }) }()
-	<-passes // the first pass: nothing due
+	testwait.Receive(t, passes, "the first pass: nothing due")
 	_, err = x.Requeue(ctx, in.ID)
 	require.NoError(t, err)
-	deadline := time.After(30 * time.Second) // a bound on a hang, not a timing
-wait:
-	for {
-		select {
-		case s := <-passes:
-			if s.Succeeded == 1 {
-				break wait
-			}
-		case <-deadline:
-			t.Fatal("the requeued intent waited for the next poll: Requeue did not wake the reconciler")
-		}
-	}
+	// The next poll is an hour away: only Requeue's wake-up executes it.
+	testwait.Until(t, passes, executedOne, "a pass that executes the requeued intent (Requeue wakes the reconciler)")
 	got, err := x.Get(ctx, in.ID)
 	require.NoError(t, err)
 	require.Equal(t, sideeffect.StateSucceeded, got.State)
 	cancel()
-	require.ErrorIs(t, <-stopped, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, stopped, "the reconciler's end"), context.Canceled)
 }
