@@ -15,6 +15,7 @@ import (
 	"github.com/oncekv/oncekv/inbox"
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/recstore"
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -143,7 +144,7 @@ func TestStatsShowTheWriter(t *testing.T) {
 	var wg sync.WaitGroup
 	heldOnce := sync.OnceFunc(func() { close(held) }) // once, should the function run again
 	wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { heldOnce(); <-release; return nil }) })
-	<-held
+	testwait.Receive(t, held, "the writer held")
 	for range 2 {
 		wg.Go(func() { _ = db.Batch(ctx, func(kv.Tx) error { return nil }) })
 	}

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"github.com/oncekv/oncekv/internal/rerun"
+	"github.com/oncekv/oncekv/internal/testwait"
 
 	"context"
 	"errors"
@@ -120,7 +121,7 @@ func TestBatchGroupsWaitingCallsAndIsolatesFailures(t *testing.T) {
 		waitQueued(t, db, i+1) // queue in order: call i is the batch's i-th
 	}
 	close(release)
-	require.NoError(t, <-firstDone)
+	require.NoError(t, testwait.Receive(t, firstDone, "the first call's answer"))
 	wg.Wait()
 
 	for i := range n {
@@ -185,7 +186,7 @@ func TestBatchCanceledWhileQueued(t *testing.T) {
 	cancel()
 	// Answered at once, while the batch ahead of it still runs: a call
 	// queued behind a writer held long (or for ever) keeps its deadline.
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, testwait.Receive(t, done, "the canceled call's answer"), context.Canceled)
 	require.Zero(t, db.batch.queued(), "taken out of the queue")
 	close(release)
 	require.NoError(t, db.Batch(context.Background(), put("after")))
@@ -789,7 +790,7 @@ func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
 				done <- db.Batch(ctx, hold)
 			}
 		}()
-		<-held
+		testwait.Receive(t, held, "the writer held")
 		first := db.Writer().Held
 		require.Positive(t, first, "update=%v", update)
 		queued := make(chan error, 2)
@@ -810,9 +811,9 @@ func TestWriterShowsTheTransactionHoldingIt(t *testing.T) {
 		require.GreaterOrEqual(t, st.Held, first, "it grows while held")
 		require.Equal(t, 2, st.Queued)
 		close(release)
-		require.NoError(t, <-done)
-		require.NoError(t, <-queued)
-		require.NoError(t, <-queued)
+		require.NoError(t, testwait.Receive(t, done, "the holder's answer"))
+		require.NoError(t, testwait.Receive(t, queued, "a queued call's answer"))
+		require.NoError(t, testwait.Receive(t, queued, "the other queued call's answer"))
 		require.Equal(t, WriterState{}, db.Writer(), "update=%v", update)
 	}
 
@@ -839,7 +840,7 @@ func TestUpdateCanceledWhileWaitingForTheWriter(t *testing.T) {
 	go func() {
 		leader <- db.Batch(context.Background(), func(tx Tx) error { heldOnce(); <-release; return put("leader")(tx) })
 	}()
-	<-held
+	testwait.Receive(t, held, "the writer held")
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ran := false
@@ -855,7 +856,7 @@ func TestUpdateCanceledWhileWaitingForTheWriter(t *testing.T) {
 	}
 	require.Zero(t, db.Writer().Queued, "it waits no more")
 	close(release)
-	require.NoError(t, <-leader)
+	require.NoError(t, testwait.Receive(t, leader, "the leader's answer"))
 	require.False(t, ran)
 	require.Nil(t, get(t, db, "never"))
 	require.NoError(t, db.Update(context.Background(), put("after")), "the turn was given back")

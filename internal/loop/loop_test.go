@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/loop"
 	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -45,7 +46,7 @@ func TestPanickingPassIsItsError(t *testing.T) {
 			loop.Config{Name: "test loop", Final: []error{errFinal}, AfterPanic: time.Hour, Logger: logger})
 	}()
 
-	r := <-results
+	r := testwait.Receive(t, results, "the panicking pass's result")
 	require.Zero(t, r.n)
 	require.EqualError(t, r.err, "oncekv: a pass of the test loop panicked: pass bug")
 	require.Contains(t, logs.String(), `level=ERROR msg="test loop pass panicked" panic="pass bug"`)
@@ -56,7 +57,7 @@ func TestPanickingPassIsItsError(t *testing.T) {
 	case <-done:
 		t.Fatal("the loop ran on after the panic without waiting")
 	}
-	require.Equal(t, result{2, nil}, <-results)
-	require.Equal(t, result{3, errFinal}, <-results)
-	require.ErrorIs(t, <-done, errFinal)
+	require.Equal(t, result{2, nil}, testwait.Receive(t, results, "the second pass's result"))
+	require.Equal(t, result{3, errFinal}, testwait.Receive(t, results, "the third pass's result"))
+	require.ErrorIs(t, testwait.Receive(t, done, "the loop's end"), errFinal)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/oncekv/oncekv/internal/testwait"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 )
@@ -39,13 +40,13 @@ func TestServeEndsTransactionsLeftOpen(t *testing.T) {
 			return nil
 		})
 	}()
-	<-inTx
+	testwait.Receive(t, inTx, "the client's transaction open on the server")
 	require.Equal(t, 1, db.Bolt().Stats().OpenTxN)
 
 	require.NoError(t, ln.Close())
-	<-served
+	testwait.Receive(t, served, "Serve's end")
 	require.Zero(t, db.Bolt().Stats().OpenTxN, "Serve returned with a transaction still open")
 	close(release)
-	require.Error(t, <-viewed, "the client's transaction ended with the server")
+	require.Error(t, testwait.Receive(t, viewed, "the client's transaction's end"), "the client's transaction ended with the server")
 	require.NoError(t, client.Close())
 }
