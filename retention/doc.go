@@ -45,4 +45,12 @@
 //     but never shrinks the file. Use `oncekv compact` to write a smaller copy.
 //   - Changing a policy affects records written afterwards; records keep the
 //     expiry they were written with.
+//   - Expiry is read on the database's clock (kv.Options.Clock, the wall
+//     clock unless set), by every read and by the sweep alike: a clock
+//     stepped forward by an hour expires an hour's records early, and a
+//     retry of one of them runs again; a step back keeps records longer.
+//     Neither reads nor sweeps can tell a step from time passing, so run
+//     the host with a clock that slews (NTP, chrony) rather than steps,
+//     and keep retentions well past the clients' retry horizon. A claim
+//     with a live lease is never swept, whatever the clock says.
 package retention
