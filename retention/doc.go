@@ -51,6 +51,6 @@
 //     retry of one of them runs again; a step back keeps records longer.
 //     Neither reads nor sweeps can tell a step from time passing, so run
 //     the host with a clock that slews (NTP, chrony) rather than steps,
-//     and keep retentions well past the clients' retry horizon. A claim
-//     with a live lease is never swept, whatever the clock says.
+//     and keep retentions well past the clients' retry horizon. Leases are
+//     read on the same clock.
 package retention
