@@ -19,7 +19,8 @@ import (
 
 // reportCommits reports, with prefix, the requests per commit, the mean
 // commit's time (its transaction, page writes and fsync) and its write
-// phase alone, from the commits c counted for ops requests.
+// phase alone, and the pages it wrote, from the commits c counted for ops
+// requests.
 func reportCommits(b *testing.B, prefix string, c *commitStats, ops int) {
 	var res Result
 	res.Ops = int64(ops)
@@ -27,6 +28,7 @@ func reportCommits(b *testing.B, prefix string, c *commitStats, ops int) {
 	b.ReportMetric(res.Batch, prefix+"batch")
 	b.ReportMetric(res.CommitUs, prefix+"commit-us")
 	b.ReportMetric(res.WriteUs, prefix+"write-us")
+	b.ReportMetric(res.Pages, prefix+"pages")
 }
 
 // orderHandler is the business handler: store the order, answer 201. With
