@@ -13,8 +13,9 @@ import (
 // ones that writers before that rule stored.
 const MaxDecompressedSize = 64 << 20
 
-// maxSizedDecompression bounds DecompressSized: the largest value bbolt
-// stores (a larger body cannot have been written uncompressed either).
+// maxSizedDecompression bounds DecompressSized: 2 GiB, the largest value
+// bbolt stores. A ledger holds a response whole in memory before storing
+// it; a record that states more is taken as damaged.
 const maxSizedDecompression = 1<<31 - 2
 
 // DefaultCompressThreshold is the value size, in bytes, above which oncekv
