@@ -165,6 +165,31 @@ func FuzzDecompress(f *testing.F) {
 	})
 }
 
+// DecompressSized reads a value past MaxDecompressedSize up to the size
+// its record states, and no further; a stated size past bbolt's largest
+// value is damage, and a small one is held to MaxDecompressedSize.
+func TestDecompressSizedIsBoundedByTheStatedSize(t *testing.T) {
+	big := bytes.Repeat([]byte("a"), record.MaxDecompressedSize+1)
+	c := record.Compress(nil, big)
+	out, err := record.DecompressSized(record.KindIdempotency, nil, c, uint64(len(big)))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, out))
+	_, err = record.DecompressSized(record.KindIdempotency, nil, record.Compress(nil, append(big, 'b')), uint64(len(big)))
+	require.ErrorIs(t, err, kv.ErrCorrupt, "a value longer than stated")
+	_, err = record.DecompressSized(record.KindIdempotency, nil, c, 1<<31-2)
+	require.NoError(t, err, "up to bbolt's largest value")
+	_, err = record.DecompressSized(record.KindIdempotency, nil, c, 1<<31-1)
+	require.ErrorIs(t, err, kv.ErrCorrupt, "past bbolt's largest value")
+	_, err = record.DecompressSized(record.KindIdempotency, nil, c, 10)
+	require.ErrorIs(t, err, kv.ErrCorrupt, "a small stated size is held to MaxDecompressedSize")
+	small := record.Compress(nil, []byte("hello hello hello hello"))
+	out, err = record.DecompressSized(record.KindIdempotency, []byte("x"), small, 23)
+	require.NoError(t, err)
+	require.Equal(t, "xhello hello hello hello", string(out), "appended to dst")
+	_, err = record.DecompressSized(record.KindIdempotency, nil, append([]byte{0x28, 0xb5, 0x2f, 0xfd}, big[:64]...), uint64(len(big)))
+	require.ErrorIs(t, err, kv.ErrCorrupt, "garbage after a zstd magic")
+}
+
 // Times past what int64 Unix nanoseconds hold once wrapped round into the
 // past: an expiry in 2318 read back as 1733 (issue 13, item 2).
 func TestTimesOutsideTheEncodingAreClamped(t *testing.T) {
