@@ -17,6 +17,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/goid"
 	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/seal"
 )
@@ -121,6 +122,19 @@ type Options struct {
 	// does no caching work (a few percent of a CPU-bound service's time).
 	// bbolt only: the etcd backend keeps no cache.
 	RecentCacheBytes int
+
+	// CheckNesting makes Update and Batch return ErrNestedTx when they are
+	// called from inside a write transaction's function of this database,
+	// on the goroutine that runs it, whatever their context: a managed call
+	// (ledger.Do, conditional's Upsert...) inside the caller's own Update,
+	// which would wait for ever for the writer its caller holds, and every
+	// write of the process with it. Without it only a context marked by
+	// WithinTx is caught (idemhttp marks its handlers'). It costs a look
+	// at the goroutine's stack, about a microsecond, at every write call
+	// and every write transaction: turn it on in tests and while
+	// debugging, as bbolt's StrictMode. One writer only (bbolt): on a
+	// backend with several writers a nested write does not wait.
+	CheckNesting bool
 }
 
 // DefaultRecentCacheBytes is the bound of the cache of recent records
@@ -188,6 +202,9 @@ type DB struct {
 	turn        chan struct{}
 	writerSince atomic.Int64
 	turnWaiting atomic.Int64
+	// turnHolder is the goroutine that holds the turn, 0 for none: kept
+	// with Options.CheckNesting only.
+	turnHolder atomic.Uint64
 }
 
 // Open opens (creating if needed) the bbolt file at path with oncekv's
@@ -470,6 +487,10 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) e
 			return err
 		}
 		defer db.giveTurn() // a panic in fn or in the commit included
+		if db.opts.CheckNesting {
+			db.turnHolder.Store(goid.ID())
+			defer db.turnHolder.Store(0) // before the turn is given
+		}
 	}
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil {
@@ -503,7 +524,7 @@ func (db *DB) writable(ctx context.Context) error {
 	if db.opts.ReadOnly && db.bolt == nil {
 		return fmt.Errorf("kv: %s was opened read-only: %w", db.path, berrors.ErrDatabaseReadOnly)
 	}
-	if db.nested(ctx) {
+	if db.nested(ctx) || (db.opts.CheckNesting && db.turn != nil && db.turnHolder.Load() == goid.ID()) {
 		return ErrNestedTx
 	}
 	return db.usable(ctx)

@@ -59,7 +59,8 @@
 // returns an error or panics. Inside a write transaction, use its Tx: a
 // managed write started there waits for the writer its own caller holds.
 // A context marked by WithinTx (idemhttp marks its handlers') turns that
-// wait into ErrNestedTx.
+// wait into ErrNestedTx, and so does Options.CheckNesting for any context
+// (a check for tests and debugging: it reads the goroutine's stack).
 //
 // Batch is group commit: concurrent callers share one transaction and one
 // fsync. There is no fixed delay by default: a batch starts as soon as the

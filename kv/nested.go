@@ -9,11 +9,13 @@ import (
 // ErrNestedTx is returned by Update and Batch when their context says the
 // caller already runs inside a write transaction of the same database
 // (WithinTx): an idemhttp handler that calls a managed call (a ledger.Do,
-// a conditional.Table.Upsert) or Update with r.Context(). bbolt has one
-// writer, and the caller's own transaction holds it: the nested call
-// would wait for it for ever, and every other write of the process with
-// it. Write through the transaction the caller has (idemhttp.Tx, the Tx
-// forms: DoTx, UpsertTx, AddTx...).
+// a conditional.Table.Upsert) or Update with r.Context(). With
+// Options.CheckNesting it is returned whatever the context, when the call
+// comes from the goroutine that runs the transaction's function. bbolt
+// has one writer, and the caller's own transaction holds it: the nested
+// call would wait for it for ever, and every other write of the process
+// with it. Write through the transaction the caller has (idemhttp.Tx, the
+// Tx forms: DoTx, UpsertTx, AddTx...).
 var ErrNestedTx = errors.New("kv: a write transaction started inside a write transaction of the same database (it would wait for the one its caller holds, for ever): write through the transaction you have (idemhttp.Tx, the ...Tx forms)")
 
 // InTx is a context marked as running inside a write transaction of a

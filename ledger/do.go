@@ -58,7 +58,8 @@ type Result struct {
 // AddTx): a write it starts anew on the same database (a Do, an Update)
 // waits for the writer its own transaction holds, for ever, with every
 // write of the process behind it; kv.ErrNestedTx instead when the context
-// it passes is marked (kv.DB.WithinTx, as idemhttp's handlers' are).
+// it passes is marked (kv.DB.WithinTx, as idemhttp's handlers' are), or
+// whatever the context with kv.Options.CheckNesting (tests, debugging).
 type Work func(tx kv.Tx) (Response, error)
 
 // Do runs work at most once per (scope, key) while the record is retained,

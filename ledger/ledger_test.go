@@ -210,6 +210,30 @@ func TestDoTxInCallerTransaction(t *testing.T) {
 	require.Equal(t, map[string]string{"o1": "pending"}, orders(t, bb.db))
 }
 
+// A Do inside the caller's own Update, with the caller's (unmarked)
+// context, waits for ever for the writer that Update holds; with
+// kv.Options.CheckNesting it is refused with kv.ErrNestedTx, and nothing
+// of it is written.
+func TestDoInsideTheCallersUpdateWithCheckNesting(t *testing.T) {
+	t.Parallel()
+	db := kvtest.Open(t, &kv.Options{NoSync: true, CheckNesting: true}, ledger.RecordKind)
+	kvtest.RequireSingleWriter(t, db)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	unmarked, cancel := context.WithTimeout(context.Background(), testwait.Bound) // a broken check fails here, not hangs
+	defer cancel()
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		_, err := l.Do(unmarked, req("k", "b"), order("o1", nil))
+		require.ErrorIs(t, err, kv.ErrNestedTx)
+		_, err = l.DoTx(unmarked, tx, req("k", "b"), order("o1", nil))
+		return err // the Tx form is the way: it writes through the caller's transaction
+	}))
+	res, err := l.Do(ctx, req("k", "b"), order("o2", nil))
+	require.NoError(t, err)
+	require.True(t, res.Replayed, "the DoTx's record")
+	require.Equal(t, map[string]string{"o1": "pending"}, orders(t, db))
+}
+
 // atOnce runs do(i) for i in [0, n) from n goroutines released together,
 // and returns their results.
 func atOnce(n int, do func(i int) (ledger.Result, error)) ([]ledger.Result, []error) {

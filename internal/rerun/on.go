@@ -3,10 +3,9 @@
 package rerun
 
 import (
-	"bytes"
-	"runtime"
-	"strconv"
 	"sync"
+
+	"github.com/oncekv/oncekv/internal/goid"
 )
 
 // Enabled reports whether this build runs every bbolt transaction's
@@ -24,25 +23,12 @@ var again sync.Map
 // of its own calls leaves out (kvtest.Counts). A first run whose function
 // failed is the only one.
 func Again() bool {
-	_, ok := again.Load(goroutine())
+	_, ok := again.Load(goid.ID())
 	return ok
 }
 
 // Begin marks this goroutine as running a second run, until End.
-func Begin() { again.Store(goroutine(), struct{}{}) }
+func Begin() { again.Store(goid.ID(), struct{}{}) }
 
 // End ends what Begin began.
-func End() { again.Delete(goroutine()) }
-
-// goroutine returns the running goroutine's number, from its stack's
-// first line ("goroutine 7 [running]:"): a test build's tool only.
-func goroutine() uint64 {
-	var buf [64]byte
-	line := buf[:runtime.Stack(buf[:], false)]
-	line = bytes.TrimPrefix(line, []byte("goroutine "))
-	if i := bytes.IndexByte(line, ' '); i > 0 {
-		line = line[:i]
-	}
-	n, _ := strconv.ParseUint(string(line), 10, 64)
-	return n
-}
+func End() { again.Delete(goid.ID()) }
