@@ -524,10 +524,18 @@ func (db *DB) writable(ctx context.Context) error {
 	if db.opts.ReadOnly && db.bolt == nil {
 		return fmt.Errorf("kv: %s was opened read-only: %w", db.path, berrors.ErrDatabaseReadOnly)
 	}
-	if db.nested(ctx) || (db.opts.CheckNesting && db.turn != nil && db.turnHolder.Load() == goid.ID()) {
+	if db.nested(ctx) || (db.opts.CheckNesting && db.heldHere()) {
 		return ErrNestedTx
 	}
 	return db.usable(ctx)
+}
+
+// heldHere reports whether this goroutine holds the writer's turn (kept
+// with Options.CheckNesting). It reads the stack only when someone holds
+// it.
+func (db *DB) heldHere() bool {
+	h := db.turnHolder.Load()
+	return h != 0 && h == goid.ID()
 }
 
 func (db *DB) usable(ctx context.Context) error {

@@ -32,11 +32,21 @@ func Open(t testing.TB, opts *kv.Options, checks ...kv.Checker) *kv.DB {
 // OpenPath is Open at a caller-chosen path. Opening the same path again
 // (after Close) reaches the same data.
 //
+// Every database it opens checks nesting (kv.Options.CheckNesting): a
+// write started inside a write transaction's function fails the test with
+// kv.ErrNestedTx instead of hanging it.
+//
 // With ONCEKV_TEST_REMOTE set (see Serve), the database is a fresh backend
 // of that server, named by path, instead of a bbolt file: the test matrix
 // runs every package's tests on etcd this way.
 func OpenPath(t testing.TB, path string, opts *kv.Options, checks ...kv.Checker) *kv.DB {
 	t.Helper()
+	var o kv.Options
+	if opts != nil {
+		o = *opts
+	}
+	o.CheckNesting = true // a nested write fails the test instead of hanging it
+	opts = &o
 	var db *kv.DB
 	var err error
 	if Remote() {
