@@ -130,10 +130,12 @@ type Options struct {
 	// which would wait for ever for the writer its caller holds, and every
 	// write of the process with it. Without it only a context marked by
 	// WithinTx is caught (idemhttp marks its handlers'). It costs a look
-	// at the goroutine's stack, a few microseconds, at every write call
-	// and every write transaction: turn it on in tests and while
-	// debugging, as bbolt's StrictMode. One writer only (bbolt): on a
-	// backend with several writers a nested write does not wait.
+	// at the goroutine's stack, a few microseconds, once a write
+	// transaction and at each write call made while one runs: turn it on
+	// in tests (kvtest does) and while debugging, as bbolt's StrictMode.
+	// One writer only (bbolt): on a backend with several writers a nested
+	// write does not wait. A write inside a transaction of bbolt's own
+	// (DB.Bolt().Update) is not seen.
 	CheckNesting bool
 }
 
