@@ -168,10 +168,11 @@ func TestARecordStoredWithA1xxIsStillReplayed(t *testing.T) {
 // holds is refused as corrupt, not decompressed.
 func TestABodyCompressedPastTheLimitIsStillReplayed(t *testing.T) {
 	body := bytes.Repeat([]byte("a"), record.MaxDecompressedSize+1)
-	maxCompressedBody = math.MaxInt
 	r := sampleRecord(body)
+	// The writer before the limit; put back even if storing fails.
+	maxCompressedBody = math.MaxInt
+	t.Cleanup(func() { maxCompressedBody = record.MaxDecompressedSize })
 	l := storedByAnEarlierWriter(t, r)
-	maxCompressedBody = record.MaxDecompressedSize
 	require.True(t, r.Compressed, "stored compressed, as earlier writers did")
 	res := replayStored(t, l, r)
 	require.True(t, bytes.Equal(body, res.Response.Body), "the body replayed whole")
