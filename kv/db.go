@@ -18,6 +18,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/goid"
+	"github.com/oncekv/oncekv/internal/rerun"
 	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/seal"
 )
@@ -135,7 +136,8 @@ type Options struct {
 	// in tests (kvtest does) and while debugging, as bbolt's StrictMode.
 	// One writer only (bbolt): on a backend with several writers a nested
 	// write does not wait. A write inside a transaction of bbolt's own
-	// (DB.Bolt().Update) is not seen.
+	// (DB.Bolt().Update) is not seen. The rerun test build (-tags
+	// oncekv_rerun) turns it on for every database.
 	CheckNesting bool
 }
 
@@ -162,6 +164,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.RecentCacheBytes == 0 {
 		r.RecentCacheBytes = DefaultRecentCacheBytes // negative stays: off (DB.RecentCacheBytes)
+	}
+	if rerun.Enabled {
+		// The test build that runs every function twice checks nesting
+		// too, for every database, however a test (an example's, the
+		// CLI's) opened it.
+		r.CheckNesting = true
 	}
 	return r
 }

@@ -9,9 +9,10 @@
 // Built with -tags oncekv_rerun, every transaction on a bbolt file runs its
 // function twice: a write once in a transaction it rolls back and again in
 // one it commits, a read twice in read transactions of its own (package
-// kv's bbolt backend asks Enabled). Every library suite passes in that
-// build (make rerun, and CI): the deterministic counterpart of the etcd
-// matrix, whose conflicts are rare in tests. In a normal build Enabled is
+// kv's bbolt backend asks Enabled, and turns Options.CheckNesting on for
+// every database, however a test opened it). Every library suite passes
+// in that build (make rerun, and CI): the deterministic counterpart of the
+// etcd matrix, whose conflicts are rare in tests. In a normal build Enabled is
 // false and the compiler removes the branches that ask it.
 //
 // Tests that count bbolt's own transactions, or that pin what one run
