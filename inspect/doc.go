@@ -29,6 +29,11 @@
 //	$ oncekv recount --addr http://127.0.0.1:8081 --token "$TOKEN"
 //	$ oncekv drop --db payments.db 1ac51aa700000001
 //
+// The token also unlocks GET /backup, a copy of the live database as of
+// one read transaction (kv.DB.Backup), which Client.Backup reads:
+//
+//	$ oncekv backup --addr http://127.0.0.1:8081 --token "$TOKEN" --out payments.copy.db
+//
 // Bad parameters answer 400; /keys returns at most MaxKeysLimit records,
 // and /outbox lists at most MaxListedQuarantined quarantined events (it
 // counts them all).

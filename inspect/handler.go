@@ -40,6 +40,10 @@ type HandlerOptions struct {
 	// other Host and no token are refused, so a web page cannot reach the
 	// handler by DNS rebinding.
 	AllowedHosts []string
+	// BackupDir is where GET /backup writes its copy before sending it
+	// (see Handler); "" means the database file's directory, which has
+	// room for the file's growth already. The copy is removed once sent.
+	BackupDir string
 }
 
 // Limits of the /keys listing.
@@ -73,6 +77,15 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 //	POST /drop?kind=idempotency|inbox|outbox&entry=E   token only: removes a damaged record the check names
 //	POST /outbox/requeue?id=ID              token only: a quarantined event back to the queue
 //	POST /outbox/requeue-all                token only: every quarantined event back to the queue
+//	GET  /backup                            token only: a copy of the database file (kv.DB.Backup)
+//
+// GET /backup answers a bbolt file as of one read transaction, with its
+// Content-Length: the copy is written to a temporary file in
+// HandlerOptions.BackupDir first and sent from there, so the read
+// transaction lasts as long as a local copy, not as long as the client
+// takes to read it (bbolt reuses no page freed while it is open). One
+// backup at a time (another answers 409); no Range requests (each
+// request is a new copy); an etcd database answers 501.
 //
 // Bad parameters answer 400. Under ConsolePath (/console/) it serves the
 // web console: HTML pages for the people on call (overview, keys, one
@@ -202,6 +215,7 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 		}
 		return act.RequeueAllEvents(r.Context())
 	})
+	mux.Handle("GET /backup", &backupHandler{db: db, opts: opts})
 	serve("POST /usage/recount", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
 		if !admin {
 			return nil, errForbidden
@@ -330,13 +344,28 @@ func fetch[T any](ctx context.Context, c *Client, method, path string, params ur
 }
 
 func (c *Client) call(ctx context.Context, method, path string, params url.Values, v any) error {
+	resp, err := c.do(ctx, method, path, params)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(body, v)
+}
+
+// do sends the request and returns the response if it is 200 OK, else
+// the handler's error.
+func (c *Client) do(ctx context.Context, method, path string, params url.Values) (*http.Response, error) {
 	u := c.BaseURL + path
 	if len(params) > 0 {
 		u += "?" + params.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -347,22 +376,19 @@ func (c *Client) call(ctx context.Context, method, path string, params url.Value
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e struct{ Error string }
+	_ = json.Unmarshal(body, &e)
+	if resp.StatusCode == http.StatusNotFound && e.Error != "" {
+		return nil, fmt.Errorf("%w (from %s: %s)", ErrNotFound, c.BaseURL, e.Error)
 	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		_ = json.Unmarshal(body, &e)
-		if resp.StatusCode == http.StatusNotFound && e.Error != "" {
-			return fmt.Errorf("%w (from %s: %s)", ErrNotFound, c.BaseURL, e.Error)
-		}
-		return fmt.Errorf("inspect: %s answered %s: %s", u, resp.Status, e.Error)
-	}
-	return json.Unmarshal(body, v)
+	return nil, fmt.Errorf("inspect: %s answered %s: %s", u, resp.Status, e.Error)
 }
 
 func set(v url.Values, k, val string) {
@@ -431,6 +457,30 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 // Check implements Source.
 func (c *Client) Check(ctx context.Context) ([]Problem, error) {
 	return fetch[[]Problem](ctx, c, http.MethodGet, "/check", nil)
+}
+
+// Backup writes the handler's GET /backup, a copy of the service's
+// database file (kv.DB.Backup), to w and returns its length. It needs the
+// token, and a c.HTTP whose Timeout leaves time for the whole file (the
+// CLI's backup uses none, and ctx). A copy cut short (the connection
+// lost, the service stopped) is an error, never a shorter file.
+func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/backup", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength < 0 {
+		return 0, fmt.Errorf("inspect: %s/backup answered without a Content-Length: not an oncekv admin endpoint's backup", c.BaseURL)
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err == nil && n != resp.ContentLength {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return n, fmt.Errorf("inspect: backup from %s: %d of %d bytes: %w", c.BaseURL, n, resp.ContentLength, err)
+	}
+	return n, nil
 }
 
 // Requeue implements Operator.

@@ -39,6 +39,10 @@
 //		return err
 //	})
 //
+// Backup writes a copy of the file as of one read transaction while
+// writes go on (BackupFile puts it at a new path, whole or not at all);
+// Open opens the copy as it would the original.
+//
 // # The port
 //
 // Backend, Tx, Bucket and Cursor are the port: top-level buckets, get, put,

@@ -115,6 +115,11 @@ var (
 	// log position that holds none.
 	ErrNoEntry = errors.New("kv: no record at that log position")
 
+	// ErrBackupUnsupported is returned by DB.Backup and DB.BackupFile on
+	// a backend other than bbolt: an etcd cluster is backed up with
+	// etcd's own snapshots (etcdctl snapshot save).
+	ErrBackupUnsupported = errors.New("kv: backups are of bbolt files; back up an etcd cluster with etcd's snapshots (etcdctl snapshot save)")
+
 	// ErrCorrupt is returned (wrapped in a *CorruptError) when a stored
 	// record cannot be decoded.
 	ErrCorrupt = record.ErrCorrupt

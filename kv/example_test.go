@@ -3,6 +3,7 @@ package kv_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -85,4 +86,47 @@ func ExampleDB_Batch() {
 	})
 	fmt.Println(n, "events committed")
 	// Output: 10 events committed
+}
+
+// BackupFile copies the database as of one read transaction, while writes
+// go on, to a new file: whole, or not at all. The copy opens as the
+// original does.
+func ExampleDB_BackupFile() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	_ = db.Update(ctx, func(tx kv.Tx) error {
+		orders, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return err
+		}
+		return orders.Put([]byte("ord_1"), []byte(`{"amount":1200}`))
+	})
+
+	copyPath := filepath.Join(dir, "app.backup.db")
+	if _, err := db.BackupFile(ctx, copyPath); err != nil {
+		panic(err)
+	}
+	_, err = db.BackupFile(ctx, copyPath)
+	fmt.Println("again:", errors.Is(err, os.ErrExist)) // never replaces a file
+
+	restored, err := kv.Open(copyPath, &kv.Options{ReadOnly: true})
+	if err != nil {
+		panic(err)
+	}
+	defer restored.Close()
+	var order []byte
+	_ = restored.View(ctx, func(tx kv.Tx) error {
+		order = bytes.Clone(tx.Bucket([]byte("orders")).Get([]byte("ord_1")))
+		return nil
+	})
+	fmt.Printf("%s\n", order)
+	// Output:
+	// again: true
+	// {"amount":1200}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -62,6 +63,23 @@ func TestLockedFileAndAddr(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	_, _, code = run("keys", "--addr", url, "--db", db)
 	require.Equal(t, 2, code)
+
+	// A backup of the running service: not of its file, and through its
+	// endpoint with the token only; the copy lists what the file did.
+	copyPath := filepath.Join(t.TempDir(), "live-copy.db")
+	_, stderr, code = run("backup", "--db", db, "--out", copyPath)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "oncekv backup --addr")
+	_, stderr, code = run("backup", "--addr", url, "--out", copyPath)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "401")
+	_, err = os.Stat(copyPath)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, stderr, code = run("backup", "--addr", url, "--token", "t0ken", "--out", copyPath)
+	require.Equal(t, 0, code, stderr)
+	fromCopy, _, code := run("keys", "--db", copyPath, "--json")
+	require.Equal(t, 0, code)
+	require.JSONEq(t, want, fromCopy)
 
 	// An operator's action through the running service's endpoint: with
 	// its token only, and never with --db beside --addr.

@@ -133,7 +133,7 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.PersistentFlags().StringArrayVar(&o.keyFiles, "key-file", nil, "a key file (ID:HEX, see keygen) that opens sealed values; repeatable, the first is current (default $ONCEKV_KEY)")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newMigrate(o), newRecount(o), newDrop(o), newRekey(o), newKeygen(o), newConsole(o), newDemo(o), newBench(o), newPrefixes(o), newVersion(o))
+		newSweep(o), newCheck(o), newCompact(o), newBackup(o), newMigrate(o), newRecount(o), newDrop(o), newRekey(o), newKeygen(o), newConsole(o), newDemo(o), newBench(o), newPrefixes(o), newVersion(o))
 	return root
 }
 
@@ -147,6 +147,12 @@ func addrFlag(c *cobra.Command, o *options) {
 func (o *options) client() *inspect.Client {
 	return &inspect.Client{BaseURL: strings.TrimRight(o.addr, "/"), HTTP: httpClient, Token: o.token}
 }
+
+// heldError is open's error for a file a running service holds: its
+// text says what to do (lockedHelp).
+type heldError struct{ path string }
+
+func (e heldError) Error() string { return lockedHelp(e.path) }
 
 // lockedHelp explains what to do when a service holds the file.
 func lockedHelp(path string) string {
@@ -179,7 +185,7 @@ func (o *options) open(write bool) (*kv.DB, error) {
 	var fe *kv.FileError
 	switch {
 	case errors.Is(err, kv.ErrLocked):
-		return nil, errors.New(lockedHelp(o.db))
+		return nil, heldError{o.db}
 	case errors.Is(err, kv.ErrNewerFormat), errors.As(err, &fe):
 		return nil, err
 	case err != nil:

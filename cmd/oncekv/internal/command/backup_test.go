@@ -1,0 +1,107 @@
+package command
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/record"
+)
+
+// backup --db copies a stopped service's file: the copy lists the same
+// records and passes the check. It never replaces a file, says what it
+// needs, and a copy that fails the check (a damaged source) is not kept.
+func TestBackupOfAFile(t *testing.T) {
+	t.Parallel()
+	db := fixture(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "copy.db")
+	stdout, stderr, code := run("backup", "--db", db, "--out", out, "--json")
+	require.Equal(t, 0, code, stderr)
+	var res struct {
+		Bytes   int64 `json:"bytes"`
+		Checked bool  `json:"checked"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	require.True(t, res.Checked)
+	fi, err := os.Stat(out)
+	require.NoError(t, err)
+	require.Equal(t, res.Bytes, fi.Size())
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.True(t, bytes.Contains(raw, []byte(`{"id":"ord_`)), "control: an unencrypted copy shows its bodies")
+	for _, args := range [][]string{{"keys"}, {"intents"}, {"inbox"}, {"outbox"}} {
+		listed := func(path string) any {
+			stdout, stderr, code := run(append(args, "--db", path, "--json")...)
+			require.Equal(t, 0, code, "%v: %s", args, stderr)
+			var v any
+			require.NoError(t, json.Unmarshal([]byte(stdout), &v))
+			if m, ok := v.(map[string]any); ok {
+				delete(m, "oldest_age_seconds") // read off the wall clock
+			}
+			return v
+		}
+		require.Equal(t, listed(db), listed(out), args)
+	}
+
+	_, stderr, code = run("backup", "--db", db, "--out", out)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "exists")
+	for _, args := range [][]string{
+		{"backup", "--db", db},
+		{"backup", "--out", filepath.Join(dir, "x.db")},
+		{"backup", "--db", db, "--addr", "http://127.0.0.1:1", "--out", filepath.Join(dir, "x.db")},
+		{"backup", "--etcd", "127.0.0.1:2379", "--out", filepath.Join(dir, "x.db")},
+	} {
+		_, _, code := run(args...)
+		require.Equal(t, 2, code, args)
+	}
+
+	// A damaged record in the source: the copy fails its check and is
+	// not kept.
+	b, err := bolt.Open(db, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket([]byte(record.ReservedPrefix + "intent"))
+		k, v := bk.Cursor().First()
+		return bk.Put(bytes.Clone(k), bytes.Clone(v[:len(v)/2]))
+	}))
+	require.NoError(t, b.Close())
+	damaged := filepath.Join(dir, "damaged.db")
+	_, stderr, code = run("backup", "--db", db, "--out", damaged)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "fails its check")
+	require.Contains(t, stderr, "corrupt")
+	_, err = os.Stat(damaged)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the first copy: no temporary file left")
+}
+
+// An encrypted database's copy stays sealed: made and checked without the
+// key, it shows no stored body, and opens with the key.
+func TestBackupOfAnEncryptedFileStaysSealed(t *testing.T) {
+	t.Parallel()
+	key1 := keyFile(t, "1")
+	db := sealedFixture(t, key1)
+	out := filepath.Join(t.TempDir(), "sealed-copy.db")
+	_, stderr, code := run("backup", "--db", db, "--out", out)
+	require.Equal(t, 0, code, stderr)
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.False(t, bytes.Contains(raw, []byte(`{"id":"ord_`)), "a stored body is not readable in the copy")
+	stdout, _, code := run("get", "--db", out, "--scope", "acme|POST /v1/orders", "--key", "create-2", "--body")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "encrypted (key id 1)")
+	stdout, stderr, code = run("get", "--db", out, "--scope", "acme|POST /v1/orders", "--key", "create-2", "--body", "--key-file", key1)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `{"id":"ord_2"}`)
+	_, _, code = run("check", "--db", out, "--key-file", key1)
+	require.Equal(t, 0, code)
+}

@@ -1,0 +1,75 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// backupHandler serves GET /backup (see Handler).
+type backupHandler struct {
+	db      *kv.DB
+	opts    HandlerOptions
+	running sync.Mutex // one backup at a time: each takes a file's worth of disk
+}
+
+func (h *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Token == "" || !hasToken(r, h.opts.Token) {
+		writeJSON(w, errStatus(errForbidden, h.opts.Token != ""), map[string]string{"error": errForbidden.Error()})
+		return
+	}
+	if h.db.Bolt() == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": kv.ErrBackupUnsupported.Error()})
+		return
+	}
+	if !h.running.TryLock() {
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "inspect: a backup is under way; ask again when it has been sent"})
+		return
+	}
+	defer h.running.Unlock()
+	dir := h.opts.BackupDir
+	if dir == "" {
+		dir = filepath.Dir(h.db.Path())
+	}
+	f, err := os.CreateTemp(dir, ".oncekv-backup-*.tmp")
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("inspect: backup: %v", err)})
+		return
+	}
+	defer func() { _ = f.Close() }()
+	// Unlinked at once where the system allows it (the open file stays
+	// readable), so that a crash mid-copy leaves nothing behind.
+	removed := os.Remove(f.Name()) == nil
+	if !removed {
+		defer func() { _ = os.Remove(f.Name()) }()
+	}
+	n, err := h.db.Backup(r.Context(), f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			status = http.StatusServiceUnavailable
+		}
+		writeJSON(w, status, map[string]string{"error": err.Error()})
+		return
+	}
+	name := strings.TrimSuffix(filepath.Base(h.db.Path()), filepath.Ext(h.db.Path())) + ".backup.db"
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Length", strconv.FormatInt(n, 10))
+	hd.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+	hd.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.CopyN(w, f, n) // a client gone mid-way sees a short body against Content-Length
+}

@@ -1,0 +1,135 @@
+package inspect_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/inspect"
+	"github.com/oncekv/oncekv/internal/testwait"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/sideeffect"
+)
+
+// GET /backup sends a copy of the live database to the token's holder
+// only; the copy, opened as a database, replays the stored answer byte
+// for byte without running the work again, and holds the parked intent.
+// One backup at a time; nothing is left in the spool directory.
+func TestHandlerServesABackupThatReplays(t *testing.T) {
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	_, id := fixtureOn(t, db)
+	spool := t.TempDir()
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, BackupDir: spool})))
+	defer srv.Close()
+	open := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{})))
+	defer open.Close()
+
+	code, _ := get(t, srv, "/backup", "", "")
+	require.Equal(t, http.StatusUnauthorized, code, "no token: no copy")
+	code, _ = get(t, srv, "/backup", "", "wrong")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get(t, open, "/backup", "", "")
+	require.Equal(t, http.StatusForbidden, code, "no token configured: no copy, even on loopback")
+
+	admin := &inspect.Client{BaseURL: srv.URL, Token: token}
+	if db.Bolt() == nil { // the etcd matrix
+		_, err := db.Backup(ctx, io.Discard)
+		require.ErrorIs(t, err, kv.ErrBackupUnsupported)
+		_, err = db.BackupFile(ctx, filepath.Join(t.TempDir(), "copy.db"))
+		require.ErrorIs(t, err, kv.ErrBackupUnsupported)
+		code, body := get(t, srv, "/backup", "", token)
+		require.Equal(t, http.StatusNotImplemented, code)
+		require.Contains(t, body, "etcdctl snapshot save")
+		return
+	}
+
+	var copied bytes.Buffer
+	n, err := admin.Backup(ctx, &copied)
+	require.NoError(t, err)
+	require.Equal(t, int64(copied.Len()), n)
+	path := filepath.Join(t.TempDir(), "restored.db")
+	require.NoError(t, os.WriteFile(path, copied.Bytes(), 0o600))
+	restored := kvtest.OpenPath(t, path, nil)
+
+	l, err := ledger.New(restored, nil)
+	require.NoError(t, err)
+	ran := false
+	out, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: "k1", Fingerprint: ledger.Fingerprint{1}}, func(kv.Tx) (ledger.Response, error) {
+		ran = true
+		return ledger.Response{Status: 500}, nil
+	})
+	require.NoError(t, err)
+	require.False(t, ran, "the copy remembers the key")
+	require.True(t, out.Replayed)
+	require.Equal(t, 201, out.Response.Status)
+	require.Equal(t, "secret body", string(out.Response.Body))
+	intents, err := must(inspect.New(restored)).Intents(ctx, sideeffect.StateNeedsAttention.String(), 0)
+	require.NoError(t, err)
+	require.Len(t, intents, 1)
+	require.Equal(t, id, intents[0].ID)
+
+	entries, err := os.ReadDir(spool)
+	require.NoError(t, err)
+	require.Empty(t, entries, "the spooled copy is removed")
+}
+
+// One backup at a time: while a copy is being sent (its client has not
+// read it yet), another request answers 409; once it is read whole, the
+// next is served. The database is larger than the sockets' buffers, so
+// the first copy is still being sent.
+func TestHandlerSendsOneBackupAtATime(t *testing.T) {
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	kvtest.RequireBolt(t, db)
+	chunk := bytes.Repeat([]byte{'x'}, 1<<20)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("big"))
+		if err != nil {
+			return err
+		}
+		for i := range 48 {
+			if err := b.Put([]byte(strconv.Itoa(i)), chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	h := must(inspect.Handler(db, inspect.HandlerOptions{Token: token, BackupDir: t.TempDir()}))
+	served := make(chan struct{}, 4) // a request's handler has returned
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		served <- struct{}{}
+	}))
+	defer srv.Close()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/backup", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	first, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer first.Body.Close()
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	require.Greater(t, first.ContentLength, int64(48<<20))
+
+	code, body := get(t, srv, "/backup", "", token)
+	require.Equal(t, http.StatusConflict, code, body)
+
+	n, err := io.Copy(io.Discard, first.Body)
+	require.NoError(t, err)
+	require.Equal(t, first.ContentLength, n)
+	require.NoError(t, first.Body.Close())
+	testwait.Receive(t, served, "the refused request's handler returned")
+	testwait.Receive(t, served, "the first backup's handler returned")
+	admin := &inspect.Client{BaseURL: srv.URL, Token: token}
+	m, err := admin.Backup(ctx, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, n, m)
+}

@@ -1,0 +1,78 @@
+package atomicfile_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/oncekv/oncekv/internal/atomicfile"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// names lists dir.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// Create puts what write wrote at path, mode 0600; a failed write leaves
+// nothing; an existing path is refused before write runs, and one that
+// appears while it runs is not replaced.
+func TestCreateWritesAWholeFileOrNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a")
+	write := func(data string) func(f *os.File) (int64, error) {
+		return func(f *os.File) (int64, error) {
+			n, err := f.WriteString(data)
+			return int64(n), err
+		}
+	}
+	n, err := atomicfile.Create(path, write("hello"))
+	require.NoError(t, err)
+	require.EqualValues(t, 5, n)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(got))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	ran := false
+	_, err = atomicfile.Create(path, func(*os.File) (int64, error) { ran = true; return 0, nil })
+	require.ErrorIs(t, err, os.ErrExist)
+	require.False(t, ran, "refused before writing")
+
+	failed := errors.New("disk on fire")
+	_, err = atomicfile.Create(filepath.Join(dir, "b"), func(f *os.File) (int64, error) {
+		_, _ = f.WriteString("half")
+		return 4, failed
+	})
+	require.ErrorIs(t, err, failed)
+
+	late := filepath.Join(dir, "c")
+	_, err = atomicfile.Create(late, func(f *os.File) (int64, error) {
+		require.NoError(t, os.WriteFile(late, []byte("theirs"), 0o600)) // appears meanwhile
+		return write("mine")(f)
+	})
+	require.ErrorIs(t, err, os.ErrExist)
+	got, err = os.ReadFile(late)
+	require.NoError(t, err)
+	require.Equal(t, "theirs", string(got), "never replaced")
+
+	require.ElementsMatch(t, []string{"a", "c"}, names(t, dir), "no temporary file left")
+
+	_, err = atomicfile.Create(filepath.Join(dir, "missing", "d"), write("x"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}

@@ -1,0 +1,7 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+
+package atomicfile
+
+// syncDir does nothing where a directory cannot be synced (Windows): the
+// link's durability is the file system's.
+func syncDir(string) error { return nil }
