@@ -360,7 +360,13 @@ func (a *App) pay(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	spec := sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: tenant, Key: id, Purpose: "charge"}
+	// The downstream key derives from the order's external reference, not
+	// from the request's key nor from the order's ID: the provider is
+	// charged at most once per order whatever the keys, and a payment
+	// retried after a restore from a backup that predates the order (which
+	// creates it again, under a new ID) reaches the provider with the same
+	// key and gets the first charge back.
+	spec := sideeffect.Spec{Kind: "charge", Subject: "order/" + id, Scope: tenant, Key: "ref/" + row.Value.ExternalRef, Purpose: "charge"}
 	if st := row.Value.Status; st != "pending" {
 		// A paid or declined order is answered from its charge intent while
 		// that is retained (Perform replays its outcome). Once retention has
@@ -372,8 +378,6 @@ func (a *App) pay(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	payload, _ := json.Marshal(map[string]any{"amount_cents": row.Value.AmountCents, "currency": row.Value.Currency, "subject": "order/" + id})
-	// The downstream key derives from the order, not from the request's key:
-	// the provider is charged at most once per order, whatever the keys.
 	spec.Payload = payload
 	idemhttp.Perform(w, r, spec, a.respondPay)
 }
