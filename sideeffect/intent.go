@@ -129,8 +129,13 @@ type Spec struct {
 	// Subject names what the effect is about, for people: "order/1042".
 	Subject string
 	// Scope, Key and Purpose derive the downstream key (see DownstreamKey):
-	// typically the idempotency scope and key of the request, and what the
-	// call is for ("charge"). They must be stable across retries.
+	// typically the idempotency scope and key of the request, or a
+	// business reference the client sends, and what the call is for
+	// ("charge"). They must be stable across retries. Derive them from
+	// what the client sends again, not from something made at the first
+	// attempt (a random ID): then a retry after a restore from a backup,
+	// which no longer holds that first attempt, still reaches the
+	// provider with the same key.
 	Scope, Key, Purpose string
 	// Payload is passed to the provider (an amount, an address).
 	Payload []byte
