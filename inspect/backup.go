@@ -27,6 +27,11 @@ func (h *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, errStatus(errForbidden, h.opts.Token != ""), map[string]string{"error": errForbidden.Error()})
 		return
 	}
+	h.serve(w, r)
+}
+
+// serve sends the copy to a caller already found to hold the token.
+func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 	if h.db.Bolt() == nil {
 		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": kv.ErrBackupUnsupported.Error()})
 		return

@@ -54,13 +54,14 @@ type console struct {
 	in      *Inspector // redacted
 	full    *Inspector // with bodies
 	act     *Actions
+	backups *backupHandler // the admin handler's: one backup at a time for both
 	opts    HandlerOptions
 	session string // the admin cookie's value, derived from the token
 	csrf    string // the forms' token, derived from the token
 }
 
-func newConsole(db *kv.DB, in, full *Inspector, act *Actions, opts HandlerOptions) *console {
-	c := &console{db: db, in: in, full: full, act: act, opts: opts}
+func newConsole(db *kv.DB, in, full *Inspector, act *Actions, backups *backupHandler, opts HandlerOptions) *console {
+	c := &console{db: db, in: in, full: full, act: act, backups: backups, opts: opts}
 	if opts.Token != "" {
 		c.session = mac(opts.Token, "oncekv console session")
 		c.csrf = mac(opts.Token, "oncekv console csrf")
@@ -98,6 +99,13 @@ func (c *console) routes(mux *http.ServeMux) {
 	page("inbox", "inbox", c.inbox)
 	page("login", "login", func(*http.Request, *pageData) error { return nil })
 	mux.HandleFunc("POST "+ConsolePath+"login", c.login)
+	mux.HandleFunc("GET "+ConsolePath+"backup", func(w http.ResponseWriter, r *http.Request) {
+		if !c.admin(r) {
+			http.Error(w, "a backup is the admin token's: log in first", errStatus(errForbidden, c.opts.Token != ""))
+			return
+		}
+		c.backups.serve(w, r)
+	})
 	mux.HandleFunc("POST "+ConsolePath+"intents/requeue", c.action(true, func(r *http.Request) (string, error) {
 		_, err := c.act.Requeue(r.Context(), r.PostFormValue("id"))
 		return "intents?flash=requeued", err

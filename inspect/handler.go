@@ -90,11 +90,12 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 // Bad parameters answer 400. Under ConsolePath (/console/) it serves the
 // web console: HTML pages for the people on call (overview, keys, one
 // record, intents, outbox, inbox), readable without JavaScript and on a
-// phone; the admin token, given once on its login page, unlocks bodies
-// and the actions (requeue and resolve intents, requeue one quarantined
-// event or all of them), which are POST forms checked for a CSRF token and the same
-// origin. Serve it on a loopback address (see ValidateAddr) or with a
-// Token. It fails as New does.
+// phone; the admin token, given once on its login page, unlocks bodies,
+// a backup to download (/console/backup) and the actions (requeue and
+// resolve intents, requeue one quarantined event or all of them), which
+// are POST forms checked for a CSRF token and the same origin. Serve it
+// on a loopback address (see ValidateAddr) or with a Token. It fails as
+// New does.
 func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 	in, err := New(db)
 	if err != nil {
@@ -174,7 +175,8 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 		return src.Check(r.Context())
 	})
 	act := &Actions{DB: db, Executor: opts.Executor}
-	newConsole(db, in, full, act, opts).routes(mux)
+	backups := &backupHandler{db: db, opts: opts}
+	newConsole(db, in, full, act, backups, opts).routes(mux)
 	serve("POST /intents/requeue", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
 		if !admin {
 			return nil, errForbidden
@@ -215,7 +217,7 @@ func Handler(db *kv.DB, opts HandlerOptions) (http.Handler, error) {
 		}
 		return act.RequeueAllEvents(r.Context())
 	})
-	mux.Handle("GET /backup", &backupHandler{db: db, opts: opts})
+	mux.Handle("GET /backup", backups)
 	serve("POST /usage/recount", func(r *http.Request, _ *Inspector, admin bool) (any, error) {
 		if !admin {
 			return nil, errForbidden
