@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/oncekv/oncekv/internal/atomicfile"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -57,7 +58,7 @@ func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 	if !removed {
 		defer func() { _ = os.Remove(f.Name()) }()
 	}
-	n, err := h.db.Backup(r.Context(), f)
+	n, err := h.db.Backup(r.Context(), atomicfile.Paced(f))
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 	}

@@ -62,7 +62,7 @@ func (db *DB) BackupFile(ctx context.Context, path string) (int64, error) {
 	if db.bolt == nil {
 		return 0, ErrBackupUnsupported
 	}
-	n, err := atomicfile.Create(path, func(f *os.File) (int64, error) { return db.backup(ctx, f) })
+	n, err := atomicfile.Create(path, func(f *os.File) (int64, error) { return db.backup(ctx, atomicfile.Paced(f)) })
 	if err != nil {
 		return n, fmt.Errorf("kv: backup of %s to %s: %w", db.path, path, err)
 	}

@@ -7,6 +7,7 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -61,4 +62,29 @@ func Create(path string, write func(f *os.File) (int64, error)) (n int64, err er
 
 func exists(path string) error {
 	return fmt.Errorf("create %s: %w (never replaced)", path, os.ErrExist)
+}
+
+// PaceBytes is how much Paced lets be written between two syncs.
+const PaceBytes = 4 << 20
+
+// Paced returns a writer to f that syncs it every PaceBytes written, so
+// that a large copy's dirty pages never pile up: the file system's next
+// journal commit, which a database's own commits wait for, would have to
+// write them all. Measured with a 500 MB backup of a database taking
+// durable writes (kv.DB.BackupFile): the longest write during the copy
+// waited 0.5 s unpaced, 17-19 ms paced every 4 MiB (25-38 ms every 16 MiB,
+// 76-100 ms every 64 MiB), the copy as fast.
+func Paced(f *os.File) io.Writer { return &paced{f: f} }
+
+type paced struct {
+	f       *os.File
+	pending int
+}
+
+func (p *paced) Write(b []byte) (int, error) {
+	n, err := p.f.Write(b)
+	if p.pending += n; err == nil && p.pending >= PaceBytes {
+		p.pending, err = 0, p.f.Sync()
+	}
+	return n, err
 }

@@ -1,6 +1,7 @@
 package atomicfile_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -75,4 +76,33 @@ func TestCreateWritesAWholeFileOrNothing(t *testing.T) {
 
 	_, err = atomicfile.Create(filepath.Join(dir, "missing", "d"), write("x"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// Paced passes every byte on, across its syncs.
+func TestPacedWritesEverything(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "paced")
+	chunk := make([]byte, 1<<20+7) // not a divisor of PaceBytes
+	var want []byte
+	n, err := atomicfile.Create(path, func(f *os.File) (int64, error) {
+		w := atomicfile.Paced(f)
+		var n int64
+		for i := range 3 * atomicfile.PaceBytes / len(chunk) {
+			for j := range chunk {
+				chunk[j] = byte(i + j)
+			}
+			want = append(want, chunk...)
+			m, err := w.Write(chunk)
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	})
+	require.NoError(t, err)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.EqualValues(t, len(want), n)
+	require.True(t, bytes.Equal(want, got))
 }

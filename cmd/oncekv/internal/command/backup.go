@@ -85,7 +85,7 @@ needs the same key. An etcd cluster is backed up with etcd's own snapshots
 			start := time.Now()
 			var problems []inspect.Problem
 			n, err := atomicfile.Create(out, func(f *os.File) (int64, error) {
-				n, err := copyInto(f)
+				n, err := copyInto(atomicfile.Paced(f))
 				if err != nil {
 					return n, err
 				}
