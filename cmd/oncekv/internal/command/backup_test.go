@@ -105,3 +105,78 @@ func TestBackupOfAnEncryptedFileStaysSealed(t *testing.T) {
 	_, _, code = run("check", "--db", out, "--key-file", key1)
 	require.Equal(t, 0, code)
 }
+
+// restore puts a backup in a stopped service's file's place: the file
+// then lists what the copy did, the file it replaced is kept beside it,
+// and a damaged copy is refused with the file untouched.
+func TestRestoreABackup(t *testing.T) {
+	t.Parallel()
+	db := fixture(t)
+	dir := t.TempDir()
+	backup := filepath.Join(dir, "backup.db")
+	_, stderr, code := run("backup", "--db", db, "--out", backup)
+	require.Equal(t, 0, code, stderr)
+	atBackup, _, _ := run("keys", "--db", db, "--json")
+
+	// The service goes on after the backup: a key the copy does not hold.
+	b, err := bolt.Open(db, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("after the backup"))
+		return err
+	}))
+	require.NoError(t, b.Close())
+	before, err := os.ReadFile(db)
+	require.NoError(t, err)
+
+	stdout, stderr, code := run("restore", "--db", db, "--from", backup, "--json")
+	require.Equal(t, 0, code, stderr)
+	var res struct {
+		Replaced string `json:"replaced"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	require.Contains(t, res.Replaced, db+".replaced-")
+	kept, err := os.ReadFile(res.Replaced)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(before, kept), "the replaced file is kept as it was")
+	restored, err := os.ReadFile(db)
+	require.NoError(t, err)
+	copied, err := os.ReadFile(backup)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(copied, restored), "the file is the copy")
+	now, _, code := run("keys", "--db", db, "--json")
+	require.Equal(t, 0, code)
+	require.JSONEq(t, atBackup, now)
+	_, _, code = run("check", "--db", db)
+	require.Equal(t, 0, code)
+
+	// A damaged copy: refused, the file untouched.
+	damaged := filepath.Join(dir, "damaged.db")
+	require.NoError(t, os.WriteFile(damaged, copied, 0o600))
+	b, err = bolt.Open(damaged, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket([]byte(record.ReservedPrefix + "intent"))
+		k, v := bk.Cursor().First()
+		return bk.Put(bytes.Clone(k), bytes.Clone(v[:len(v)/2]))
+	}))
+	require.NoError(t, b.Close())
+	_, stderr, code = run("restore", "--db", db, "--from", damaged)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "fails its check")
+	require.Contains(t, stderr, "untouched")
+	after, err := os.ReadFile(db)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(restored, after))
+
+	// Into a path with no file yet; and the usage errors.
+	fresh := filepath.Join(dir, "fresh.db")
+	_, stderr, code = run("restore", "--db", fresh, "--from", backup)
+	require.Equal(t, 0, code, stderr)
+	got, _, _ := run("keys", "--db", fresh, "--json")
+	require.JSONEq(t, atBackup, got)
+	for _, args := range [][]string{{"restore", "--db", db}, {"restore", "--from", backup}, {"restore", "--etcd", "127.0.0.1:2379", "--from", backup}} {
+		_, _, code := run(args...)
+		require.Equal(t, 2, code, args)
+	}
+}

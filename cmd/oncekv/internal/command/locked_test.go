@@ -80,6 +80,12 @@ func TestLockedFileAndAddr(t *testing.T) {
 	fromCopy, _, code := run("keys", "--db", copyPath, "--json")
 	require.Equal(t, 0, code)
 	require.JSONEq(t, want, fromCopy)
+	_, stderr, code = run("restore", "--db", db, "--from", copyPath)
+	require.Equal(t, 1, code, "never under a running service")
+	require.Contains(t, stderr, "stop the service before restoring")
+	aside, err := filepath.Glob(db + ".replaced-*")
+	require.NoError(t, err)
+	require.Empty(t, aside, "the running service's file stays where it is")
 
 	// An operator's action through the running service's endpoint: with
 	// its token only, and never with --db beside --addr.

@@ -133,7 +133,7 @@ Exit status: 0 success, 1 failure, 2 bad usage.`,
 	root.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	root.PersistentFlags().StringArrayVar(&o.keyFiles, "key-file", nil, "a key file (ID:HEX, see keygen) that opens sealed values; repeatable, the first is current (default $ONCEKV_KEY)")
 	root.AddCommand(newKeys(o), newGet(o), newIntents(o), newOutbox(o), newInbox(o), newStats(o),
-		newSweep(o), newCheck(o), newCompact(o), newBackup(o), newMigrate(o), newRecount(o), newDrop(o), newRekey(o), newKeygen(o), newConsole(o), newDemo(o), newBench(o), newPrefixes(o), newVersion(o))
+		newSweep(o), newCheck(o), newCompact(o), newBackup(o), newRestore(o), newMigrate(o), newRecount(o), newDrop(o), newRekey(o), newKeygen(o), newConsole(o), newDemo(o), newBench(o), newPrefixes(o), newVersion(o))
 	return root
 }
 

@@ -1,0 +1,122 @@
+package command
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/oncekv/oncekv/internal/atomicfile"
+)
+
+func newRestore(o *options) *cobra.Command {
+	var from string
+	c := &cobra.Command{
+		Use:   "restore",
+		Short: "Put a backup in a stopped service's database file's place",
+		Long: `restore puts a copy made by oncekv backup at --db, for a stopped service:
+it checks the copy first (as oncekv check), refuses while a process holds
+--db (bbolt's lock), keeps the file it replaces beside it
+(FILE.replaced-TIME), and writes the copy whole or not at all. The copy
+itself is left as it is. Start the service afterwards: it comes back as it
+was when the copy was made (README, "Backups and restores", says what that
+means for the requests, intents and messages that came after).`,
+		Example: `  oncekv restore --db payments.db --from payments-2026-12-06.db`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case o.etcd != "":
+				return usagef("restore puts a bbolt file in place; an etcd cluster is restored with etcdutl snapshot restore")
+			case o.db == "" || from == "":
+				return usagef("--db FILE (the service's file) and --from COPY (a backup) are required")
+			}
+			if err := o.loadCipher(); err != nil {
+				return err
+			}
+			problems, err := o.checkCopy(cmd.Context(), from)
+			if err == nil && len(problems) > 0 {
+				for _, p := range problems {
+					fmt.Fprintf(o.diag, "%s\t%s\n", p.Check, esc(p.Message))
+				}
+				err = fmt.Errorf("the copy fails its check (%d problems)", len(problems))
+			}
+			if err != nil {
+				return fmt.Errorf("restore from %s: %w; %s is untouched", from, err, o.db)
+			}
+			kept, release, err := setAside(o.db)
+			if err != nil {
+				return err
+			}
+			defer release()
+			n, err := atomicfile.Create(o.db, func(f *os.File) (int64, error) {
+				src, err := os.Open(from) // #nosec G304 -- the operator's own file
+				if err != nil {
+					return 0, err
+				}
+				defer func() { _ = src.Close() }()
+				return io.Copy(atomicfile.Paced(f), src)
+			})
+			if err != nil {
+				if kept != "" {
+					if _, serr := os.Lstat(o.db); errors.Is(serr, os.ErrNotExist) {
+						_ = os.Rename(kept, o.db) // put back what was there
+						kept = ""
+					}
+				}
+				if kept != "" {
+					return fmt.Errorf("restore to %s: %w (the file it was to replace is at %s)", o.db, err, kept)
+				}
+				return fmt.Errorf("restore to %s: %w; it is untouched", o.db, err)
+			}
+			res := struct {
+				File     string `json:"file"`
+				From     string `json:"from"`
+				Bytes    int64  `json:"bytes"`
+				Replaced string `json:"replaced,omitempty"`
+			}{o.db, from, n, kept}
+			return o.emit(res, func(w io.Writer) {
+				fmt.Fprintf(w, "restored\t%s\nfrom\t%s\nbytes\t%d\n", res.File, res.From, res.Bytes)
+				if res.Replaced != "" {
+					fmt.Fprintf(w, "replaced\t%s (kept there: remove it once the service is back)\n", res.Replaced)
+				}
+				fmt.Fprintln(w, "checked\tok: no problems found in the copy; start the service")
+			})
+		},
+	}
+	c.Flags().StringVar(&from, "from", "", "the backup to restore (`COPY`, made by oncekv backup)")
+	return c
+}
+
+// setAside moves the file at path, if any, to path.replaced-TIME, after
+// taking bbolt's lock on it (a running service holds it: refused), and
+// returns where it went ("" if there was none) and the release of the
+// lock, to call once the copy is in place.
+func setAside(path string) (kept string, release func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0) // #nosec G304 -- the operator's own file
+	if errors.Is(err, os.ErrNotExist) {
+		return "", func() {}, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("restore: %w", err)
+	}
+	fd := int(f.Fd()) // #nosec G115 -- a file descriptor fits in an int
+	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return "", nil, fmt.Errorf("%s is held by a running process: stop the service before restoring (bbolt's lock: %v)", path, err)
+	}
+	release = func() { _ = f.Close() } // closing drops the lock
+	kept = path + ".replaced-" + time.Now().UTC().Format("20060102T150405.000Z")
+	if _, err := os.Lstat(kept); err == nil {
+		release()
+		return "", nil, fmt.Errorf("restore: %s exists", kept)
+	}
+	if err := os.Rename(path, kept); err != nil {
+		release()
+		return "", nil, fmt.Errorf("restore: set %s aside: %w", path, err)
+	}
+	return kept, release, nil
+}
