@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -51,13 +52,16 @@ func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("inspect: backup: %v", err)})
 		return
 	}
-	defer func() { _ = f.Close() }()
 	// Unlinked at once where the system allows it (the open file stays
-	// readable), so that a crash mid-copy leaves nothing behind.
+	// readable), so that a crash mid-copy leaves nothing behind; elsewhere
+	// (Windows) once closed.
 	removed := os.Remove(f.Name()) == nil
-	if !removed {
-		defer func() { _ = os.Remove(f.Name()) }()
-	}
+	defer func() {
+		_ = f.Close()
+		if !removed {
+			_ = os.Remove(f.Name())
+		}
+	}()
 	n, err := h.db.Backup(r.Context(), atomicfile.Paced(f))
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
@@ -74,7 +78,7 @@ func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Content-Type", "application/octet-stream")
 	hd.Set("Content-Length", strconv.FormatInt(n, 10))
-	hd.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
 	hd.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.CopyN(w, f, n) // a client gone mid-way sees a short body against Content-Length

@@ -120,6 +120,8 @@ func TestHandlerSendsOneBackupAtATime(t *testing.T) {
 	defer first.Body.Close()
 	require.Equal(t, http.StatusOK, first.StatusCode)
 	require.Greater(t, first.ContentLength, int64(48<<20))
+	require.Equal(t, `attachment; filename=test.backup.db`, first.Header.Get("Content-Disposition"))
+	require.Equal(t, "application/octet-stream", first.Header.Get("Content-Type"))
 
 	code, body := get(t, srv, "/backup", "", token)
 	require.Equal(t, http.StatusConflict, code, body)
