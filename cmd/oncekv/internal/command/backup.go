@@ -21,7 +21,7 @@ import (
 // bounded wait for the copy to begin.
 var backupClient = &http.Client{Transport: &http.Transport{
 	Proxy:                 http.ProxyFromEnvironment,
-	ResponseHeaderTimeout: 10 * time.Minute, // the service writes its local copy first
+	ResponseHeaderTimeout: 30 * time.Minute, // the service writes its local copy first
 }}
 
 func newBackup(o *options) *cobra.Command {
@@ -37,8 +37,8 @@ from a stopped service's file, --db reads it directly.
 
 The copy is checked (bbolt's structure and every oncekv invariant, as
 ` + "`oncekv check`" + `) before it is put at --out, which must not exist: --out
-holds a whole, checked copy or nothing. To restore, stop the service and put
-the copy in the file's place. An encrypted database's copy stays sealed and
+holds a whole, checked copy or nothing. oncekv restore puts it back in a
+stopped service's file's place. An encrypted database's copy stays sealed and
 needs the same key. An etcd cluster is backed up with etcd's own snapshots
 (etcdctl snapshot save).`,
 		Example: `  oncekv backup --addr http://127.0.0.1:8081 --token "$ONCEKV_ADMIN_TOKEN" --out payments-2026-12-06.db
@@ -94,7 +94,10 @@ needs the same key. An etcd cluster is backed up with etcd's own snapshots
 				}
 				problems, err = o.checkCopy(ctx, f.Name())
 				if err == nil && len(problems) > 0 {
-					err = fmt.Errorf("the copy fails its check (%d problems), so it was not kept; the source may be damaged: run oncekv check on it", len(problems))
+					err = fmt.Errorf("the copy fails its check (%d problems): the source may be damaged (run oncekv check on it)", len(problems))
+				}
+				if err != nil {
+					err = fmt.Errorf("%w; the copy was not kept", err)
 				}
 				return n, err
 			})
@@ -125,7 +128,7 @@ needs the same key. An etcd cluster is backed up with etcd's own snapshots
 func (o *options) checkCopy(ctx context.Context, path string) ([]inspect.Problem, error) {
 	db, err := kv.Open(path, &kv.Options{ReadOnly: true, LockTimeout: lockTimeout, RequireFormat: true, Cipher: o.cipher})
 	if err != nil {
-		return nil, fmt.Errorf("the copy does not open as a database, so it was not kept: %w", err)
+		return nil, fmt.Errorf("the copy does not open as a database: %w", err)
 	}
 	defer func() { _ = db.Close() }()
 	in, err := inspect.New(db)
