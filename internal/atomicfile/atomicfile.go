@@ -18,10 +18,43 @@ import (
 // (an error matching os.ErrExist), before write runs and again when the
 // file is linked: never replaced. The temporary file is removed whatever
 // happens. It returns what write returned.
-func Create(path string, write func(f *os.File) (int64, error)) (n int64, err error) {
+func Create(path string, write func(f *os.File) (int64, error)) (int64, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return 0, exists(path)
 	}
+	return writeThen(path, write, func(tmp string) error {
+		// A hard link publishes the file without replacing one that
+		// appeared meanwhile (a rename would replace it); a file system
+		// without links gets a rename after a last look.
+		err := os.Link(tmp, path)
+		if err == nil {
+			return nil
+		}
+		if _, serr := os.Lstat(path); errors.Is(err, os.ErrExist) || serr == nil {
+			return exists(path)
+		}
+		if rerr := os.Rename(tmp, path); rerr != nil {
+			return fmt.Errorf("create %s: %w", path, errors.Join(err, rerr))
+		}
+		return nil
+	})
+}
+
+// Replace is Create for a path that may exist: the file written takes its
+// place in one rename, so that path names the old file or the whole new
+// one at every moment, a crash included.
+func Replace(path string, write func(f *os.File) (int64, error)) (int64, error) {
+	return writeThen(path, write, func(tmp string) error {
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("replace %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// writeThen writes a temporary file beside path with write, syncs it,
+// publishes it with publish, and syncs the directory.
+func writeThen(path string, write func(f *os.File) (int64, error), publish func(tmp string) error) (n int64, err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -32,7 +65,7 @@ func Create(path string, write func(f *os.File) (int64, error)) (n int64, err er
 	}
 	defer func() {
 		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
+		_ = os.Remove(tmp.Name()) // gone already once published by a rename
 	}()
 	if n, err = write(tmp); err != nil {
 		return n, err
@@ -43,16 +76,8 @@ func Create(path string, write func(f *os.File) (int64, error)) (n int64, err er
 	if err := tmp.Close(); err != nil {
 		return n, fmt.Errorf("create %s: %w", path, err)
 	}
-	// A hard link publishes the file without replacing one that appeared
-	// meanwhile (a rename would replace it); a file system without links
-	// gets a rename after a last look.
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if _, serr := os.Lstat(path); errors.Is(err, os.ErrExist) || serr == nil {
-			return n, exists(path)
-		}
-		if rerr := os.Rename(tmp.Name(), path); rerr != nil {
-			return n, fmt.Errorf("create %s: %w", path, errors.Join(err, rerr))
-		}
+	if err := publish(tmp.Name()); err != nil {
+		return n, err
 	}
 	if err := syncDir(dir); err != nil {
 		return n, fmt.Errorf("create %s: sync its directory: %w", path, err)

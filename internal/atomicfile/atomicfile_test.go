@@ -106,3 +106,31 @@ func TestPacedWritesEverything(t *testing.T) {
 	require.EqualValues(t, len(want), n)
 	require.True(t, bytes.Equal(want, got))
 }
+
+// Replace puts the new file in the old one's place, or leaves the old one
+// when the write fails; either way no temporary file is left.
+func TestReplaceSwapsWholeFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a")
+	require.NoError(t, os.WriteFile(path, []byte("old"), 0o600))
+	_, err := atomicfile.Replace(path, func(f *os.File) (int64, error) {
+		n, err := f.WriteString("half")
+		return int64(n), errors.Join(err, errors.New("cut short"))
+	})
+	require.ErrorContains(t, err, "cut short")
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "old", string(got))
+
+	n, err := atomicfile.Replace(path, func(f *os.File) (int64, error) {
+		n, err := f.WriteString("new")
+		return int64(n), err
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	got, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "new", string(got))
+	require.Equal(t, []string{"a"}, names(t, dir))
+}

@@ -47,12 +47,14 @@ means for the requests, intents and messages that came after).`,
 			if err != nil {
 				return fmt.Errorf("restore from %s: %w; %s is untouched", from, err, o.db)
 			}
-			kept, release, err := setAside(o.db)
+			kept, release, err := keepAside(o.db)
 			if err != nil {
 				return err
 			}
 			defer release()
-			n, err := atomicfile.Create(o.db, func(f *os.File) (int64, error) {
+			// One rename puts the copy in place: the file's name holds the
+			// old file or the whole copy at every moment, a crash included.
+			n, err := atomicfile.Replace(o.db, func(f *os.File) (int64, error) {
 				src, err := os.Open(from) // #nosec G304 -- the operator's own file
 				if err != nil {
 					return 0, err
@@ -62,13 +64,7 @@ means for the requests, intents and messages that came after).`,
 			})
 			if err != nil {
 				if kept != "" {
-					if _, serr := os.Lstat(o.db); errors.Is(serr, os.ErrNotExist) {
-						_ = os.Rename(kept, o.db) // put back what was there
-						kept = ""
-					}
-				}
-				if kept != "" {
-					return fmt.Errorf("restore to %s: %w (the file it was to replace is at %s)", o.db, err, kept)
+					_ = os.Remove(kept) // a second name of the file still in place
 				}
 				return fmt.Errorf("restore to %s: %w; it is untouched", o.db, err)
 			}
@@ -91,11 +87,11 @@ means for the requests, intents and messages that came after).`,
 	return c
 }
 
-// setAside moves the file at path, if any, to path.replaced-TIME, after
-// taking bbolt's lock on it (a running service holds it: refused), and
-// returns where it went ("" if there was none) and the release of the
-// lock, to call once the copy is in place.
-func setAside(path string) (kept string, release func(), err error) {
+// keepAside gives the file at path, if any, a second name,
+// path.replaced-TIME, after taking bbolt's lock on it (a running service
+// holds it: refused). It returns that name ("" if there was no file) and
+// the release of the lock, to call once the copy is in place.
+func keepAside(path string) (kept string, release func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0) // #nosec G304 -- the operator's own file
 	if errors.Is(err, os.ErrNotExist) {
 		return "", func() {}, nil
@@ -110,13 +106,9 @@ func setAside(path string) (kept string, release func(), err error) {
 	}
 	release = func() { _ = f.Close() } // closing drops the lock
 	kept = path + ".replaced-" + time.Now().UTC().Format("20060102T150405.000Z")
-	if _, err := os.Lstat(kept); err == nil {
+	if err := os.Link(path, kept); err != nil {
 		release()
-		return "", nil, fmt.Errorf("restore: %s exists", kept)
-	}
-	if err := os.Rename(path, kept); err != nil {
-		release()
-		return "", nil, fmt.Errorf("restore: set %s aside: %w", path, err)
+		return "", nil, fmt.Errorf("restore: keep %s as %s: %w", path, kept, err)
 	}
 	return kept, release, nil
 }
