@@ -21,8 +21,9 @@ func newRestore(o *options) *cobra.Command {
 		Long: `restore puts a copy made by oncekv backup at --db, for a stopped service:
 it checks the copy first (as oncekv check), refuses while a process holds
 --db (bbolt's lock), keeps the file it replaces beside it
-(FILE.replaced-TIME), and writes the copy whole or not at all. The copy
-itself is left as it is. Start the service afterwards: it comes back as it
+(FILE.replaced-TIME), and puts the copy in place with one rename, so that
+--db names the old file or the whole copy at every moment, a crash
+included. The copy itself is left as it is. Start the service afterwards: it comes back as it
 was when the copy was made (README, "Backups and restores", says what that
 means for the requests, intents and messages that came after).`,
 		Example: `  oncekv restore --db payments.db --from payments-2026-12-06.db`,
