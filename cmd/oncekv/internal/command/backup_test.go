@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
@@ -179,4 +182,76 @@ func TestRestoreABackup(t *testing.T) {
 		_, _, code := run(args...)
 		require.Equal(t, 2, code, args)
 	}
+}
+
+// oncekv restore killed with SIGKILL at moments spread over its copy: the
+// file's name holds the old file or the whole copy every time, never a
+// part, and the database opens and checks clean.
+func TestRestoreSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	target := fixture(t)
+	old, err := os.ReadFile(target)
+	require.NoError(t, err)
+	// A copy large enough that restoring it takes a while: 64 MB more.
+	big := fixture(t)
+	b, err := bolt.Open(big, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucket([]byte("ballast"))
+		for i := 0; err == nil && i < 64; i++ {
+			err = bk.Put([]byte{byte(i)}, bytes.Repeat([]byte{byte(i)}, 1<<20))
+		}
+		return err
+	}))
+	require.NoError(t, b.Close())
+	copyPath := filepath.Join(dir, "copy.db")
+	_, stderr, code := run("backup", "--db", big, "--out", copyPath)
+	require.Equal(t, 0, code, stderr)
+	copied, err := os.ReadFile(copyPath)
+	require.NoError(t, err)
+
+	restore := func(kill time.Duration) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		args, _ := json.Marshal([]string{"restore", "--db", target, "--from", copyPath})
+		cmd.Env = append(os.Environ(), "RUN_CLI="+string(args))
+		require.NoError(t, cmd.Start())
+		if kill < 0 {
+			require.NoError(t, cmd.Wait())
+			return
+		}
+		time.Sleep(kill) // the moment of the crash, not a wait for a result
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	// How long a whole restore takes here: the kills spread over it.
+	start := time.Now()
+	restore(-1)
+	whole := time.Since(start)
+	require.NoError(t, os.WriteFile(target, old, 0o600))
+	var torn, before, after int
+	for i := range 12 {
+		restore(whole * time.Duration(i) / 10)
+		now, err := os.ReadFile(target)
+		require.NoError(t, err)
+		switch {
+		case bytes.Equal(now, old):
+			before++
+		case bytes.Equal(now, copied):
+			after++
+			require.NoError(t, os.WriteFile(target, old, 0o600)) // the next round starts from the old file
+		default:
+			torn++
+		}
+	}
+	t.Logf("a restore takes %v; killed 12 times over 1.1 of that: the old file %d times, the whole copy %d times", whole.Round(time.Millisecond), before, after)
+	require.Zero(t, torn, "a part of the copy in the file's place")
+	require.Positive(t, before, "some kills came before the copy was in place")
+
+	restore(-1) // to the end
+	now, err := os.ReadFile(target)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(now, copied))
+	_, stderr, code = run("check", "--db", target)
+	require.Equal(t, 0, code, stderr)
 }

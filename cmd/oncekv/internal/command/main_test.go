@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,6 +30,14 @@ import (
 // HOLD_DB set, the binary opens that database, serves its admin endpoint,
 // prints "ready URL" and runs until stdin closes.
 func TestMain(m *testing.M) {
+	if enc := os.Getenv("RUN_CLI"); enc != "" { // the CLI as a process of its own (JSON args), to be killed
+		var args []string
+		if err := json.Unmarshal([]byte(enc), &args); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.Exit(Main(args, os.Stdout, os.Stderr))
+	}
 	if path := os.Getenv("HOLD_DB"); path != "" {
 		db, err := kv.Open(path, nil)
 		if err != nil {
