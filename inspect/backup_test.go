@@ -171,3 +171,25 @@ func TestConsoleOffersABackupToTheAdmin(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 201, rec.ResponseStatus)
 }
+
+// A BackupDir that cannot take the copy answers 500 naming it, and the
+// database's own directory is the default.
+func TestHandlerBackupDir(t *testing.T) {
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	kvtest.RequireBolt(t, db)
+	missing := filepath.Join(t.TempDir(), "missing")
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, BackupDir: missing})))
+	defer srv.Close()
+	code, body := get(t, srv, "/backup", "", token)
+	require.Equal(t, http.StatusInternalServerError, code)
+	require.Contains(t, body, missing)
+
+	def := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	defer def.Close()
+	n, err := (&inspect.Client{BaseURL: def.URL, Token: token}).Backup(ctx, io.Discard)
+	require.NoError(t, err)
+	require.Positive(t, n)
+	entries, err := os.ReadDir(filepath.Dir(db.Path()))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the database: the spooled copy is gone")
+}
