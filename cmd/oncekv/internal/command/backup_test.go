@@ -131,6 +131,7 @@ func TestRestoreABackup(t *testing.T) {
 	require.NoError(t, b.Close())
 	before, err := os.ReadFile(db)
 	require.NoError(t, err)
+	require.NoError(t, os.Chmod(db, 0o640)) // a group that reads it
 
 	stdout, stderr, code := run("restore", "--db", db, "--from", backup, "--json")
 	require.Equal(t, 0, code, stderr)
@@ -147,6 +148,9 @@ func TestRestoreABackup(t *testing.T) {
 	copied, err := os.ReadFile(backup)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(copied, restored), "the file is the copy")
+	fi, err := os.Stat(db)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o640), fi.Mode().Perm(), "with the replaced file's mode")
 	now, _, code := run("keys", "--db", db, "--json")
 	require.Equal(t, 0, code)
 	require.JSONEq(t, atBackup, now)

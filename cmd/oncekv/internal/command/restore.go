@@ -48,7 +48,7 @@ means for the requests, intents and messages that came after).`,
 			if err != nil {
 				return fmt.Errorf("restore from %s: %w; %s is untouched", from, err, o.db)
 			}
-			kept, release, err := keepAside(o.db)
+			kept, mode, release, err := keepAside(o.db)
 			if err != nil {
 				return err
 			}
@@ -61,6 +61,9 @@ means for the requests, intents and messages that came after).`,
 					return 0, err
 				}
 				defer func() { _ = src.Close() }()
+				if err := f.Chmod(mode); err != nil { // the replaced file's mode
+					return 0, err
+				}
 				return io.Copy(atomicfile.Paced(f), src)
 			})
 			if err != nil {
@@ -90,26 +93,32 @@ means for the requests, intents and messages that came after).`,
 
 // keepAside gives the file at path, if any, a second name,
 // path.replaced-TIME, after taking bbolt's lock on it (a running service
-// holds it: refused). It returns that name ("" if there was no file) and
-// the release of the lock, to call once the copy is in place.
-func keepAside(path string) (kept string, release func(), err error) {
+// holds it: refused). It returns that name ("" if there was no file), the
+// file's mode (0600 if none), and the release of the lock, to call once
+// the copy is in place.
+func keepAside(path string) (kept string, mode os.FileMode, release func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0) // #nosec G304 -- the operator's own file
 	if errors.Is(err, os.ErrNotExist) {
-		return "", func() {}, nil
+		return "", 0o600, func() {}, nil
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("restore: %w", err)
+		return "", 0, nil, fmt.Errorf("restore: %w", err)
 	}
 	fd := int(f.Fd()) // #nosec G115 -- a file descriptor fits in an int
 	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
-		return "", nil, fmt.Errorf("%s is held by a running process: stop the service before restoring (bbolt's lock: %v)", path, err)
+		return "", 0, nil, fmt.Errorf("%s is held by a running process: stop the service before restoring (bbolt's lock: %v)", path, err)
 	}
 	release = func() { _ = f.Close() } // closing drops the lock
+	fi, err := f.Stat()
+	if err != nil {
+		release()
+		return "", 0, nil, fmt.Errorf("restore: %w", err)
+	}
 	kept = path + ".replaced-" + time.Now().UTC().Format("20060102T150405.000Z")
 	if err := os.Link(path, kept); err != nil {
 		release()
-		return "", nil, fmt.Errorf("restore: keep %s as %s: %w", path, kept, err)
+		return "", 0, nil, fmt.Errorf("restore: keep %s as %s: %w", path, kept, err)
 	}
-	return kept, release, nil
+	return kept, fi.Mode().Perm(), release, nil
 }
