@@ -67,14 +67,7 @@ func TestBackupOfAFile(t *testing.T) {
 
 	// A damaged record in the source: the copy fails its check and is
 	// not kept.
-	b, err := bolt.Open(db, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket([]byte(record.ReservedPrefix + "intent"))
-		k, v := bk.Cursor().First()
-		return bk.Put(bytes.Clone(k), bytes.Clone(v[:len(v)/2]))
-	}))
-	require.NoError(t, b.Close())
+	damageAnIntent(t, db)
 	damaged := filepath.Join(dir, "damaged.db")
 	_, stderr, code = run("backup", "--db", db, "--out", damaged)
 	require.Equal(t, 1, code)
@@ -160,14 +153,7 @@ func TestRestoreABackup(t *testing.T) {
 	// A damaged copy: refused, the file untouched.
 	damaged := filepath.Join(dir, "damaged.db")
 	require.NoError(t, os.WriteFile(damaged, copied, 0o600))
-	b, err = bolt.Open(damaged, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket([]byte(record.ReservedPrefix + "intent"))
-		k, v := bk.Cursor().First()
-		return bk.Put(bytes.Clone(k), bytes.Clone(v[:len(v)/2]))
-	}))
-	require.NoError(t, b.Close())
+	damageAnIntent(t, damaged)
 	_, stderr, code = run("restore", "--db", db, "--from", damaged)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "fails its check")
@@ -264,4 +250,17 @@ func TestRestoreSurvivesSIGKILL(t *testing.T) {
 	require.True(t, bytes.Equal(now, copied))
 	_, stderr, code = run("check", "--db", target)
 	require.Equal(t, 0, code, stderr)
+}
+
+// damageAnIntent cuts the first intent record of the file at path in half.
+func damageAnIntent(t *testing.T, path string) {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket([]byte(record.ReservedPrefix + "intent"))
+		k, v := bk.Cursor().First()
+		return bk.Put(bytes.Clone(k), bytes.Clone(v[:len(v)/2]))
+	}))
+	require.NoError(t, b.Close())
 }
