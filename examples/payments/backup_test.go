@@ -43,18 +43,7 @@ func TestRestoreFromABackupChargesOnce(t *testing.T) {
 	// it gets a final answer (a lost provider answer is a 502 or 503 for
 	// a while), and returns the order's ID and its charge.
 	pay := func(api, ref string) (orderID, chargeID string) {
-		send := func(path, key, body string) reply {
-			deadline := time.Now().Add(90 * time.Second)
-			for time.Now().Before(deadline) {
-				r, err := try("POST", api+path, acme, key, body)
-				if err == nil && r.Status != 409 && r.Status < 500 {
-					return r
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			t.Errorf("%s %s: no final answer", path, key)
-			return reply{}
-		}
+		send := func(path, key, body string) reply { return untilFinal(t, api+path, key, body) }
 		o := send("/v1/orders", "create-"+ref, orderBody(ref, 100, "t"))
 		if o.Status != 201 && o.Status != 200 {
 			t.Errorf("create %s: %d %s", ref, o.Status, o.Body)

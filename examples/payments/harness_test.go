@@ -185,6 +185,22 @@ func try(method, url, apiKey, key, body string) (reply, error) {
 	return reply{resp.StatusCode, resp.Header, string(b)}, err
 }
 
+// untilFinal POSTs to url as acme with the key until it gets a final
+// answer, riding out a service's deaths (connection refused or reset) and
+// its 409, 502 and 503 (a provider's lost answer), for 90 seconds at most.
+func untilFinal(t *testing.T, url, key, body string) reply {
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		r, err := try("POST", url, acme, key, body)
+		if err == nil && r.Status != 409 && r.Status < 500 {
+			return r
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("%s %s: no final answer", url, key)
+	return reply{}
+}
+
 func charges(t *testing.T, providerURL string) []httpprovider.Charge {
 	r := do(t, "GET", providerURL+"/v1/charges", "", "", "")
 	require.Equal(t, 200, r.Status)

@@ -268,18 +268,7 @@ func TestCrashDuringPayments(t *testing.T) {
 
 	// retry sends a request until it gets a final answer, riding out the
 	// service's deaths (connection refused/reset) and 409/502/503.
-	retry := func(path, key, body string) reply {
-		deadline := time.Now().Add(90 * time.Second)
-		for time.Now().Before(deadline) {
-			r, err := try("POST", base+path, acme, key, body)
-			if err == nil && r.Status != 409 && r.Status < 500 {
-				return r
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Errorf("%s %s: no final answer", path, key)
-		return reply{}
-	}
+	retry := func(path, key, body string) reply { return untilFinal(t, base+path, key, body) }
 
 	var paidOrders sync.Map
 	var started atomic.Int32
