@@ -193,3 +193,25 @@ func TestHandlerBackupDir(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "only the database: the spooled copy is gone")
 }
+
+// A service whose admin endpoint has no /backup (an oncekv before
+// backups, a proxy in the way) gets an error that says what it answered.
+func TestClientBackupFromAnEndpointWithoutOne(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	var w bytes.Buffer
+	_, err := (&inspect.Client{BaseURL: srv.URL, Token: token}).Backup(ctx, &w)
+	require.ErrorContains(t, err, "404 Not Found: 404 page not found")
+	require.Zero(t, w.Len())
+
+	// A 200 of unknown length is not a backup: a copy cut short could not
+	// be told from a whole one.
+	chunked := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("not a database"))
+		w.(http.Flusher).Flush() // sent before its end is known: chunked
+	}))
+	defer chunked.Close()
+	_, err = (&inspect.Client{BaseURL: chunked.URL, Token: token}).Backup(ctx, &w)
+	require.ErrorContains(t, err, "without a Content-Length")
+	require.Zero(t, w.Len())
+}

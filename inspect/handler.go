@@ -390,6 +390,9 @@ func (c *Client) do(ctx context.Context, method, path string, params url.Values)
 	if resp.StatusCode == http.StatusNotFound && e.Error != "" {
 		return nil, fmt.Errorf("%w (from %s: %s)", ErrNotFound, c.BaseURL, e.Error)
 	}
+	if e.Error == "" { // not the handler's JSON: a route it lacks (an older oncekv), a proxy's page
+		e.Error = clip(strings.TrimSpace(string(body)))
+	}
 	return nil, fmt.Errorf("inspect: %s answered %s: %s", u, resp.Status, e.Error)
 }
 
