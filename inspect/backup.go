@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/oncekv/oncekv/internal/atomicfile"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -36,6 +38,15 @@ func (h *backupHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 	if h.db.Bolt() == nil {
 		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": kv.ErrBackupUnsupported.Error()})
+		return
+	}
+	if r.Method == http.MethodHead {
+		// What a GET would send, without making the copy: its headers,
+		// and the file's size as of now.
+		var size int64
+		_ = h.db.Bolt().View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
+		h.headers(w, size)
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	if !h.running.TryLock() {
@@ -74,12 +85,17 @@ func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, map[string]string{"error": err.Error()})
 		return
 	}
+	h.headers(w, n)
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.CopyN(w, f, n) // a client gone mid-way sees a short body against Content-Length
+}
+
+// headers sets a copy's response headers, for a copy of size bytes.
+func (h *backupHandler) headers(w http.ResponseWriter, size int64) {
 	name := strings.TrimSuffix(filepath.Base(h.db.Path()), filepath.Ext(h.db.Path())) + ".backup.db"
 	hd := w.Header()
 	hd.Set("Content-Type", "application/octet-stream")
-	hd.Set("Content-Length", strconv.FormatInt(n, 10))
+	hd.Set("Content-Length", strconv.FormatInt(size, 10))
 	hd.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
 	hd.Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.CopyN(w, f, n) // a client gone mid-way sees a short body against Content-Length
 }

@@ -41,6 +41,12 @@ func TestHandlerServesABackupThatReplays(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code)
 	code, _ = get(t, open, "/backup", "", "")
 	require.Equal(t, http.StatusForbidden, code, "no token configured: no copy, even on loopback")
+	head, err := http.NewRequestWithContext(ctx, http.MethodHead, srv.URL+"/backup", nil)
+	require.NoError(t, err)
+	resp, err := srv.Client().Do(head)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "HEAD too")
 
 	admin := &inspect.Client{BaseURL: srv.URL, Token: token}
 	if db.Bolt() == nil { // the etcd matrix
@@ -54,10 +60,20 @@ func TestHandlerServesABackupThatReplays(t *testing.T) {
 		return
 	}
 
+	// HEAD says what a GET would send without making the copy: nothing
+	// spooled, the file's size.
+	head.Header.Set("Authorization", "Bearer "+token)
+	resp, err = srv.Client().Do(head)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "application/octet-stream", resp.Header.Get("Content-Type"))
+
 	var copied bytes.Buffer
 	n, err := admin.Backup(ctx, &copied)
 	require.NoError(t, err)
 	require.Equal(t, int64(copied.Len()), n)
+	require.Equal(t, n, resp.ContentLength, "HEAD's length is the copy's (nothing was written between)")
 	path := filepath.Join(t.TempDir(), "restored.db")
 	require.NoError(t, os.WriteFile(path, copied.Bytes(), 0o600))
 	restored := kvtest.OpenPath(t, path, nil)

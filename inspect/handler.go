@@ -85,7 +85,8 @@ var errForbidden = errors.New("inspect: this needs the admin token (Authorizatio
 // transaction lasts as long as a local copy, not as long as the client
 // takes to read it (bbolt reuses no page freed while it is open). One
 // backup at a time (another answers 409); no Range requests (each
-// request is a new copy); an etcd database answers 501.
+// request is a new copy); HEAD answers the headers and the file's size
+// as of now without making a copy; an etcd database answers 501.
 //
 // Bad parameters answer 400. Under ConsolePath (/console/) it serves the
 // web console: HTML pages for the people on call (overview, keys, one
