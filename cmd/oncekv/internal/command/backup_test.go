@@ -3,6 +3,8 @@ package command
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,10 +176,11 @@ func TestRestoreABackup(t *testing.T) {
 	}
 }
 
-// oncekv restore killed with SIGKILL at moments spread over its copy: the
+// oncekv restore killed with SIGKILL at moments spread over its run: the
 // file's name holds the old file or the whole copy every time, never a
-// part, and the database opens and checks clean.
-func TestRestoreSurvivesSIGKILL(t *testing.T) {
+// part, and the database opens and checks clean. oncekv backup killed the
+// same way leaves no file at --out or a whole copy that checks clean.
+func TestBackupAndRestoreSurviveSIGKILL(t *testing.T) {
 	if raceDetector {
 		// One goroutine in a process killed from outside: the race
 		// detector has nothing to watch, and its build restores five
@@ -207,19 +210,7 @@ func TestRestoreSurvivesSIGKILL(t *testing.T) {
 	copied, err := os.ReadFile(copyPath)
 	require.NoError(t, err)
 
-	restore := func(kill time.Duration) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		args, _ := json.Marshal([]string{"restore", "--db", target, "--from", copyPath})
-		cmd.Env = append(os.Environ(), "RUN_CLI="+string(args))
-		require.NoError(t, cmd.Start())
-		if kill < 0 {
-			require.NoError(t, cmd.Wait())
-			return
-		}
-		time.Sleep(kill) // the moment of the crash, not a wait for a result
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
-	}
+	restore := func(kill time.Duration) { runKilled(t, kill, "restore", "--db", target, "--from", copyPath) }
 	// How long a whole restore takes here: the kills spread over it.
 	start := time.Now()
 	restore(-1)
@@ -244,12 +235,50 @@ func TestRestoreSurvivesSIGKILL(t *testing.T) {
 	require.Zero(t, torn, "a part of the copy in the file's place")
 	require.Positive(t, before, "some kills came before the copy was in place")
 
+	// oncekv backup killed the same way: --out holds nothing or a whole,
+	// checked copy, never a part.
+	start = time.Now()
+	runKilled(t, -1, "backup", "--db", big, "--out", filepath.Join(dir, "whole.db"))
+	whole = time.Since(start)
+	var none, kept int
+	for i := range 12 {
+		out := filepath.Join(dir, fmt.Sprintf("killed-%d.db", i))
+		runKilled(t, whole*time.Duration(i)/10, "backup", "--db", big, "--out", out)
+		if _, err := os.Stat(out); errors.Is(err, os.ErrNotExist) {
+			none++
+			continue
+		}
+		kept++
+		_, stderr, code := run("check", "--db", out)
+		require.Equal(t, 0, code, "a backup killed at %d/10 of its run: %s", i, stderr)
+	}
+	t.Logf("a backup takes %v; killed 12 times over 1.1 of that: no file %d times, a whole copy %d times", whole.Round(time.Millisecond), none, kept)
+	require.Positive(t, none, "some kills came before the copy was in place")
+
 	restore(-1) // to the end
 	now, err := os.ReadFile(target)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(now, copied))
 	_, stderr, code = run("check", "--db", target)
 	require.Equal(t, 0, code, stderr)
+}
+
+// runKilled runs the CLI with args as a process of its own and kills it
+// with SIGKILL after kill (a negative kill: it runs to its end, which
+// must be a success).
+func runKilled(t *testing.T, kill time.Duration, args ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	enc, _ := json.Marshal(args)
+	cmd.Env = append(os.Environ(), "RUN_CLI="+string(enc))
+	require.NoError(t, cmd.Start())
+	if kill < 0 {
+		require.NoError(t, cmd.Wait())
+		return
+	}
+	time.Sleep(kill) // the moment of the crash, not a wait for a result
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
 }
 
 // damageAnIntent cuts the first intent record of the file at path in half.
