@@ -94,24 +94,26 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	o := &options{out: stdout, diag: newDiag(stderr)}
 	root := &cobra.Command{
 		Use:   "oncekv",
-		Short: "Inspect, check, sweep and compact oncekv databases; run the demo",
+		Short: "Inspect, check, sweep, compact, back up and restore oncekv databases; run the demo",
 		Long: `oncekv works on the bbolt file of a service that uses oncekv: it lists
 idempotency keys, intents, the outbox and the inbox, shows each tenant's usage
 (what quotas bound), checks consistency, sweeps expired records, compacts the
-file, and lets an operator requeue or resolve intents that need attention.
+file, backs it up (from a running service too) and restores it, and lets an
+operator requeue or resolve intents that need attention.
 Output is an aligned table, or JSON with --json (stable field names); text
 stored on behalf of others (provider errors) is printed escaped.
 
 Commands other than demo open only an existing oncekv file: an empty or
 foreign file is refused untouched, a damaged one is reported (exit 1).
 --etcd ENDPOINTS works wherever --db does, on the database a service keeps
-on an etcd cluster (package etcdkv; --etcd-prefix names it), except compact:
-etcd compacts its own history. prefixes lists the databases a cluster holds.
+on an etcd cluster (package etcdkv; --etcd-prefix names it), except compact,
+backup and restore: etcd compacts its own history and keeps its own
+snapshots. prefixes lists the databases a cluster holds.
 
 A running service holds its file's lock. Commands then take --addr to query
 the service's admin endpoint (inspect.Handler) instead of the file, and
 --token (or $ONCEKV_ADMIN_TOKEN) for what the endpoint keeps behind its admin
-token: bodies, provider error text, check, and the intent actions.
+token: bodies, provider error text, check, backups, and the intent actions.
 
 Exit status: 0 success, 1 failure, 2 bad usage.`,
 		SilenceUsage:  true,
