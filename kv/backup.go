@@ -35,10 +35,8 @@ func (db *DB) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	return n, nil
 }
 
+// backup is Backup on a bbolt database (its callers check).
 func (db *DB) backup(ctx context.Context, w io.Writer) (n int64, err error) {
-	if db.bolt == nil {
-		return 0, ErrBackupUnsupported
-	}
 	if err := db.usable(ctx); err != nil {
 		return 0, err
 	}
