@@ -178,9 +178,10 @@ func TestRestoreABackup(t *testing.T) {
 
 // oncekv restore killed with SIGKILL at moments spread over its run: the
 // file's name holds the old file or the whole copy every time, never a
-// part, and the database opens and checks clean. oncekv backup killed the
-// same way leaves no file at --out or a whole copy that checks clean.
-func TestBackupAndRestoreSurviveSIGKILL(t *testing.T) {
+// part, and the database opens and checks clean. oncekv backup and
+// oncekv compact killed the same way leave no file at --out or a whole
+// copy that checks clean.
+func TestCopiesSurviveSIGKILL(t *testing.T) {
 	if raceDetector {
 		// One goroutine in a process killed from outside: the race
 		// detector has nothing to watch, and its build restores five
@@ -235,25 +236,11 @@ func TestBackupAndRestoreSurviveSIGKILL(t *testing.T) {
 	require.Zero(t, torn, "a part of the copy in the file's place")
 	require.Positive(t, before, "some kills came before the copy was in place")
 
-	// oncekv backup killed the same way: --out holds nothing or a whole,
-	// checked copy, never a part.
-	start = time.Now()
-	runKilled(t, -1, "backup", "--db", big, "--out", filepath.Join(dir, "whole.db"))
-	whole = time.Since(start)
-	var none, kept int
-	for i := range 12 {
-		out := filepath.Join(dir, fmt.Sprintf("killed-%d.db", i))
-		runKilled(t, whole*time.Duration(i)/10, "backup", "--db", big, "--out", out)
-		if _, err := os.Stat(out); errors.Is(err, os.ErrNotExist) {
-			none++
-			continue
-		}
-		kept++
-		_, stderr, code := run("check", "--db", out)
-		require.Equal(t, 0, code, "a backup killed at %d/10 of its run: %s", i, stderr)
+	// oncekv backup and oncekv compact killed the same way: --out holds
+	// nothing or a whole copy that checks clean, never a part.
+	for _, command := range []string{"backup", "compact"} {
+		killedOut(t, dir, command, big)
 	}
-	t.Logf("a backup takes %v; killed 12 times over 1.1 of that: no file %d times, a whole copy %d times", whole.Round(time.Millisecond), none, kept)
-	require.Positive(t, none, "some kills came before the copy was in place")
 
 	restore(-1) // to the end
 	now, err := os.ReadFile(target)
@@ -261,6 +248,30 @@ func TestBackupAndRestoreSurviveSIGKILL(t *testing.T) {
 	require.True(t, bytes.Equal(now, copied))
 	_, stderr, code = run("check", "--db", target)
 	require.Equal(t, 0, code, stderr)
+}
+
+// killedOut runs command (backup, compact: a copy of src at --out) to
+// its end, then 12 times killed at moments spread over 1.1 of its run,
+// and requires each --out to be absent or a whole copy that checks clean.
+func killedOut(t *testing.T, dir, command, src string) {
+	t.Helper()
+	start := time.Now()
+	runKilled(t, -1, command, "--db", src, "--out", filepath.Join(dir, command+"-whole.db"))
+	whole := time.Since(start)
+	var none, kept int
+	for i := range 12 {
+		out := filepath.Join(dir, fmt.Sprintf("%s-killed-%d.db", command, i))
+		runKilled(t, whole*time.Duration(i)/10, command, "--db", src, "--out", out)
+		if _, err := os.Stat(out); errors.Is(err, os.ErrNotExist) {
+			none++
+			continue
+		}
+		kept++
+		_, stderr, code := run("check", "--db", out)
+		require.Equal(t, 0, code, "%s killed at %d/10 of its run: %s", command, i, stderr)
+	}
+	t.Logf("%s takes %v; killed 12 times over 1.1 of that: no file %d times, a whole copy %d times", command, whole.Round(time.Millisecond), none, kept)
+	require.Positive(t, none, "some kills came before the copy was in place")
 }
 
 // runKilled runs the CLI with args as a process of its own and kills it

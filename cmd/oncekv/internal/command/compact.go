@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/atomicfile"
 )
 
 func newCompact(o *options) *cobra.Command {
@@ -17,8 +18,9 @@ func newCompact(o *options) *cobra.Command {
 		Short: "Write a compacted copy of the database",
 		Long: `compact copies every bucket into a new file with bbolt's compaction, so
 the copy holds no free pages: the way to give back space after large sweeps
-(bbolt never shrinks a file in place). The source is opened read-only; swap
-the files while the service is stopped.`,
+(bbolt never shrinks a file in place). The source is opened read-only;
+--out must not exist and holds the whole copy or nothing, a crash included.
+Put it in place while the service is stopped (oncekv restore --from does).`,
 		Example: `  oncekv compact --db payments.db --out payments.compact.db`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -37,21 +39,22 @@ the files while the service is stopped.`,
 			}
 			defer func() { _ = src.Close() }()
 			before, _ := os.Stat(o.db)
-			// O_EXCL: never overwrite a file, and never follow a symlink
-			// planted at the target (O_EXCL|O_CREAT fails on any existing
-			// path, links included); O_NOFOLLOW for good measure.
-			dst, err := bolt.Open(out, 0o600, &bolt.Options{OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
-				return os.OpenFile(name, flag|os.O_EXCL|syscall.O_NOFOLLOW, mode)
-			}})
-			if err != nil {
-				return fmt.Errorf("compact: create %s: %w", out, err)
-			}
-			if err := bolt.Compact(dst, src.Bolt(), 64<<20); err != nil {
-				_ = dst.Close()
-				_ = os.Remove(out)
-				return err
-			}
-			if err := dst.Close(); err != nil {
+			// Written beside --out and linked there once whole
+			// (atomicfile.Create): bbolt's Compact commits as it goes, so a
+			// copy cut short (killed, a full disk) would be a valid file
+			// missing records; an existing --out, a symlink included, is
+			// never replaced.
+			if _, err := atomicfile.Create(out, func(f *os.File) (int64, error) {
+				dst, err := bolt.Open(f.Name(), 0o600, nil)
+				if err != nil {
+					return 0, fmt.Errorf("compact: create %s: %w", out, err)
+				}
+				if err := bolt.Compact(dst, src.Bolt(), 64<<20); err != nil {
+					_ = dst.Close()
+					return 0, err
+				}
+				return 0, dst.Close()
+			}); err != nil {
 				return err
 			}
 			after, err := os.Stat(out)
