@@ -58,7 +58,7 @@ func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 	if dir == "" {
 		dir = filepath.Dir(h.db.Path())
 	}
-	f, err := os.CreateTemp(dir, ".oncekv-backup-*.tmp")
+	f, err := atomicfile.Temp(dir, "backup")
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("inspect: backup: %v", err)})
 		return

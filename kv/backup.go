@@ -55,7 +55,11 @@ func (db *DB) backup(ctx context.Context, w io.Writer) (n int64, err error) {
 // BackupFile writes Backup's copy to a new file at path, mode 0600: into a
 // temporary file beside it, synced, then linked at path, so that path
 // holds a whole copy or nothing. An existing path is refused (ErrExist),
-// never replaced; a failed or cancelled copy leaves nothing behind.
+// never replaced; a failed or cancelled copy leaves nothing behind. A
+// process killed during the copy leaves its temporary file,
+// ".NAME.oncekv-RANDOM.tmp", which the next BackupFile into the same
+// directory removes (on Linux, where a lock tells a dead writer's file from
+// a live one's).
 func (db *DB) BackupFile(ctx context.Context, path string) (int64, error) {
 	if db.bolt == nil {
 		return 0, ErrBackupUnsupported

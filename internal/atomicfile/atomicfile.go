@@ -1,7 +1,13 @@
 // Package atomicfile creates a file that holds the whole of what was
 // written into it or does not exist: written into a temporary file beside
 // it, synced, then linked at its name. The backups (kv.DB.BackupFile, the
-// CLI's backup) write their copies with it.
+// CLI's backup, restore and compact) write their copies with it.
+//
+// A process killed while it writes leaves its temporary file behind, as
+// large as the copy had grown. Each temporary file is named
+// ".NAME.oncekv-RANDOM.tmp" and locked (flock) by its writer for as long as
+// it is open (on Linux), so the next write in the same directory tells a
+// dead writer's file from a live one's and removes it (RemoveStale).
 package atomicfile
 
 import (
@@ -10,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Create creates path, mode 0600, with what write writes into a temporary
@@ -59,7 +66,7 @@ func writeThen(path string, write func(f *os.File) (int64, error), publish func(
 	if dir == "" {
 		dir = "."
 	}
-	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	tmp, err := Temp(dir, base)
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", path, err)
 	}
@@ -83,6 +90,106 @@ func writeThen(path string, write func(f *os.File) (int64, error), publish func(
 		return n, fmt.Errorf("create %s: sync its directory: %w", path, err)
 	}
 	return n, nil
+}
+
+// marker is in every temporary file's name, between the name it stands
+// for and its random part: RemoveStale removes only files that carry it.
+const marker = ".oncekv-"
+
+// Temp creates a temporary file in dir, named ".NAME.oncekv-RANDOM.tmp"
+// and locked for as long as it is open, after removing the files of
+// writers killed in dir (RemoveStale; what it fails to remove is left).
+// The caller closes and removes it.
+func Temp(dir, name string) (*os.File, error) {
+	_, _ = RemoveStale(dir)
+	// A RemoveStale elsewhere may take a file between its creation and
+	// its lock: it is then removed, or about to be, and another is made.
+	for range 3 {
+		f, err := os.CreateTemp(dir, "."+name+marker+"*.tmp")
+		if err != nil {
+			return nil, err
+		}
+		ok, err := lock(f)
+		if errors.Is(err, errNoLocks) {
+			return f, nil // nothing here can tell it from a dead writer's: none is removed
+		}
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		if ok && named(f) {
+			return f, nil
+		}
+		_ = f.Close()
+	}
+	return nil, fmt.Errorf("create a temporary file in %s: taken three times by another process's clean-up", dir)
+}
+
+// named reports whether f's name still leads to f.
+func named(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	li, err := os.Lstat(f.Name())
+	return err == nil && os.SameFile(fi, li)
+}
+
+// errNoLocks is lock's answer where no lock tells a live writer's file
+// from a dead one's.
+var errNoLocks = errors.New("atomicfile: no open-file-description locks here")
+
+// RemoveStale removes from dir the temporary files of writers that died
+// before finishing (killed, or the machine stopped): those whose lock no
+// open file holds. It returns the names it removed. Where locks cannot
+// tell (outside Linux, or a Linux before 3.15) it removes nothing.
+func RemoveStale(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(name, ".") || !strings.Contains(name, marker) || !strings.HasSuffix(name, ".tmp") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		switch ok, err := removeIfStale(path); {
+		case err != nil:
+			errs = append(errs, err)
+		case ok:
+			removed = append(removed, path)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeIfStale removes path if no open file holds its lock, holding the
+// lock itself meanwhile so that no writer takes the file back.
+func removeIfStale(path string) (bool, error) {
+	// Open for writing, which a write lock asks for; nothing is written.
+	f, err := os.OpenFile(path, os.O_RDWR, 0) // #nosec G304 -- a temporary file of ours, found in the caller's directory
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil // its writer finished, or another clean-up came first
+	}
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = f.Close() }()
+	ok, err := lock(f)
+	if errors.Is(err, errNoLocks) {
+		return false, nil
+	}
+	if err != nil || !ok || !named(f) {
+		return false, err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
 }
 
 func exists(path string) error {

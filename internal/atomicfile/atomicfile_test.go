@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -133,4 +138,99 @@ func TestReplaceSwapsWholeFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "new", string(got))
 	require.Equal(t, []string{"a"}, names(t, dir))
+}
+
+// RemoveStale removes the temporary files no writer holds, and nothing
+// else: not a live writer's, not a file without the marker, not a
+// directory or a symlink that looks like one.
+func TestRemoveStaleTakesOnlyDeadWritersFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	touch := func(name string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte("x"), 0o600))
+		return p
+	}
+	live, err := atomicfile.Temp(dir, "b.db")
+	require.NoError(t, err)
+	defer func() { _ = live.Close() }()
+	dead := touch(".a.db.oncekv-123.tmp") // its writer's lock went with it
+	others := []string{".a.db.123.tmp", "a.db.oncekv-1.tmp", ".c.oncekv-2.txt", "a.db"}
+	for _, n := range others {
+		touch(n)
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, ".d.oncekv-3.tmp"), 0o700))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "a.db"), filepath.Join(dir, ".e.oncekv-4.tmp")))
+
+	removed, err := atomicfile.RemoveStale(dir)
+	require.NoError(t, err)
+	if runtime.GOOS != "linux" {
+		require.Empty(t, removed)
+		return
+	}
+	require.Equal(t, []string{dead}, removed)
+	require.ElementsMatch(t, append(others, filepath.Base(live.Name()), ".d.oncekv-3.tmp", ".e.oncekv-4.tmp"), names(t, dir))
+	require.True(t, strings.HasPrefix(filepath.Base(live.Name()), ".b.db.oncekv-"), live.Name())
+
+	_, err = atomicfile.RemoveStale(filepath.Join(dir, "missing"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A writer killed mid-copy leaves its temporary file; the next copy into
+// the same directory removes it, while a live writer's, in another
+// process, stays.
+func TestTheNextCopyRemovesAKilledWritersFile(t *testing.T) {
+	if dir := os.Getenv("ATOMICFILE_WRITE_FOREVER"); dir != "" {
+		_, _ = atomicfile.Create(filepath.Join(dir, "killed.db"), func(f *os.File) (int64, error) {
+			_, _ = f.WriteString("half a copy")
+			select {} // until killed
+		})
+		return
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("no open-file-description locks: nothing tells a dead writer's file from a live one's")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	temps := func() []string {
+		m, err := filepath.Glob(filepath.Join(dir, ".killed.db.oncekv-*.tmp"))
+		require.NoError(t, err)
+		return m
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTheNextCopyRemovesAKilledWritersFile$")
+	cmd.Env = append(os.Environ(), "ATOMICFILE_WRITE_FOREVER="+dir)
+	require.NoError(t, cmd.Start())
+	killed := false
+	defer func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		m := temps()
+		if len(m) != 1 {
+			return false
+		}
+		fi, err := os.Stat(m[0])
+		return err == nil && fi.Size() > 0
+	}, 30*time.Second, 5*time.Millisecond, "the writer's temporary file")
+
+	removed, err := atomicfile.RemoveStale(dir)
+	require.NoError(t, err)
+	require.Empty(t, removed, "the writer is alive")
+	require.Len(t, temps(), 1)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	killed = true
+	require.Len(t, temps(), 1, "a killed writer leaves its file")
+
+	_, err = atomicfile.Create(filepath.Join(dir, "next.db"), func(f *os.File) (int64, error) {
+		n, err := f.WriteString("whole")
+		return int64(n), err
+	})
+	require.NoError(t, err)
+	require.Empty(t, temps(), "the next copy removed it")
+	require.Equal(t, []string{"next.db"}, names(t, dir))
 }

@@ -242,10 +242,11 @@ func TestCopiesSurviveSIGKILL(t *testing.T) {
 		killedOut(t, dir, command, big)
 	}
 
-	restore(-1) // to the end
+	restore(-1) // to the end, removing the killed restores' temporary files
 	now, err := os.ReadFile(target)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(now, copied))
+	require.Empty(t, leftovers(t, filepath.Dir(target)))
 	_, stderr, code = run("check", "--db", target)
 	require.Equal(t, 0, code, stderr)
 }
@@ -272,6 +273,18 @@ func killedOut(t *testing.T, dir, command, src string) {
 	}
 	t.Logf("%s takes %v; killed 12 times over 1.1 of that: no file %d times, a whole copy %d times", command, whole.Round(time.Millisecond), none, kept)
 	require.Positive(t, none, "some kills came before the copy was in place")
+	// The killed runs' temporary files went with the next run, the last
+	// one's with this one.
+	runKilled(t, -1, command, "--db", src, "--out", filepath.Join(dir, command+"-after.db"))
+	require.Empty(t, leftovers(t, dir))
+}
+
+// leftovers lists the temporary files of copies in dir.
+func leftovers(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, ".*.oncekv-*.tmp"))
+	require.NoError(t, err)
+	return m
 }
 
 // runKilled runs the CLI with args as a process of its own and kills it

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package atomicfile
+
+import "os"
+
+// lock has no lock to take outside Linux: flock, the only other, is
+// bbolt's own, which it takes on the same file (the copy's check, compact),
+// and BSD systems and macOS tie byte-range locks to it. RemoveStale
+// removes nothing there.
+func lock(*os.File) (bool, error) { return false, errNoLocks }
