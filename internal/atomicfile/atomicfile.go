@@ -140,16 +140,22 @@ func named(f *os.File) bool {
 // from a dead one's.
 var errNoLocks = errors.New("atomicfile: no open-file-description locks here")
 
+// Removed is a temporary file RemoveStale removed.
+type Removed struct {
+	Path string
+	Size int64 // its size when removed: the disk space it gave back
+}
+
 // RemoveStale removes from dir the temporary files of writers that died
 // before finishing (killed, or the machine stopped): those whose lock no
-// open file holds. It returns the names it removed. Where locks cannot
-// tell (outside Linux, or a Linux before 3.15) it removes nothing.
-func RemoveStale(dir string) ([]string, error) {
+// open file holds. It returns what it removed. Where locks cannot tell
+// (outside Linux, or a Linux before 3.15) it removes nothing.
+func RemoveStale(dir string) ([]Removed, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
+	var removed []Removed
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
@@ -157,39 +163,44 @@ func RemoveStale(dir string) ([]string, error) {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		switch ok, err := removeIfStale(path); {
+		switch size, ok, err := removeIfStale(path); {
 		case err != nil:
 			errs = append(errs, err)
 		case ok:
-			removed = append(removed, path)
+			removed = append(removed, Removed{Path: path, Size: size})
 		}
 	}
 	return removed, errors.Join(errs...)
 }
 
 // removeIfStale removes path if no open file holds its lock, holding the
-// lock itself meanwhile so that no writer takes the file back.
-func removeIfStale(path string) (bool, error) {
+// lock itself meanwhile so that no writer takes the file back, and
+// returns its size.
+func removeIfStale(path string) (int64, bool, error) {
 	// Open for writing, which a write lock asks for; nothing is written.
 	f, err := os.OpenFile(path, os.O_RDWR, 0) // #nosec G304 -- a temporary file of ours, found in the caller's directory
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil // its writer finished, or another clean-up came first
+		return 0, false, nil // its writer finished, or another clean-up came first
 	}
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	defer func() { _ = f.Close() }()
 	ok, err := lock(f)
 	if errors.Is(err, errNoLocks) {
-		return false, nil
+		return 0, false, nil
 	}
 	if err != nil || !ok || !named(f) {
-		return false, err
+		return 0, false, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, false, err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false, err
+		return 0, false, err
 	}
-	return true, nil
+	return fi.Size(), true, nil
 }
 
 func exists(path string) error {

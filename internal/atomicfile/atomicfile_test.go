@@ -168,7 +168,7 @@ func TestRemoveStaleTakesOnlyDeadWritersFiles(t *testing.T) {
 		require.Empty(t, removed)
 		return
 	}
-	require.Equal(t, []string{dead}, removed)
+	require.Equal(t, []atomicfile.Removed{{Path: dead, Size: 1}}, removed)
 	require.ElementsMatch(t, append(others, filepath.Base(live.Name()), ".d.oncekv-3.tmp", ".e.oncekv-4.tmp"), names(t, dir))
 	require.True(t, strings.HasPrefix(filepath.Base(live.Name()), ".b.db.oncekv-"), live.Name())
 

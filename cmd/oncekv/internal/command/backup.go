@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,6 +85,7 @@ needs the same key. An etcd cluster is backed up with etcd's own snapshots
 			}
 			start := time.Now()
 			var problems []inspect.Problem
+			o.removeLeftovers(out)
 			n, err := atomicfile.Create(out, func(f *os.File) (int64, error) {
 				n, err := copyInto(atomicfile.Paced(f))
 				if err != nil {
@@ -136,4 +138,23 @@ func (o *options) checkCopy(ctx context.Context, path string) ([]inspect.Problem
 		return nil, err
 	}
 	return in.Check(ctx)
+}
+
+// removeLeftovers removes the temporary files that copies killed part way
+// left beside path (atomicfile.RemoveStale: those no running copy holds),
+// and says what it gave back. A failure to remove one is a note, not an
+// error: the copy itself can go on.
+func (o *options) removeLeftovers(path string) {
+	removed, err := atomicfile.RemoveStale(filepath.Dir(path))
+	var size int64
+	for _, r := range removed {
+		size += r.Size
+		fmt.Fprintf(o.diag, "removed %s (%d bytes), left by a copy killed part way\n", esc(r.Path), r.Size)
+	}
+	if len(removed) > 1 {
+		fmt.Fprintf(o.diag, "removed %d such files, %d bytes in all\n", len(removed), size)
+	}
+	if err != nil {
+		fmt.Fprintf(o.diag, "could not remove every file left by copies killed part way: %s\n", esc(err.Error()))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/internal/atomicfile"
 	"github.com/oncekv/oncekv/internal/record"
 )
 
@@ -316,4 +318,40 @@ func damageAnIntent(t *testing.T, path string) {
 		return bk.Put(bytes.Clone(k), bytes.Clone(v[:len(v)/2]))
 	}))
 	require.NoError(t, b.Close())
+}
+
+// backup, compact and restore remove the temporary files earlier copies
+// left when killed (one is made here as a SIGKILL leaves it: its writer's
+// lock gone with the process; TestCopiesSurviveSIGKILL kills real ones),
+// and say so on stderr; a file another copy holds stays.
+func TestCopiesRemoveLeftovers(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux tells a dead copy's file from a live one's")
+	}
+	t.Parallel()
+	src := fixture(t)
+	dir := t.TempDir()
+	leave := func(name string) string {
+		p := filepath.Join(dir, "."+name+".oncekv-42.tmp")
+		require.NoError(t, os.WriteFile(p, make([]byte, 1000), 0o600))
+		return p
+	}
+	live, err := atomicfile.Temp(dir, "running.db")
+	require.NoError(t, err)
+	defer func() { _ = live.Close() }()
+	for _, c := range [][]string{
+		{"backup", "--db", src, "--out", filepath.Join(dir, "b.db")},
+		{"compact", "--db", src, "--out", filepath.Join(dir, "c.db")},
+		{"restore", "--db", filepath.Join(dir, "r.db"), "--from", filepath.Join(dir, "b.db")},
+	} {
+		left := []string{leave(c[0] + "-1.db"), leave(c[0] + "-2.db")}
+		_, stderr, code := run(c...)
+		require.Equal(t, 0, code, stderr)
+		for _, p := range left {
+			require.Contains(t, stderr, "removed "+p+" (1000 bytes), left by a copy killed part way")
+			require.NoFileExists(t, p)
+		}
+		require.Contains(t, stderr, "removed 2 such files, 2000 bytes in all", c[0])
+		require.FileExists(t, live.Name(), "a running copy's file")
+	}
 }

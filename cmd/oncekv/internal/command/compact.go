@@ -44,6 +44,7 @@ Put it in place while the service is stopped (oncekv restore --from does).`,
 			// copy cut short (killed, a full disk) would be a valid file
 			// missing records; an existing --out, a symlink included, is
 			// never replaced.
+			o.removeLeftovers(out)
 			if _, err := atomicfile.Create(out, func(f *os.File) (int64, error) {
 				dst, err := bolt.Open(f.Name(), 0o600, nil)
 				if err != nil {

@@ -53,6 +53,7 @@ means for the requests, intents and messages that came after).`,
 				return err
 			}
 			defer release()
+			o.removeLeftovers(o.db)
 			// One rename puts the copy in place: the file's name holds the
 			// old file or the whole copy at every moment, a crash included.
 			n, err := atomicfile.Replace(o.db, func(f *os.File) (int64, error) {
