@@ -44,6 +44,10 @@ lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 	go vet $(MODULES)
 	golangci-lint run $(MODULES)
 
+cross: ## go vet every module for Windows and macOS (CI vets the library and the CLI for Windows)
+	GOOS=windows go vet $(MODULES)
+	GOOS=darwin go vet $(MODULES)
+
 goals: ## measure the hot path's goals beside their floors, one table (about 3 minutes; a quiet machine)
 	go run ./bench/goals -out $${TMPDIR:-/tmp}/oncekv-goals.md
 
@@ -63,4 +67,4 @@ docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md fr
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race rerun fuzz-smoke fuzz-long fuzz-rerun crash crash-long bench goals lint mutate chart bench-postgres docs-graph etcd-long ci
+.PHONY: help test race rerun fuzz-smoke fuzz-long fuzz-rerun crash crash-long bench goals lint cross mutate chart bench-postgres docs-graph etcd-long ci

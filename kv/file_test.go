@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -116,18 +115,6 @@ func fuzzOpenDamaged(f *testing.F, raw []byte) {
 			require.NoError(t, db.Close())
 		}
 	})
-}
-
-// requireUnlocked fails when something in this process still holds the
-// file's lock: an Open that failed must have closed what it opened, or the
-// next Open of the file waits for its lock and fails with ErrLocked.
-func requireUnlocked(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer func() { _ = f.Close() }()
-	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), "a failed Open left the file locked")
-	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_UN))
 }
 
 // A freelist page whose header is intact but whose count or IDs are not
@@ -303,7 +290,7 @@ func TestOpenReadOnlyFileForWriting(t *testing.T) {
 	cmd := exec.Command(bin, "-test.run", "^TestOpenReadOnlyChild$")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KV_RO_CHILD="+path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	asNobody(cmd)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "child: ok")

@@ -318,7 +318,9 @@ func producerChild(path string) {
 	}
 	_ = db.Update(context.Background(), func(tx kv.Tx) error {
 		_, _, _ = o.AddTx(tx, ev("uncommitted"))
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		if p, err := os.FindProcess(os.Getpid()); err == nil {
+			_ = p.Kill() // SIGKILL; TerminateProcess on Windows
+		}
 		select {}
 	})
 }

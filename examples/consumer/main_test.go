@@ -50,7 +50,10 @@ func consumerChild(url, path, dieAfter string) int {
 	n, _ := strconv.Atoi(dieAfter)
 	c.afterCommit = func(applied int64) {
 		if applied == int64(n) {
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL) // committed, never acknowledged
+			// Committed, never acknowledged.
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				_ = p.Kill() // SIGKILL; TerminateProcess on Windows
+			}
 			select {}
 		}
 	}

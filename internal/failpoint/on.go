@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 )
 
 // Enabled reports whether this build can crash at failpoints.
@@ -44,7 +43,9 @@ func Inject(name string) {
 	c := count
 	mu.Unlock()
 	if c == hit {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		if p, err := os.FindProcess(os.Getpid()); err == nil {
+			_ = p.Kill() // SIGKILL; TerminateProcess on Windows
+		}
 		select {} // never return: the kill is asynchronous
 	}
 }

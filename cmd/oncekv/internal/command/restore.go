@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -105,8 +104,7 @@ func keepAside(path string) (kept string, mode os.FileMode, release func(), err 
 	if err != nil {
 		return "", 0, nil, fmt.Errorf("restore: %w", err)
 	}
-	fd := int(f.Fd()) // #nosec G115 -- a file descriptor fits in an int
-	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockDatabase(f); err != nil {
 		_ = f.Close()
 		return "", 0, nil, fmt.Errorf("%s is held by a running process: stop the service before restoring (bbolt's lock: %v)", path, err)
 	}
@@ -120,6 +118,10 @@ func keepAside(path string) (kept string, mode os.FileMode, release func(), err 
 	if err := os.Link(path, kept); err != nil {
 		release()
 		return "", 0, nil, fmt.Errorf("restore: keep %s as %s: %w", path, kept, err)
+	}
+	if !lockThroughSwap {
+		release()
+		release = func() {}
 	}
 	return kept, fi.Mode().Perm(), release, nil
 }

@@ -1,0 +1,19 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package command
+
+import (
+	"os"
+	"syscall"
+)
+
+// lockDatabase takes, without waiting, the lock bbolt takes on its file
+// (flock, exclusive), failing while a process has the database open.
+func lockDatabase(f *os.File) error {
+	fd := int(f.Fd()) // #nosec G115 -- a file descriptor fits in an int
+	return syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+}
+
+// lockThroughSwap: the lock is held until the copy is in place, so that a
+// service started meanwhile waits for it.
+const lockThroughSwap = true
