@@ -159,7 +159,7 @@ func RemoveStale(dir string) ([]Removed, error) {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() || !strings.HasPrefix(name, ".") || !strings.Contains(name, marker) || !strings.HasSuffix(name, ".tmp") {
+		if !e.Type().IsRegular() || !isTemp(name) {
 			continue
 		}
 		path := filepath.Join(dir, name)
@@ -171,6 +171,22 @@ func RemoveStale(dir string) ([]Removed, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// isTemp reports whether name is one Temp makes: ".NAME.oncekv-DIGITS.tmp"
+// (os.CreateTemp's random part is decimal).
+func isTemp(name string) bool {
+	rest, ok := strings.CutSuffix(name, ".tmp")
+	i := strings.LastIndex(rest, marker)
+	if !ok || !strings.HasPrefix(name, ".") || i < 1 || i+len(marker) == len(rest) {
+		return false
+	}
+	for _, c := range rest[i+len(marker):] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // removeIfStale removes path if no open file holds its lock, holding the

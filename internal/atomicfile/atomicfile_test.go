@@ -155,7 +155,7 @@ func TestRemoveStaleTakesOnlyDeadWritersFiles(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = live.Close() }()
 	dead := touch(".a.db.oncekv-123.tmp") // its writer's lock went with it
-	others := []string{".a.db.123.tmp", "a.db.oncekv-1.tmp", ".c.oncekv-2.txt", "a.db"}
+	others := []string{".a.db.123.tmp", "a.db.oncekv-1.tmp", ".c.oncekv-2.txt", "a.db", ".notes.oncekv-draft.tmp", ".f.oncekv-.tmp", ".oncekv-5.tmp"}
 	for _, n := range others {
 		touch(n)
 	}
