@@ -67,6 +67,9 @@ func writeThen(path string, write func(f *os.File) (int64, error), publish func(
 		dir = "."
 	}
 	tmp, err := Temp(dir, base)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("create %s: no directory %s (%w)", path, filepath.Clean(dir), os.ErrNotExist)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", path, err)
 	}

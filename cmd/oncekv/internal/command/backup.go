@@ -154,7 +154,7 @@ func (o *options) removeLeftovers(path string) {
 	if len(removed) > 1 {
 		fmt.Fprintf(o.diag, "removed %d such files, %d bytes in all\n", len(removed), size)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) { // no directory: the copy says so
 		fmt.Fprintf(o.diag, "could not remove every file left by copies killed part way: %s\n", esc(err.Error()))
 	}
 }
