@@ -5,9 +5,11 @@
 //
 // A process killed while it writes leaves its temporary file behind, as
 // large as the copy had grown. Each temporary file is named
-// ".NAME.oncekv-RANDOM.tmp" and locked (flock) by its writer for as long as
-// it is open (on Linux), so the next write in the same directory tells a
-// dead writer's file from a live one's and removes it (RemoveStale).
+// ".NAME.oncekv-RANDOM.tmp" and locked by its writer (an open file
+// description lock, which bbolt's flock on the same file leaves alone)
+// from before it has that name to the end, on Linux, so the next write in
+// the same directory tells a dead writer's file from a live one's and
+// removes it (RemoveStale).
 package atomicfile
 
 import (
@@ -17,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Create creates path, mode 0600, with what write writes into a temporary
@@ -74,8 +77,15 @@ func writeThen(path string, write func(f *os.File) (int64, error), publish func(
 		return 0, fmt.Errorf("create %s: %w", path, err)
 	}
 	defer func() {
+		// The name goes first, while the file is still open and locked:
+		// a clean-up in the directory never sees it unlocked. Where an
+		// open file cannot be removed (Windows), it goes once closed. A
+		// rename that published it took the name already.
+		gone := os.Remove(tmp.Name())
 		_ = tmp.Close()
-		_ = os.Remove(tmp.Name()) // gone already once published by a rename
+		if gone != nil {
+			_ = os.Remove(tmp.Name())
+		}
 	}()
 	if n, err = write(tmp); err != nil {
 		return n, err
@@ -83,8 +93,15 @@ func writeThen(path string, write func(f *os.File) (int64, error), publish func(
 	if err := tmp.Sync(); err != nil {
 		return n, fmt.Errorf("create %s: sync: %w", path, err)
 	}
-	if err := tmp.Close(); err != nil {
-		return n, fmt.Errorf("create %s: %w", path, err)
+	// Where a lock keeps other writers' clean-ups off it, the file stays
+	// open (locked) until it is published: closed first, another writer
+	// starting in this directory could take it for a dead one's and remove
+	// it between the two. Elsewhere it is closed first, as Windows renames
+	// no open file (and nothing there removes another's).
+	if !lockedThroughPublish {
+		if err := tmp.Close(); err != nil {
+			return n, fmt.Errorf("create %s: %w", path, err)
+		}
 	}
 	if err := publish(tmp.Name()); err != nil {
 		return n, err
@@ -99,34 +116,34 @@ func writeThen(path string, write func(f *os.File) (int64, error), publish func(
 // for and its random part: RemoveStale removes only files that carry it.
 const marker = ".oncekv-"
 
+// staleAfter is how old a file still being set up (".new") must be before
+// RemoveStale takes its writer for dead: setting up takes microseconds.
+const staleAfter = time.Minute
+
 // Temp creates a temporary file in dir, named ".NAME.oncekv-RANDOM.tmp"
 // and locked for as long as it is open, after removing the files of
 // writers killed in dir (RemoveStale; what it fails to remove is left).
 // The caller closes and removes it.
+//
+// Where locks tell a live writer from a dead one (Linux), the file is
+// made under a name RemoveStale leaves alone for a minute
+// (".NAME.oncekv-RANDOM.new"), locked, and only then given its ".tmp"
+// name: a ".tmp" file is always locked while its writer lives, so that a
+// clean-up starting at any moment never takes it.
 func Temp(dir, name string) (*os.File, error) {
 	_, _ = RemoveStale(dir)
-	// A RemoveStale elsewhere may take a file between its creation and
-	// its lock: it is then removed, or about to be, and another is made.
-	for range 3 {
-		f, err := os.CreateTemp(dir, "."+name+marker+"*.tmp")
-		if err != nil {
-			return nil, err
-		}
-		ok, err := lock(f)
-		if errors.Is(err, errNoLocks) {
-			return f, nil // nothing here can tell it from a dead writer's: none is removed
-		}
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		if ok && named(f) {
-			return f, nil
-		}
-		_ = f.Close()
+	f, err := os.CreateTemp(dir, "."+name+marker+"*"+stagingSuffix)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("create a temporary file in %s: taken three times by another process's clean-up", dir)
+	final := strings.TrimSuffix(f.Name(), stagingSuffix) + ".tmp"
+	g, err := claim(f, final)
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return nil, fmt.Errorf("set up %s: %w", final, err)
+	}
+	return g, nil
 }
 
 // named reports whether f's name still leads to f.
@@ -151,8 +168,9 @@ type Removed struct {
 
 // RemoveStale removes from dir the temporary files of writers that died
 // before finishing (killed, or the machine stopped): those whose lock no
-// open file holds. It returns what it removed. Where locks cannot tell
-// (outside Linux, or a Linux before 3.15) it removes nothing.
+// open file holds (and, for one still being set up, older than a
+// minute). It returns what it removed. Where locks cannot tell (outside
+// Linux, or a Linux before 3.15) it removes nothing.
 func RemoveStale(dir string) ([]Removed, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -162,11 +180,19 @@ func RemoveStale(dir string) ([]Removed, error) {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() || !isTemp(name) {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		var minAge time.Duration
+		switch {
+		case isTemp(name, ".tmp"):
+		case isTemp(name, ".new"):
+			minAge = staleAfter
+		default:
 			continue
 		}
 		path := filepath.Join(dir, name)
-		switch size, ok, err := removeIfStale(path); {
+		switch size, ok, err := removeIfStale(path, minAge); {
 		case err != nil:
 			errs = append(errs, err)
 		case ok:
@@ -176,10 +202,10 @@ func RemoveStale(dir string) ([]Removed, error) {
 	return removed, errors.Join(errs...)
 }
 
-// isTemp reports whether name is one Temp makes: ".NAME.oncekv-DIGITS.tmp"
-// (os.CreateTemp's random part is decimal).
-func isTemp(name string) bool {
-	rest, ok := strings.CutSuffix(name, ".tmp")
+// isTemp reports whether name is one Temp makes: ".NAME.oncekv-DIGITS"
+// and suffix (os.CreateTemp's random part is decimal).
+func isTemp(name, suffix string) bool {
+	rest, ok := strings.CutSuffix(name, suffix)
 	i := strings.LastIndex(rest, marker)
 	if !ok || !strings.HasPrefix(name, ".") || i < 1 || i+len(marker) == len(rest) {
 		return false
@@ -192,10 +218,15 @@ func isTemp(name string) bool {
 	return true
 }
 
-// removeIfStale removes path if no open file holds its lock, holding the
-// lock itself meanwhile so that no writer takes the file back, and
-// returns its size.
-func removeIfStale(path string) (int64, bool, error) {
+// removeIfStale removes path if no open file holds its lock and it was
+// last written minAge ago or more, holding the lock itself meanwhile so
+// that no writer takes the file back, and returns its size.
+func removeIfStale(path string, minAge time.Duration) (int64, bool, error) {
+	// The age first, without touching the lock: a writer setting its file
+	// up must find it free.
+	if li, err := os.Lstat(path); err != nil || time.Since(li.ModTime()) < minAge {
+		return 0, false, nil // gone already, or too young
+	}
 	// Open for writing, which a write lock asks for; nothing is written.
 	f, err := os.OpenFile(path, os.O_RDWR, 0) // #nosec G304 -- a temporary file of ours, found in the caller's directory
 	if errors.Is(err, os.ErrNotExist) {

@@ -3,11 +3,13 @@ package atomicfile_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -155,6 +157,12 @@ func TestRemoveStaleTakesOnlyDeadWritersFiles(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = live.Close() }()
 	dead := touch(".a.db.oncekv-123.tmp") // its writer's lock went with it
+	// Killed while setting its file up: taken once a minute old.
+	setUp := touch(".g.db.oncekv-7.new")
+	old := time.Now().Add(-2 * time.Minute)
+	require.NoError(t, os.Chtimes(setUp, old, old))
+	young := ".h.db.oncekv-8.new"
+	touch(young)
 	others := []string{".a.db.123.tmp", "a.db.oncekv-1.tmp", ".c.oncekv-2.txt", "a.db", ".notes.oncekv-draft.tmp", ".f.oncekv-.tmp", ".oncekv-5.tmp"}
 	for _, n := range others {
 		touch(n)
@@ -168,8 +176,8 @@ func TestRemoveStaleTakesOnlyDeadWritersFiles(t *testing.T) {
 		require.Empty(t, removed)
 		return
 	}
-	require.Equal(t, []atomicfile.Removed{{Path: dead, Size: 1}}, removed)
-	require.ElementsMatch(t, append(others, filepath.Base(live.Name()), ".d.oncekv-3.tmp", ".e.oncekv-4.tmp"), names(t, dir))
+	require.ElementsMatch(t, []atomicfile.Removed{{Path: dead, Size: 1}, {Path: setUp, Size: 1}}, removed)
+	require.ElementsMatch(t, append(others, filepath.Base(live.Name()), ".d.oncekv-3.tmp", ".e.oncekv-4.tmp", young), names(t, dir))
 	require.True(t, strings.HasPrefix(filepath.Base(live.Name()), ".b.db.oncekv-"), live.Name())
 
 	_, err = atomicfile.RemoveStale(filepath.Join(dir, "missing"))
@@ -233,4 +241,33 @@ func TestTheNextCopyRemovesAKilledWritersFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, temps(), "the next copy removed it")
 	require.Equal(t, []string{"next.db"}, names(t, dir))
+}
+
+// Copies written side by side into one directory, each removing the dead
+// writers' files as it starts, never take one another's: every copy
+// lands whole.
+func TestCopiesSideBySide(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const writers, each = 4, 100
+	errs := make(chan error, writers*each)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				name := fmt.Sprintf("copy-%d-%d", w, i)
+				_, err := atomicfile.Create(filepath.Join(dir, name), func(f *os.File) (int64, error) {
+					n, err := f.WriteString(name)
+					return int64(n), err
+				})
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, names(t, dir), writers*each, "every copy, and no temporary file")
 }

@@ -2,6 +2,7 @@ package atomicfile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -28,4 +29,37 @@ func lock(f *os.File) (bool, error) {
 		return false, errNoLocks // a kernel before 3.15
 	}
 	return false, err
+}
+
+// lockedThroughPublish: the temporary file stays open, its lock held,
+// until it is linked or renamed at its name.
+const lockedThroughPublish = true
+
+// stagingSuffix ends the name Temp makes a file under, before it is
+// locked.
+const stagingSuffix = ".new"
+
+// claim locks f, made under its staging name, and renames it final. It
+// returns the file under its final name: a duplicate of f's descriptor,
+// sharing its open file description and so its lock (f is closed).
+func claim(f *os.File, final string) (*os.File, error) {
+	ok, err := lock(f)
+	if errors.Is(err, errNoLocks) {
+		err = nil // nothing here tells live from dead: none is removed
+	} else if err == nil && !ok {
+		err = fmt.Errorf("%s is locked by another process", f.Name())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Rename(f.Name(), final); err != nil {
+		return nil, err
+	}
+	fd, err := syscall.Dup(int(f.Fd())) // #nosec G115 -- a file descriptor fits in an int
+	if err != nil {
+		_ = os.Rename(final, f.Name()) // the caller removes it under that name
+		return nil, err
+	}
+	_ = f.Close()                              // the lock stays with the duplicate
+	return os.NewFile(uintptr(fd), final), nil // #nosec G115 -- a descriptor is not negative
 }
