@@ -104,9 +104,12 @@ func keepAside(path string) (kept string, mode os.FileMode, release func(), err 
 	if err != nil {
 		return "", 0, nil, fmt.Errorf("restore: %w", err)
 	}
-	if err := lockDatabase(f); err != nil {
+	if held, err := lockDatabase(f); held || err != nil {
 		_ = f.Close()
-		return "", 0, nil, fmt.Errorf("%s is held by a running process: stop the service before restoring (bbolt's lock: %v)", path, err)
+		if held {
+			return "", 0, nil, fmt.Errorf("%s is held by a running process: stop the service before restoring (bbolt's lock)", path)
+		}
+		return "", 0, nil, fmt.Errorf("restore: take bbolt's lock on %s: %w", path, err)
 	}
 	release = func() { _ = f.Close() } // closing drops the lock
 	fi, err := f.Stat()

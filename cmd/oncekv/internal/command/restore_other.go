@@ -8,6 +8,6 @@ import "os"
 // (bbolt locks with fcntl on these systems): stop the service first. A
 // service that kept it open would go on with the old file, under its
 // second name, until restarted.
-func lockDatabase(*os.File) error { return nil }
+func lockDatabase(*os.File) (held bool, err error) { return false, nil }
 
 const lockThroughSwap = true
