@@ -21,8 +21,8 @@ etcd-long: ## the etcd suite's long profile: the library's suites on a 3-member 
 	go test -count=1 -timeout 30m -v ./etcdkv/...
 	ONCEKV_REPLICAS_LONG=1 go test -count=1 -timeout 30m -v -run Replicas ./examples/payments/...
 
-fuzz-smoke: ## run every fuzz target for 12s (CI profile)
-	./scripts/fuzz.sh 12s
+fuzz-smoke: ## run every fuzz target for 10s (CI profile)
+	./scripts/fuzz.sh 10s
 
 crash: ## crash suite, CI profile: SIGKILL at every failpoint, 10 cycles each
 	go test -tags failpoints -count=1 ./internal/crashtest
