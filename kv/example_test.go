@@ -100,13 +100,16 @@ func ExampleDB_BackupFile() {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	_ = db.Update(ctx, func(tx kv.Tx) error {
+	err = db.Update(ctx, func(tx kv.Tx) error {
 		orders, err := tx.CreateBucketIfNotExists([]byte("orders"))
 		if err != nil {
 			return err
 		}
 		return orders.Put([]byte("ord_1"), []byte(`{"amount":1200}`))
 	})
+	if err != nil {
+		panic(err)
+	}
 
 	copyPath := filepath.Join(dir, "app.backup.db")
 	if _, err := db.BackupFile(ctx, copyPath); err != nil {
