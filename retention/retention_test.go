@@ -540,6 +540,47 @@ func TestMaxTxTimeAndObserver(t *testing.T) {
 	require.Equal(t, []observe.Sweep{{Kind: "idempotency", Deleted: 7, Examined: 7, Batches: 7, Duration: sweeps[0].Duration}}, sweeps)
 }
 
+// MaxTxTime counts from the transaction's start, not from the wait for the
+// writer before it: a sweep queued behind a write held longer than its
+// budget still removes a whole batch in its first transaction (it removed
+// one record, the budget spent before it began).
+func TestMaxTxTimeStartsWithTheTransaction(t *testing.T) {
+	t.Parallel()
+	clock := kvtest.NewManualClock(t0)
+	db := kvtest.Open(t, &kv.Options{NoSync: true, Clock: clock}, allChecks...)
+	if !db.Traits().SingleWriter {
+		t.Skip("a backend with several writers has no writer to wait for")
+	}
+	l, _ := ledger.New(db, &ledger.Config{Retention: time.Hour})
+	fill(t, l, "old", 7)
+	clock.Advance(2 * time.Hour)
+
+	holding, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		held <- db.Update(ctx, func(kv.Tx) error { close(holding); <-release; return nil })
+	}()
+	testwait.Receive(t, holding, "the long write holds the writer")
+	const budget = 200 * time.Millisecond
+	type result struct {
+		st  retention.Stats
+		err error
+	}
+	swept := make(chan result, 1)
+	go func() {
+		st, err := retention.Sweep(ctx, db, &retention.Config{MaxTxTime: budget, Pause: -1}, ledger.RecordKind)
+		swept <- result{st, err}
+	}()
+	require.Eventually(t, func() bool { return db.Writer().Queued == 1 }, time.Minute, time.Millisecond, "the sweep waits for the writer")
+	time.Sleep(budget + 100*time.Millisecond) // the long write outlasts the sweep's budget
+	close(release)
+	require.NoError(t, testwait.Receive(t, held, "the long write"))
+	r := testwait.Receive(t, swept, "the sweep")
+	require.NoError(t, r.err)
+	ks := r.st.Kinds[retention.Idempotency]
+	require.Equal(t, 7, ks.Deleted)
+	require.Equal(t, 1, ks.Batches, "the whole batch in the first transaction")
+}
+
 // Pause is honoured between batches: a sweep told to pause for an hour is
 // still pausing after its first batch when its context ends.
 func TestPauseBetweenBatches(t *testing.T) {

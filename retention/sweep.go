@@ -26,9 +26,10 @@ type Config struct {
 	// BatchSize bounds the records removed per write transaction. 0 (or
 	// less) means DefaultBatchSize.
 	BatchSize int
-	// MaxTxTime is a time budget per write transaction: a batch stops early
-	// once it is spent, so request transactions are not stalled. 0 (or
-	// less) means DefaultMaxTxTime.
+	// MaxTxTime is a time budget per write transaction, counted from its
+	// start (not from the wait for the writer before it): a batch stops
+	// early once it is spent, so request transactions are not stalled. 0
+	// (or less) means DefaultMaxTxTime.
 	MaxTxTime time.Duration
 	// Pause is how long the sweep yields the writer between batches. 0
 	// means DefaultPause; a negative Pause, none.
@@ -155,12 +156,16 @@ func sweepKind(ctx context.Context, db *kv.DB, k kv.RecordKind, c Config, ks *Ki
 		}
 		var deleted, processed int
 		skipped := map[string]int{}
-		begin := time.Now()
+		var begin time.Time
 		txn := db.Update
 		if c.DryRun {
 			txn = db.View // a dry run writes nothing, and works on a read-only file
 		}
 		err := txn(ctx, func(tx kv.Tx) error {
+			// The budget starts with the transaction, not with the wait
+			// for the writer before it: a sweep that queued behind a long
+			// write went on one record a transaction.
+			begin = time.Now()
 			deleted, processed = 0, 0
 			clear(skipped)
 			for _, e := range entries {
