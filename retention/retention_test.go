@@ -70,12 +70,15 @@ func TestPolicyForAndValidate(t *testing.T) {
 	require.ErrorContains(t, err, `unknown kind "nope"`)
 
 	// Retentions past the time encoding would wrap round (issue 13, item 2).
+	// A negative retention other than Forever is a mistake, said so.
 	huge := retention.Policy{PublishedEvents: math.MaxInt64, Overrides: []retention.Override{
-		{Kind: retention.Idempotency, ScopePrefix: "y|", Retention: 250 * 365 * 24 * time.Hour}}}
+		{Kind: retention.Idempotency, ScopePrefix: "y|", Retention: 250 * 365 * 24 * time.Hour},
+		{Kind: retention.Inbox, ScopePrefix: "z", Retention: -time.Hour}}}
 	err = huge.Validate(retention.Constraints{})
 	require.ErrorIs(t, err, retention.ErrInvalidPolicy)
 	require.ErrorContains(t, err, "outbox.published retention 2562047h47m16.854775807s exceeds 100 years")
 	require.ErrorContains(t, err, `idempotency (scope prefix "y|") retention 2190000h0m0s exceeds 100 years`)
+	require.ErrorContains(t, err, `inbox (scope prefix "z") retention -1h0m0s is negative (use retention.Forever to keep records)`)
 	require.NoError(t, retention.Policy{Inbox: keyspace.MaxRetention, FinishedIntents: retention.Forever}.Validate(retention.Constraints{}))
 }
 
