@@ -13,14 +13,18 @@
 package embedded
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,8 +49,9 @@ type Member struct {
 	ClientURL string
 	PeerURL   string
 	Dir       string
-	Etcd      *embed.Etcd // embedded members, while running
-	Proc      *exec.Cmd   // process members, while running
+	Etcd      *embed.Etcd   // embedded members, while running
+	Proc      *exec.Cmd     // process members, while running
+	exited    chan struct{} // closed when Proc has exited
 	process   bool
 	stopped   bool
 }
@@ -70,6 +75,10 @@ type Options struct {
 
 // Start starts a cluster and waits until every member serves. Close stops
 // it.
+//
+// Ports are chosen free, then left for the members to listen on. Another
+// program can take one in between (a connection's local port, say); Start
+// then starts the cluster again on new ports, up to five times.
 func Start(o Options) (*Cluster, error) {
 	if o.Members == 0 {
 		o.Members = 1
@@ -80,9 +89,40 @@ func Start(o Options) (*Cluster, error) {
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 60 * time.Second
 	}
+	for _, i := range o.Process {
+		if i < 0 || i >= o.Members {
+			return nil, fmt.Errorf("embedded: process member %d of %d", i, o.Members)
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		c, err := startOnce(o)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			return c, err
+		}
+		// A new cluster on new ports: the failed one's data is not its.
+		for _, m := range c.Members {
+			if err := os.RemoveAll(m.Dir); err != nil {
+				return nil, fmt.Errorf("embedded: start again: %w", err)
+			}
+		}
+	}
+}
+
+// startAttempts bounds Start's retries on a port taken.
+const startAttempts = 5
+
+// errPortTaken marks a member that could not listen on its port.
+var errPortTaken = errors.New("port taken before the member listened")
+
+// pickURLs chooses a cluster's URLs (a variable for tests).
+var pickURLs = freeURLs
+
+// startOnce starts a cluster on ports chosen now. On failure it returns
+// the stopped cluster with the error.
+func startOnce(o Options) (*Cluster, error) {
 	c := &Cluster{fsync: o.Fsync}
 	var spec []string
-	urls, err := freeURLs(2 * o.Members)
+	urls, err := pickURLs(2 * o.Members)
 	if err != nil {
 		return nil, err
 	}
@@ -94,9 +134,6 @@ func Start(o Options) (*Cluster, error) {
 	}
 	c.spec = strings.Join(spec, ",")
 	for _, i := range o.Process {
-		if i < 0 || i >= o.Members {
-			return nil, fmt.Errorf("embedded: process member %d of %d", i, o.Members)
-		}
 		c.Members[i].process = true
 	}
 	ready := make(chan error, o.Members)
@@ -109,7 +146,7 @@ func Start(o Options) (*Cluster, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		c.Close()
-		return nil, err
+		return c, err
 	}
 	return c, nil
 }
@@ -117,19 +154,13 @@ func Start(o Options) (*Cluster, error) {
 // start runs one member and waits until it serves.
 func (c *Cluster) start(m *Member, state string, timeout time.Duration) error {
 	if m.process {
-		cmd := exec.Command(os.Args[0]) //nolint:gosec // this program itself, as a member
-		cmd.Env = append(os.Environ(), envMember+"="+strings.Join([]string{m.Name, m.Dir, m.PeerURL, m.ClientURL, c.spec, fmt.Sprint(c.fsync), state}, "|"))
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("embedded: member %s: %w", m.Name, err)
-		}
-		c.mu.Lock()
-		m.Proc, m.stopped = cmd, false
-		c.mu.Unlock()
-		return waitServing(m.ClientURL, timeout)
+		return c.startProcess(m, state, timeout)
 	}
 	e, err := embed.StartEtcd(memberConfig(m, c.spec, c.fsync, state))
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			err = fmt.Errorf("%w (%w)", err, errPortTaken)
+		}
 		return fmt.Errorf("embedded: member %s: %w", m.Name, err)
 	}
 	c.mu.Lock()
@@ -143,9 +174,66 @@ func (c *Cluster) start(m *Member, state string, timeout time.Duration) error {
 	}
 }
 
+// startProcess runs a member as a child process and waits until it
+// serves: it writes a line to its standard output once etcd is ready.
+func (c *Cluster) startProcess(m *Member, state string, timeout time.Duration) error {
+	cmd := exec.Command(os.Args[0]) //nolint:gosec // this program itself, as a member
+	cmd.Env = append(os.Environ(), envMember+"="+strings.Join([]string{m.Name, m.Dir, m.PeerURL, m.ClientURL, c.spec, fmt.Sprint(c.fsync), state}, "|"))
+	cmd.Stderr = os.Stderr
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("embedded: member %s: %w", m.Name, err)
+	}
+	cmd.Stdout = w
+	err = cmd.Start()
+	_ = w.Close()
+	if err != nil {
+		_ = r.Close()
+		return fmt.Errorf("embedded: member %s: %w", m.Name, err)
+	}
+	exited, ready := make(chan struct{}), make(chan struct{})
+	c.mu.Lock()
+	m.Proc, m.exited, m.stopped = cmd, exited, false
+	c.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	go func() {
+		defer func() { _ = r.Close() }()
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if sc.Text() == readyLine {
+				close(ready)
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, r) // until the member exits
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-ready:
+		return nil
+	case <-exited:
+		err := fmt.Errorf("embedded: member %s exited before it served (%s)", m.Name, cmd.ProcessState)
+		if cmd.ProcessState.ExitCode() == exitPortTaken {
+			err = fmt.Errorf("%w: %w", err, errPortTaken)
+		}
+		return err
+	case <-timer.C:
+		return fmt.Errorf("embedded: member %s not ready after %s", m.Name, timeout)
+	}
+}
+
 // freeURLs returns n distinct loopback URLs on free ports. Every listener
 // is held until all are chosen: one closed at once could hand its port to
 // the next (two members got the same port, found by CI's etcd matrix).
+//
+// On Linux the ports are drawn below the ephemeral range, where the kernel
+// never picks a connection's local port: a stopped member's port stays
+// free for its restart, and a port cannot be taken by a connection before
+// the member listens (which failed a CI run). Elsewhere the kernel picks.
 func freeURLs(n int) ([]string, error) {
 	var lns []net.Listener
 	defer func() {
@@ -153,16 +241,43 @@ func freeURLs(n int) ([]string, error) {
 			_ = ln.Close()
 		}
 	}()
+	lo, hi := quietPorts()
 	urls := make([]string, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for misses := 0; len(urls) < n; {
+		port := 0
+		if hi > lo && misses < 100 {
+			port = lo + rand.IntN(hi-lo) //nolint:gosec // a port number, not a secret
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
+			if port != 0 {
+				misses++
+				continue
+			}
 			return nil, err
 		}
 		lns = append(lns, ln)
 		urls = append(urls, "http://"+ln.Addr().String())
 	}
 	return urls, nil
+}
+
+// quietPorts returns the ports [lo, hi) below Linux's ephemeral range, or
+// an empty range where it is unknown.
+func quietPorts() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first < 4096 {
+		return 0, 0
+	}
+	return first / 2, first
 }
 
 func memberConfig(m *Member, spec string, fsync bool, state string) *embed.Config {
@@ -266,14 +381,14 @@ func (c *Cluster) StopMember(m *Member) {
 		return
 	}
 	m.stopped = true
-	e, p := m.Etcd, m.Proc
+	e, p, exited := m.Etcd, m.Proc, m.exited
 	c.mu.Unlock()
 	if e != nil {
 		e.Close()
 	}
 	if p != nil {
 		_ = p.Process.Signal(syscall.SIGKILL)
-		_ = p.Wait()
+		<-exited
 	}
 }
 
@@ -362,24 +477,26 @@ func RunMemberIfAsked() {
 	e, err := embed.StartEtcd(memberConfig(m, f[4], f[5] == "true", f[6]))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "embedded member:", err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			os.Exit(exitPortTaken)
+		}
 		os.Exit(3)
 	}
-	err = <-e.Err() // runs until killed
+	select {
+	case <-e.Server.ReadyNotify():
+		fmt.Println(readyLine)
+		err = <-e.Err() // runs until killed
+	case err = <-e.Err():
+	}
 	fmt.Fprintln(os.Stderr, "embedded member stopped:", err)
 	os.Exit(0)
 }
 
-func waitServing(clientURL string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	u, _ := url.Parse(clientURL)
-	for time.Now().Before(deadline) {
-		if conn, err := net.DialTimeout("tcp", u.Host, 200*time.Millisecond); err == nil {
-			_ = conn.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond) // a child process has no readiness signal but its listener
-	}
-	return fmt.Errorf("embedded: member at %s did not start", clientURL)
-}
+// A member process's exit code when its port was taken, and the line it
+// writes once it serves.
+const (
+	exitPortTaken = 4
+	readyLine     = "oncekv-embedded-member-ready"
+)
 
 func quietLogger() *zap.Logger { return zap.NewNop() }

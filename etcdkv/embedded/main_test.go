@@ -6,4 +6,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	RunMemberIfAsked() // TestStartAgainOnATakenPort runs this binary as a member
+	goleak.VerifyTestMain(m)
+}
