@@ -36,7 +36,7 @@ func Create(path string, write func(f *os.File) (int64, error)) (int64, error) {
 		// A hard link publishes the file without replacing one that
 		// appeared meanwhile (a rename would replace it); a file system
 		// without links gets a rename after a last look.
-		err := os.Link(tmp, path)
+		err := link(tmp, path)
 		if err == nil {
 			return nil
 		}
@@ -132,19 +132,31 @@ const staleAfter = time.Minute
 // clean-up starting at any moment never takes it.
 func Temp(dir, name string) (*os.File, error) {
 	_, _ = RemoveStale(dir)
-	f, err := os.CreateTemp(dir, "."+name+marker+"*"+stagingSuffix)
-	if err != nil {
-		return nil, err
-	}
-	final := strings.TrimSuffix(f.Name(), stagingSuffix) + ".tmp"
-	g, err := claim(f, final)
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		f, err := os.CreateTemp(dir, "."+name+marker+"*"+stagingSuffix)
+		if err != nil {
+			return nil, err
+		}
+		final := strings.TrimSuffix(f.Name(), stagingSuffix) + ".tmp"
+		g, err := claim(f, final)
+		if err == nil {
+			return g, nil
+		}
 		_ = f.Close()
 		_ = os.Remove(f.Name())
-		return nil, fmt.Errorf("set up %s: %w", final, err)
+		if !errors.Is(err, errNameTaken) || attempt == 10 {
+			return nil, fmt.Errorf("set up %s: %w", final, err)
+		}
+		// Another writer's file has the name: draw another.
 	}
-	return g, nil
 }
+
+// errNameTaken is claim's answer when another writer's temporary file
+// has the name drawn: Temp draws another.
+var errNameTaken = errors.New("atomicfile: a temporary file of that name exists")
+
+// link is os.Link (a variable for tests: a file system without links).
+var link = os.Link
 
 // named reports whether f's name still leads to f.
 func named(f *os.File) bool {

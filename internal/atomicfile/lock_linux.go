@@ -39,9 +39,11 @@ const lockedThroughPublish = true
 // locked.
 const stagingSuffix = ".new"
 
-// claim locks f, made under its staging name, and renames it final. It
-// returns the file under its final name: a duplicate of f's descriptor,
-// sharing its open file description and so its lock (f is closed).
+// claim locks f, made under its staging name, and links it at final (a
+// name another writer's file may hold already: errNameTaken), then
+// removes the staging name. It returns the file under its final name: a
+// duplicate of f's descriptor, sharing its open file description and so
+// its lock (f is closed).
 func claim(f *os.File, final string) (*os.File, error) {
 	ok, err := lock(f)
 	if errors.Is(err, errNoLocks) {
@@ -52,14 +54,37 @@ func claim(f *os.File, final string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Rename(f.Name(), final); err != nil {
+	// A link, not a rename: a rename would replace a live writer's file
+	// whose random part happened to be the same.
+	if err := publishName(f.Name(), final); err != nil {
 		return nil, err
 	}
 	fd, err := syscall.Dup(int(f.Fd())) // #nosec G115 -- a file descriptor fits in an int
 	if err != nil {
-		_ = os.Rename(final, f.Name()) // the caller removes it under that name
+		_ = os.Remove(final) // the caller removes it under its staging name
 		return nil, err
 	}
+	_ = os.Remove(f.Name())                    // its staging name; a clean-up would take it in a minute
 	_ = f.Close()                              // the lock stays with the duplicate
 	return os.NewFile(uintptr(fd), final), nil // #nosec G115 -- a descriptor is not negative
+}
+
+// publishName gives the file at staging the name final too, never taking
+// a name that exists (errNameTaken); a file system without hard links
+// gets a rename after a last look.
+func publishName(staging, final string) error {
+	err := link(staging, final)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrExist):
+		return errNameTaken
+	}
+	if _, serr := os.Lstat(final); serr == nil {
+		return errNameTaken
+	}
+	if rerr := os.Rename(staging, final); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return nil // claim's removal of the staging name finds nothing
 }
