@@ -184,6 +184,9 @@ type Removed struct {
 // minute). It returns what it removed. Where locks cannot tell (outside
 // Linux, or a Linux before 3.15) it removes nothing.
 func RemoveStale(dir string) ([]Removed, error) {
+	if !removesStale {
+		return nil, nil
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err

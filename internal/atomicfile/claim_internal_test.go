@@ -57,8 +57,8 @@ func TestWithoutHardLinks(t *testing.T) {
 	if removed, err := RemoveStale(dir); err != nil || len(removed) != 0 {
 		t.Fatalf("RemoveStale took a live writer's file: %v %v", removed, err)
 	}
+	_ = f.Close() // first: Windows removes no open file
 	_ = os.Remove(f.Name())
-	_ = f.Close()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,10 @@ func lock(f *os.File) (bool, error) {
 	return false, err
 }
 
+// removesStale: RemoveStale tries the lock of every temporary file it
+// finds.
+const removesStale = true
+
 // lockedThroughPublish: the temporary file stays open, its lock held,
 // until it is linked or renamed at its name.
 const lockedThroughPublish = true

@@ -10,6 +10,12 @@ import "os"
 // removes nothing there.
 func lock(*os.File) (bool, error) { return false, errNoLocks }
 
+// removesStale: RemoveStale looks at nothing. Even the open it would
+// make to try a file's lock keeps, on Windows, a live writer from
+// removing its own file (a sharing violation): seen as temporary files
+// left by copies side by side, run under Wine.
+const removesStale = false
+
 // lockedThroughPublish: no lock to hold, and Windows renames no open file.
 const lockedThroughPublish = false
 
