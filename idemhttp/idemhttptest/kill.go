@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncekv/oncekv/internal/selfkill"
 )
 
 // Environment of a KillRestart child process.
@@ -27,16 +29,13 @@ var armed = sync.OnceValue(func() string { return os.Getenv(envPoint) })
 // after the provider charged and before the commit, between two writes —
 // so KillRestart can kill the service exactly there. It does nothing unless
 // the process is a KillRestart child armed with that name; then it kills the
-// process with SIGKILL (no deferred function, no flush, no close runs) and
-// never returns.
+// process with SIGKILL (no deferred function, no flush, no close runs;
+// TerminateProcess on Windows) and never returns.
 func Crashpoint(name string) {
 	if name == "" || armed() != name {
 		return
 	}
-	if p, err := os.FindProcess(os.Getpid()); err == nil {
-		_ = p.Kill() // SIGKILL on Unix
-	}
-	select {} // the kill is asynchronous
+	selfkill.Now()
 }
 
 // Service is an endpoint that KillRestart runs in child processes.
@@ -180,8 +179,7 @@ func (c *child) killed() bool {
 	case <-time.After(30 * time.Second):
 		return false
 	}
-	st := c.cmd.ProcessState
-	return st != nil && !st.Success() && st.String() == "signal: killed"
+	return selfkill.Killed(c.cmd.ProcessState)
 }
 
 // stop ends a child by closing its stdin, and waits for it.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/oncekv/oncekv/internal/selfkill"
 )
 
 // Enabled reports whether this build can crash at failpoints.
@@ -43,9 +45,6 @@ func Inject(name string) {
 	c := count
 	mu.Unlock()
 	if c == hit {
-		if p, err := os.FindProcess(os.Getpid()); err == nil {
-			_ = p.Kill() // SIGKILL; TerminateProcess on Windows
-		}
-		select {} // never return: the kill is asynchronous
+		selfkill.Now() // SIGKILL; TerminateProcess on Windows
 	}
 }
