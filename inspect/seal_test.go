@@ -159,7 +159,7 @@ func TestEverySealedKind(t *testing.T) {
 	// Without the key.
 	db, err = kv.Open(path, &kv.Options{ReadOnly: true})
 	require.NoError(t, err)
-	defer db.Close()
+	defer func() { _ = db.Close() }() // the last one opened: db is opened again below
 	ins := must(inspect.New(db))
 	ins.ShowBodies = true
 	keys, err := ins.Keys(ctx, inspect.KeysQuery{})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -140,7 +141,9 @@ func TestBackupFileWritesAWholeCopyOrNothing(t *testing.T) {
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, n, fi.Size())
-	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	if runtime.GOOS != "windows" { // which has no such permissions
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	}
 
 	// An existing file, or a link to one, is never replaced.
 	_, err = db.BackupFile(ctx, path)
@@ -148,9 +151,16 @@ func TestBackupFileWritesAWholeCopyOrNothing(t *testing.T) {
 	other := filepath.Join(dir, "other")
 	require.NoError(t, os.WriteFile(other, []byte("keep"), 0o600))
 	link := filepath.Join(dir, "link.db")
-	require.NoError(t, os.Symlink(other, link))
-	_, err = db.BackupFile(ctx, link)
-	require.ErrorIs(t, err, os.ErrExist)
+	want := []string{"copy.db", "other", "link.db"}
+	if err := os.Symlink(other, link); err != nil {
+		require.Equal(t, "windows", runtime.GOOS, "%v", err) // where links need a privilege
+		want = want[:2]
+	} else if _, err := os.Lstat(link); err != nil {
+		want = want[:2] // Wine answers a link with nil and makes none
+	} else {
+		_, err = db.BackupFile(ctx, link)
+		require.ErrorIs(t, err, os.ErrExist)
+	}
 	kept, err := os.ReadFile(other)
 	require.NoError(t, err)
 	require.Equal(t, "keep", string(kept))
@@ -173,7 +183,7 @@ func TestBackupFileWritesAWholeCopyOrNothing(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	require.ElementsMatch(t, []string{"copy.db", "other", "link.db"}, names, "no temporary file left")
+	require.ElementsMatch(t, want, names, "no temporary file left")
 
 	restored := kvtest.OpenPath(t, path, nil)
 	require.True(t, pairs(t, restored)["x"])

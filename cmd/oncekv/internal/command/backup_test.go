@@ -147,7 +147,9 @@ func TestRestoreABackup(t *testing.T) {
 	require.True(t, bytes.Equal(copied, restored), "the file is the copy")
 	fi, err := os.Stat(db)
 	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o640), fi.Mode().Perm(), "with the replaced file's mode")
+	if runtime.GOOS != "windows" { // which has no such permissions
+		require.Equal(t, os.FileMode(0o640), fi.Mode().Perm(), "with the replaced file's mode")
+	}
 	now, _, code := run("keys", "--db", db, "--json")
 	require.Equal(t, 0, code)
 	require.JSONEq(t, atBackup, now)
@@ -248,7 +250,7 @@ func TestCopiesSurviveSIGKILL(t *testing.T) {
 	now, err := os.ReadFile(target)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(now, copied))
-	require.Empty(t, leftovers(t, filepath.Dir(target)))
+	requireNoLeftovers(t, filepath.Dir(target))
 	_, stderr, code = run("check", "--db", target)
 	require.Equal(t, 0, code, stderr)
 }
@@ -278,7 +280,19 @@ func killedOut(t *testing.T, dir, command, src string) {
 	// The killed runs' temporary files went with the next run, the last
 	// one's with this one.
 	runKilled(t, -1, command, "--db", src, "--out", filepath.Join(dir, command+"-after.db"))
-	require.Empty(t, leftovers(t, dir))
+	requireNoLeftovers(t, dir)
+}
+
+// requireNoLeftovers requires that no killed copy's temporary file is
+// left in dir, on Linux; elsewhere nothing tells a killed copy's file
+// from a live one's, and they are left (README, "Backups and restores").
+func requireNoLeftovers(t *testing.T, dir string) {
+	t.Helper()
+	if runtime.GOOS == "linux" {
+		require.Empty(t, leftovers(t, dir))
+	} else if left := leftovers(t, dir); len(left) > 0 {
+		t.Logf("left, as outside Linux: %v", left)
+	}
 }
 
 // leftovers lists the temporary files of copies in dir.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -176,10 +177,12 @@ func TestCLIConventions(t *testing.T) {
 	victim := filepath.Join(dir, "victim")
 	require.NoError(t, os.WriteFile(victim, []byte("precious"), 0o600))
 	link := filepath.Join(dir, "link.db")
-	require.NoError(t, os.Symlink(victim, link))
 	dangling := filepath.Join(dir, "dangling.db")
-	require.NoError(t, os.Symlink(filepath.Join(dir, "created-through-link"), dangling))
-	for _, target := range []string{victim, link, dangling} {
+	targets := []string{victim}
+	if linked(t, victim, link) && linked(t, filepath.Join(dir, "created-through-link"), dangling) {
+		targets = append(targets, link, dangling)
+	}
+	for _, target := range targets {
 		_, stderr, code := run("compact", "--db", db, "--out", target)
 		require.Equal(t, 1, code, "%s: %s", target, stderr)
 	}
@@ -309,4 +312,17 @@ func TestIntentsRequeueAndResolveOffline(t *testing.T) {
 	require.Contains(t, stderr, "not found")
 	_, stderr, code = run("intents", "requeue", "--db", db, id)
 	require.Equal(t, 0, code, stderr)
+}
+
+// linked makes a symbolic link at link to target, and reports whether it
+// could: on Windows links need a privilege, and under Wine a link made
+// cannot be seen.
+func linked(t *testing.T, target, link string) bool {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		require.Equal(t, "windows", runtime.GOOS, "%v", err)
+		return false
+	}
+	_, err := os.Lstat(link)
+	return err == nil
 }
