@@ -44,6 +44,9 @@ lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 	go vet $(MODULES)
 	golangci-lint run $(MODULES)
 
+wine: ## run the library's and the CLI's tests as Windows programs under Wine (installs wine64 and MinGW; about 4 minutes)
+	./scripts/wine.sh
+
 cross: ## go vet every module for Windows and macOS (CI vets the library and the CLI for Windows)
 	GOOS=windows go vet $(MODULES)
 	GOOS=darwin go vet $(MODULES)
@@ -67,4 +70,4 @@ docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md fr
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race rerun fuzz-smoke fuzz-long fuzz-rerun crash crash-long bench goals lint cross mutate chart bench-postgres docs-graph etcd-long ci
+.PHONY: help test race rerun fuzz-smoke fuzz-long fuzz-rerun crash crash-long bench goals lint cross mutate chart bench-postgres docs-graph etcd-long ci wine
