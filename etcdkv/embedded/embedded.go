@@ -96,8 +96,11 @@ func Start(o Options) (*Cluster, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		c, err := startOnce(o)
-		if err == nil || !errors.Is(err, errPortTaken) || attempt == startAttempts {
-			return c, err
+		switch {
+		case err == nil:
+			return c, nil
+		case !errors.Is(err, errPortTaken) || attempt == startAttempts:
+			return nil, err
 		}
 		// A new cluster on new ports: the failed one's data is not its.
 		for _, m := range c.Members {
