@@ -44,7 +44,7 @@ lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
 	go vet $(MODULES)
 	golangci-lint run $(MODULES)
 
-wine: ## run the library's and the CLI's tests as Windows programs under Wine (installs wine64 and MinGW; about 4 minutes)
+wine: ## run the library's and the CLI's tests as Windows programs under Wine (installs wine64 and MinGW; about 2.5 minutes after that)
 	./scripts/wine.sh
 
 cross: ## go vet every module for Windows and macOS (CI vets the library and the CLI for Windows)
