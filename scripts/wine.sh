@@ -3,8 +3,8 @@
 # programs, under Wine, on this Linux machine. CI only builds and vets for
 # Windows (go vet with GOOS=windows); this runs the code there: the
 # restore's LockFileEx, the copies' temporary files, TerminateProcess as
-# the crash points' kill. About 2.5 minutes once installed (warm build cache). Needs root (apt-get) the
-# first time: it installs wine64 and a MinGW compiler.
+# the crash points' kill. About 2.5 minutes on a warm build cache. Needs
+# root (apt-get) the first time: it installs wine64 and a MinGW compiler.
 #
 # Usage: ./scripts/wine.sh [package ...]   (default: every library package
 # and the CLI's tests)
