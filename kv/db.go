@@ -203,6 +203,8 @@ type DB struct {
 	incarnation uuid.UUID
 	batch       batcher
 	closed      atomic.Bool
+	closeDone   chan struct{} // closed when the first Close has closed the database
+	closeErr    error         // its error, read after closeDone
 	attached    sync.Map
 	// turn is the writer's turn (one writer: a buffer of one), taken by
 	// every write transaction this DB runs before the backend's own lock,
@@ -327,7 +329,7 @@ func New(b Backend, opts *Options) (*DB, error) {
 }
 
 func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
-	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New()}
+	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New(), closeDone: make(chan struct{})}
 	if bdb != nil {
 		db.pageSize = bdb.Info().PageSize // nothing else uses bdb yet: see PageSize
 	}
@@ -364,11 +366,51 @@ func newBoltDB(b *bolt.DB, path string, o Options) (db *DB, err error) {
 }
 
 // Close closes the database. Calls made after Close fail with ErrClosed.
-// Close waits for running transactions to finish.
-func (db *DB) Close() error {
-	if !db.closed.CompareAndSwap(false, true) {
-		return nil
+// Close waits for running transactions to finish: a write whose function
+// never returns (a handler blocked inside its transaction) keeps it
+// waiting for ever; CloseContext bounds the wait. A second Close waits
+// for the first and returns its error.
+func (db *DB) Close() error { return db.CloseContext(context.Background()) }
+
+// CloseContext is Close with the wait for running transactions bounded
+// by ctx. When ctx ends first it returns an error matching ctx.Err() that
+// says how long the writer has been held; the database is closed to new
+// calls all the same (they fail with ErrClosed), and closes once the
+// transactions end, if the process lives that long. A service's shutdown
+// uses it after http.Server.Shutdown, with what is left of its grace
+// period: a process that exits without closing loses nothing committed
+// (the next open reads the file as after a crash), where one that hangs
+// is killed at the end of its grace period anyway.
+func (db *DB) CloseContext(ctx context.Context) error {
+	if db.closed.CompareAndSwap(false, true) {
+		if ctx.Done() == nil {
+			db.close()
+		} else {
+			go db.close()
+		}
 	}
+	select {
+	case <-db.closeDone: // first: closed already answers so, whatever ctx
+		return db.closeErr
+	default:
+	}
+	select {
+	case <-db.closeDone:
+		return db.closeErr
+	case <-ctx.Done():
+		return fmt.Errorf("kv: close %s: %w while transactions run (the writer held for %s); it closes when they end", db.path, ctx.Err(), db.Writer().Held.Round(time.Millisecond))
+	}
+}
+
+// close closes the database, once, recording its error for every Close.
+func (db *DB) close() {
+	defer close(db.closeDone)
+	db.closeErr = db.closeBackend()
+}
+
+// closeBackend is close's work: the attached values, bbolt's freelist,
+// the backend.
+func (db *DB) closeBackend() error {
 	defer unregister(db)
 	db.attached.Range(func(_, v any) bool {
 		if c, ok := v.(io.Closer); ok {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/oncekv/oncekv/kv"
 )
@@ -132,4 +133,29 @@ func ExampleDB_BackupFile() {
 	// Output:
 	// again: true
 	// {"amount":1200}
+}
+
+// A service's shutdown: stop taking requests, then close the database
+// within what is left of the grace period. A transaction that never ends
+// (a handler blocked inside it) would keep Close waiting for ever;
+// CloseContext gives up and says so, and the process may exit: what was
+// committed is in the file.
+func ExampleDB_CloseContext() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	// ... srv.Shutdown(ctx) first: in-flight requests finish.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.CloseContext(ctx); errors.Is(err, context.DeadlineExceeded) {
+		fmt.Println("exiting with a transaction still running:", err)
+		return
+	} else if err != nil {
+		panic(err)
+	}
+	fmt.Println("closed")
+	// Output: closed
 }
