@@ -9,7 +9,9 @@
 // description lock, which bbolt's flock on the same file leaves alone)
 // from before it has that name to the end, on Linux, so the next write in
 // the same directory tells a dead writer's file from a live one's and
-// removes it (RemoveStale).
+// removes it (RemoveStale). On Windows a live writer's file is the one
+// open somewhere: the next write removes those nobody has open once they
+// are a minute old. On macOS and the BSDs none is removed.
 package atomicfile
 
 import (
@@ -178,13 +180,22 @@ type Removed struct {
 	Size int64 // its size when removed: the disk space it gave back
 }
 
+// How RemoveStale tells a dead writer's file from a live one's (staleBy,
+// per system).
+const (
+	byNothing    = iota // it does not: nothing is removed (macOS, the BSDs)
+	byLock              // its writer's lock is free (Linux)
+	byOpenAndAge        // nobody has it open, and it is a minute old (Windows)
+)
+
 // RemoveStale removes from dir the temporary files of writers that died
-// before finishing (killed, or the machine stopped): those whose lock no
-// open file holds (and, for one still being set up, older than a
-// minute). It returns what it removed. Where locks cannot tell (outside
-// Linux, or a Linux before 3.15) it removes nothing.
+// before finishing (killed, or the machine stopped): on Linux those whose
+// lock no open file holds (and, for one still being set up, older than a
+// minute); on Windows those nobody has open, last written a minute ago or
+// more. It returns what it removed. Where nothing tells (macOS, the BSDs,
+// a Linux before 3.15) it removes nothing.
 func RemoveStale(dir string) ([]Removed, error) {
-	if !removesStale {
+	if staleBy == byNothing {
 		return nil, nil
 	}
 	entries, err := os.ReadDir(dir)
@@ -237,6 +248,9 @@ func isTemp(name, suffix string) bool {
 // last written minAge ago or more, holding the lock itself meanwhile so
 // that no writer takes the file back, and returns its size.
 func removeIfStale(path string, minAge time.Duration) (int64, bool, error) {
+	if staleBy == byOpenAndAge {
+		return removeIfUnopened(path, max(minAge, staleAfter))
+	}
 	// The age first, without touching the lock: a writer setting its file
 	// up must find it free.
 	if li, err := os.Lstat(path); err != nil || time.Since(li.ModTime()) < minAge {
@@ -266,6 +280,23 @@ func removeIfStale(path string, minAge time.Duration) (int64, bool, error) {
 		return 0, false, err
 	}
 	return fi.Size(), true, nil
+}
+
+// removeIfUnopened removes path if it was last written minAge ago or
+// more and the system refuses to remove no file open elsewhere (Windows),
+// and returns its size. A file some handle has open is left.
+func removeIfUnopened(path string, minAge time.Duration) (int64, bool, error) {
+	li, err := os.Lstat(path)
+	if err != nil || !li.Mode().IsRegular() || time.Since(li.ModTime()) < minAge {
+		return 0, false, nil // gone already, or not a file, or too young
+	}
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) || inUse(err) {
+			return 0, false, nil // its writer finished, or it is open: alive
+		}
+		return 0, false, err
+	}
+	return li.Size(), true, nil
 }
 
 func exists(path string) error {

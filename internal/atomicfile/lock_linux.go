@@ -31,9 +31,11 @@ func lock(f *os.File) (bool, error) {
 	return false, err
 }
 
-// removesStale: RemoveStale tries the lock of every temporary file it
-// finds.
-const removesStale = true
+// staleBy: RemoveStale tries the lock of every temporary file it finds.
+const staleBy = byLock
+
+// inUse is never asked here.
+func inUse(error) bool { return false }
 
 // lockedThroughPublish: the temporary file stays open, its lock held,
 // until it is linked or renamed at its name.

@@ -11,7 +11,10 @@
 // too).
 package selfkill
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // ExitCode is the exit code of a process killed by Now on Windows: 128 +
 // 9, what a Unix shell reports for SIGKILL.
@@ -20,7 +23,9 @@ const ExitCode = 137
 // Now kills the running process and never returns.
 func Now() {
 	kill()
-	select {} // the kill is asynchronous
+	for {
+		time.Sleep(time.Hour) // the kill is asynchronous; a bare select{} would be a deadlock Go could end first
+	}
 }
 
 // Killed reports whether the process st describes was killed: by SIGKILL
