@@ -23,6 +23,7 @@ import (
 
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/selfkill"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/sideeffect/providertest/httpprovider"
 )
@@ -118,10 +119,9 @@ func (h *harness) run(fp string, rng [2]int, drain bool, killAfter time.Duration
 	if err == nil {
 		return false
 	}
-	ee, ok := err.(*exec.ExitError)
+	_, ok := err.(*exec.ExitError)
 	require.True(h.t, ok, "%v", err)
-	ws := ee.Sys().(syscall.WaitStatus)
-	require.True(h.t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child failed: %v\n%s", err, stderr.String())
+	require.True(h.t, selfkill.Killed(cmd.ProcessState), "child failed: %v\n%s", err, stderr.String())
 	return true
 }
 

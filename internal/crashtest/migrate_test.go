@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,6 +16,7 @@ import (
 	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/oldformat"
 	"github.com/oncekv/oncekv/internal/recstore"
+	"github.com/oncekv/oncekv/internal/selfkill"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -52,8 +52,7 @@ func runKillable(t *testing.T, env, fp string) (killed bool) {
 	if err == nil {
 		return false
 	}
-	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child failed: %v\n%s", err, out)
+	require.True(t, selfkill.Killed(cmd.ProcessState), "child failed: %v\n%s", err, out)
 	return true
 }
 

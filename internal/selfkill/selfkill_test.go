@@ -3,6 +3,7 @@ package selfkill_test
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestKilledByAnother(t *testing.T) {
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	if got, want := selfkill.Killed(cmd.ProcessState), os.PathSeparator == '/'; got != want {
+	if got, want := selfkill.Killed(cmd.ProcessState), runtime.GOOS != "windows"; got != want {
 		t.Fatalf("Killed = %v (%s), want %v", got, cmd.ProcessState, want)
 	}
 }
