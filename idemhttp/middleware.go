@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/oncekv/oncekv/fingerprint"
@@ -353,6 +354,27 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom
 		return EventPending, http.StatusConflict
 	case errors.Is(err, context.Canceled):
 		return EventNotStored, 499
+	case errors.Is(err, kv.ErrSyncFailed):
+		// A commit's sync failed after its meta page was written: the
+		// database refuses every call until it is reopened, and this
+		// request's own commit, if it was the one, may or may not be on
+		// the disk. A retry after the reopen (a restart) is answered
+		// either way.
+		m.log.Error("idempotent request refused: the database's sync failed; close and reopen it (restart the service)", "error", err)
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the store could not sync a write to its disk and takes no request until it is reopened; retry with the same Idempotency-Key: the retry is answered either way"}, time.Second)
+		if errors.Is(err, kv.ErrCommitUnknown) {
+			return EventPending, http.StatusServiceUnavailable
+		}
+		return EventNotStored, http.StatusServiceUnavailable
+	case errors.Is(err, syscall.ENOSPC):
+		// The database's disk is full (a write refused, not a sync failed
+		// after the commit: the case above): nothing was stored, and the
+		// same key runs once space returns (no restart needed).
+		m.log.Error("idempotent request not stored: the database's disk is full", "error", err)
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the store's disk is full; nothing was stored: retry with the same Idempotency-Key after the indicated delay"}, time.Second)
+		return EventNotStored, http.StatusServiceUnavailable
 	case errors.Is(err, kv.ErrCommitUnknown):
 		// The store (etcd) took the commit and could not say whether it
 		// applied: the retry finds out, and is answered either way (the

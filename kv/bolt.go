@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -29,10 +30,62 @@ func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
 		if !errors.Is(err, errFirstRun) {
 			return err // fn failed: not a conflict, not run again (as on etcd)
 		}
-		return b.db.Update(func(t *bolt.Tx) error { return again(fn, (*boltTx)(t)) })
+		return b.update(func(t *bolt.Tx) error { return again(fn, (*boltTx)(t)) })
 	}
-	return b.db.Update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+	return b.update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
 }
+
+// update is bbolt's Update, telling apart a commit that failed once its
+// meta page was written (*unsyncedCommit).
+//
+// bbolt writes a commit's pages, syncs them, writes the meta page into
+// the file and syncs again. When that last sync fails, Commit rolls back
+// and returns the error, but the meta page is already in the page cache
+// that bbolt's memory map reads: the next transaction starts from it, so
+// the commit the caller was told had failed is the one this process goes
+// on from (and bbolt reloads its freelist to match). Whether the file on
+// the disk holds it is not known: after a failed sync the kernel may drop
+// the page, and a later commit would then build on pages the disk never
+// got. update sees the case by the transaction that is live after the
+// failure: the failed one.
+func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
+	id := 0 // the transaction, once its function has succeeded: a failure after is its commit's
+	err := b.db.Update(func(t *bolt.Tx) error {
+		if err := fn(t); err != nil {
+			return err
+		}
+		id = t.ID()
+		return nil
+	})
+	if err != nil && id != 0 && b.liveTx() >= id {
+		return &unsyncedCommit{tx: id, err: err}
+	}
+	return err
+}
+
+// liveTx returns the ID of the transaction a reader starts from now (the
+// last commit), -1 if none can start.
+func (b *boltBackend) liveTx() int {
+	t, err := b.db.Begin(false)
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = t.Rollback() }()
+	return t.ID()
+}
+
+// unsyncedCommit is the error of a commit whose meta page was written and
+// whose sync then failed (boltBackend.update).
+type unsyncedCommit struct {
+	tx  int
+	err error
+}
+
+func (e *unsyncedCommit) Error() string {
+	return fmt.Sprintf("the sync of transaction %d's commit failed after its meta page was written: %v", e.tx, e.err)
+}
+
+func (e *unsyncedCommit) Unwrap() error { return e.err }
 
 // again runs fn in tx, a run that repeats one rolled back or void
 // (package internal/rerun).

@@ -205,7 +205,13 @@ type DB struct {
 	closed      atomic.Bool
 	closeDone   chan struct{} // closed when the first Close has closed the database
 	closeErr    error         // its error, read after closeDone
-	attached    sync.Map
+	// failed is the error every call returns after a commit whose sync
+	// failed once its meta page was written (ErrSyncFailed), nil before.
+	failed   atomic.Pointer[error]
+	attached sync.Map
+	// detached is set once the attached values are closed: at the
+	// failure above, or at Close.
+	detached atomic.Bool
 	// turn is the writer's turn (one writer: a buffer of one), taken by
 	// every write transaction this DB runs before the backend's own lock,
 	// so that a caller whose ctx ends while it waits gives up its place;
@@ -412,18 +418,64 @@ func (db *DB) close() {
 // the backend.
 func (db *DB) closeBackend() error {
 	defer unregister(db)
+	db.detach()
+	var err error
+	if db.bolt != nil {
+		boltCiphers.CompareAndDelete(db.bolt, db.opts.Cipher)
+		if db.failed.Load() == nil { // else nothing more is written: the open after reads the disk's state
+			err = db.writeFreelist()
+		}
+	}
+	return errors.Join(err, db.backend.Close())
+}
+
+// detach closes the attached values that are io.Closers, once, so that
+// state kept beside the database stops answering.
+func (db *DB) detach() {
+	if !db.detached.CompareAndSwap(false, true) {
+		return
+	}
 	db.attached.Range(func(_, v any) bool {
 		if c, ok := v.(io.Closer); ok {
 			_ = c.Close()
 		}
 		return true
 	})
-	var err error
-	if db.bolt != nil {
-		boltCiphers.CompareAndDelete(db.bolt, db.opts.Cipher)
-		err = db.writeFreelist()
+}
+
+// syncFailed makes the DB refuse every call from now on, after the commit
+// u whose sync failed once its meta page was written, and returns that
+// commit's error. It runs in the writer's turn, before the next write can
+// start from that commit.
+func (db *DB) syncFailed(u *unsyncedCommit) error {
+	var refusal error = &syncError{path: db.path, commit: u, refusal: true}
+	db.failed.CompareAndSwap(nil, &refusal)
+	db.detach()
+	return &syncError{path: db.path, commit: u}
+}
+
+// syncError is the error of a commit whose sync failed after its meta page
+// was written, and (refusal) of the calls after it (ErrSyncFailed).
+type syncError struct {
+	path    string
+	commit  *unsyncedCommit
+	refusal bool
+}
+
+func (e *syncError) Error() string {
+	if e.refusal {
+		return fmt.Sprintf("kv: %s refuses every call since the sync of transaction %d's commit failed after its meta page was written (%v): close it and open it again, the open reads what the file on the disk holds", e.path, e.commit.tx, e.commit.err)
 	}
-	return errors.Join(err, db.backend.Close())
+	return fmt.Sprintf("kv: %s: commit outcome unknown: %v", e.path, e.commit)
+}
+
+// Unwrap returns ErrSyncFailed and the sync's error; and for the commit's
+// own error ErrCommitUnknown.
+func (e *syncError) Unwrap() []error {
+	if e.refusal {
+		return []error{ErrSyncFailed, e.commit.err}
+	}
+	return []error{ErrCommitUnknown, ErrSyncFailed, e.commit.err}
 }
 
 // writeFreelist writes bbolt's freelist into a file this DB opened for
@@ -546,20 +598,34 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) e
 	}
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil {
-		return db.backend.Update(ctx, fn)
+		return db.failure(db.backend.Update(ctx, fn))
 	}
 	var btx *bolt.Tx
 	start := time.Now()
-	err := db.backend.Update(ctx, func(t Tx) error {
+	err := db.failure(db.backend.Update(ctx, func(t Tx) error {
 		btx = BoltTx(t)
 		return fn(t)
-	})
+	}))
 	e := observe.Commit{Calls: calls(), Duration: time.Since(start), Err: err != nil}
 	if btx != nil {
 		st := btx.Stats() // this transaction's own: its write and fsync time
 		e.Write = st.GetWriteTime()
 	}
 	o.Commit(e)
+	return err
+}
+
+// failure returns err, the error of a write transaction, turning a commit
+// whose sync failed after its meta page was written into the DB's
+// failure (syncFailed).
+func (db *DB) failure(err error) error {
+	if err == nil {
+		return nil
+	}
+	var u *unsyncedCommit // escapes (errors.As): declared off the path that commits
+	if errors.As(err, &u) {
+		return db.syncFailed(u)
+	}
 	return err
 }
 
@@ -593,6 +659,9 @@ func (db *DB) heldHere() bool {
 func (db *DB) usable(ctx context.Context) error {
 	if db.closed.Load() {
 		return ErrClosed
+	}
+	if f := db.failed.Load(); f != nil {
+		return *f
 	}
 	return ctx.Err()
 }

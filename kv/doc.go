@@ -82,6 +82,19 @@
 // time, so they commit once per round instead of twice (oncekv bench
 // --gather shows the batch sizes, in its BATCH column).
 //
+// # When a commit fails
+//
+// A commit that fails before its meta page is written leaves the file as
+// it was: the call gets the error (a full disk's matches syscall.ENOSPC),
+// and the DB goes on serving, the next write too once the cause is gone.
+// A commit whose meta page was written and whose sync then failed is
+// different: bbolt returns the error and yet goes on from that commit,
+// which the disk may not hold. Its call gets an error matching
+// ErrCommitUnknown and ErrSyncFailed, and the DB refuses every call after
+// it until it is closed and opened again (etcd, bbolt's best-known user,
+// ends the process at any failed commit). Retried after the reopen, an
+// idempotent call finds out whether it applied.
+//
 // # Namespace, format and checks
 //
 // oncekv's own buckets live at the top level under the reserved prefix

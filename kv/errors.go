@@ -93,11 +93,28 @@ var (
 	// ErrCommitUnknown is wrapped by the error of a backend that sent a
 	// commit, lost its answer, and could not learn whether it applied
 	// (etcdkv, when etcd stays out of reach). The transaction may or may
-	// not have applied: read before doing it again. On bbolt, only Batch
-	// returns it: to the other calls of a batch whose commit panicked
-	// outside their functions (an observer's Commit, say), the panic
-	// itself raised in the call that led the batch.
+	// not have applied: read before doing it again. On bbolt, it is
+	// returned for a commit whose sync failed after its meta page was
+	// written (with ErrSyncFailed), and by Batch to the other calls of a
+	// batch whose commit panicked outside their functions (an observer's
+	// Commit, say), the panic itself raised in the call that led the
+	// batch.
 	ErrCommitUnknown = errors.New("kv: commit outcome unknown")
+
+	// ErrSyncFailed is wrapped by the error of a bbolt commit whose last
+	// sync failed after its meta page was written (an I/O error, or a
+	// volume out of space that says so only at the sync), and by the error
+	// of every call on the DB after it. The process sees that commit
+	// (bbolt goes on from it) and the disk may not hold it: after a failed
+	// sync the kernel may drop the pages it could not write. So the DB
+	// refuses every call from then on, reads included, until it is closed
+	// and opened again; the open reads what the file on the disk holds.
+	// The failed commit's own error also wraps ErrCommitUnknown: run again
+	// after the reopen, an idempotent call finds out whether it applied.
+	// This is etcd's answer too (its backend ends the process on a failed
+	// commit), without ending the process. Close writes nothing on such a
+	// DB: bbolt's freelist is rebuilt at the next open.
+	ErrSyncFailed = errors.New("kv: a commit's sync failed after its meta page was written")
 
 	// ErrTxTooLarge is wrapped by the error of a backend that bounds a
 	// transaction (etcd: 128 operations, 1.5 MiB a request) when a

@@ -1,0 +1,92 @@
+package idemhttp_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/syncfault"
+	"github.com/oncekv/oncekv/internal/testlog"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
+)
+
+// A payment whose commit's sync fails after the meta page was written (a
+// disk that failed the write-back, injected by strace) is answered 503
+// with Retry-After, and so is every request after it, its retries
+// included, without running the handler: the database refuses calls
+// until it is reopened, and the failure is logged as an error. After the
+// restart the retry is answered from the disk (here the commit's: a
+// replay), and the handler ran once in all.
+func TestSyncFailedPaymentIsChargedOnce(t *testing.T) {
+	serve := func(db *kv.DB, mw *idemhttp.Middleware) func(key string) *httptest.ResponseRecorder {
+		h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, _ := idemhttp.Tx(r.Context())
+			if err := kvtest.Increment(tx, "charges", "ord_1"); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, "charged ord_1")
+		}))
+		return func(key string) *httptest.ResponseRecorder {
+			// In process, on this goroutine: the child's commits must run on
+			// its thread (package syncfault).
+			req := httptest.NewRequest(http.MethodPost, "/v1/orders/ord_1/pay", strings.NewReader(`{"amount":2500}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", key)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			return w
+		}
+	}
+	middleware := func(db *kv.DB) (*idemhttp.Middleware, *testlog.Buffer) {
+		l, err := ledger.New(db, nil)
+		require.NoError(t, err)
+		logger, logs := testlog.New()
+		mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+		require.NoError(t, err)
+		return mw, logs
+	}
+	if syncfault.Child() {
+		db, err := kv.Open(os.Getenv("IDEMHTTP_SYNCFAIL_PATH"), nil)
+		require.NoError(t, err)
+		mw, logs := middleware(db)
+		pay := serve(db, mw)
+		for i := range 3 { // the first attempt's commit fails at its sync (sync 2); the retries are refused
+			w := pay("pay-1")
+			require.Equal(t, http.StatusServiceUnavailable, w.Code, "attempt %d: %s", i, w.Body)
+			require.Equal(t, "1", w.Header().Get("Retry-After"))
+			require.Contains(t, w.Body.String(), "takes no request until it is reopened")
+		}
+		require.Contains(t, logs.String(), `level=ERROR msg="idempotent request refused: the database's sync failed`)
+		require.NoError(t, db.Close())
+		return
+	}
+
+	path := filepath.Join(t.TempDir(), "payments.db")
+	db := kvtest.OpenPath(t, path, nil, ledger.RecordKind)
+	_, err := ledger.New(db, nil) // its first open writes: not the child's
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	syncfault.Run(t, "2", "IDEMHTTP_SYNCFAIL_PATH="+path)
+
+	db = kvtest.OpenPath(t, path, nil, ledger.RecordKind)
+	mw, _ := middleware(db)
+	w := serve(db, mw)("pay-1")
+	require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
+	require.Equal(t, "charged ord_1", w.Body.String())
+	require.Equal(t, "true", w.Header().Get(idemhttp.HeaderReplayed))
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		require.Equal(t, 1, kvtest.Counter(tx, "charges", "ord_1"), "charged once")
+		return nil
+	}))
+}

@@ -1,0 +1,65 @@
+package syncfault
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// childEnv marks the child process and holds the strace expression.
+const childEnv = "ONCEKV_SYNCFAULT_CHILD"
+
+// Child reports whether this process is the child of Run, and if so locks
+// the calling goroutine (the test's) to its thread, for strace's count.
+func Child() bool {
+	if os.Getenv(childEnv) == "" {
+		return false
+	}
+	runtime.LockOSThread()
+	return true
+}
+
+// Run runs t's test again in a child process under strace, whose
+// fdatasync calls numbered when (strace's syntax: "2", "2+" for the
+// second and every later one) fail with EIO, and returns the child's
+// output. The child's test is the same function, in which Child returns
+// true; it fails the parent's test if it fails.
+func Run(t testing.TB, when string, env ...string) []byte {
+	t.Helper()
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		skip(t, "syncfault: strace is not installed (apt-get install strace); .ci/run installs it")
+	}
+	name := t.Name()
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		t.Fatalf("syncfault: Run from a subtest (%s)", name)
+	}
+	args := []string{"-f", "-qq", "-o", os.DevNull,
+		"-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when=" + when,
+		os.Args[0], "-test.run=^" + name + "$", "-test.v", "-test.count=1"}
+	cmd := exec.Command(strace, args...) //nolint:gosec // strace running this test binary
+	cmd.Env = append(append(os.Environ(), childEnv+"="+when), env...)
+	out, err := cmd.CombinedOutput()
+	if bytes.Contains(out, []byte("ptrace")) && !bytes.Contains(out, []byte("--- ")) {
+		skip(t, "syncfault: strace may not trace here: "+string(out))
+	}
+	if err != nil {
+		t.Fatalf("syncfault: the child failed (%v):\n%s", err, out)
+	}
+	if !bytes.Contains(out, []byte("--- PASS: "+name)) {
+		t.Fatalf("syncfault: the child did not run %s:\n%s", name, out)
+	}
+	return out
+}
+
+// skip skips t, or fails it where ONCEKV_REQUIRE_STRACE is set (.ci/run).
+func skip(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("ONCEKV_REQUIRE_STRACE") != "" {
+		t.Fatal(why + " (ONCEKV_REQUIRE_STRACE is set)")
+	}
+	t.Skip(why)
+}

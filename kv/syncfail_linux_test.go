@@ -1,0 +1,72 @@
+package kv_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/internal/syncfault"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+)
+
+// A commit whose meta page is written and whose sync then fails (a disk
+// that failed the write-back, injected by strace): bbolt rolls back and
+// returns the error, and yet goes on from that commit, which the disk may
+// not hold. Its call gets an error matching ErrCommitUnknown and
+// ErrSyncFailed (and the sync's EIO); from then on the DB refuses every
+// call, reads included, and its Close writes nothing (every later sync
+// would fail too, so a write at close would fail the Close). The open
+// after reads what the file holds (here, the commit: strace failed the
+// sync without making it, and the page cache kept the meta page) and
+// serves again.
+func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
+	ctx := context.Background()
+	put := func(db *kv.DB, key string) error {
+		return db.Update(ctx, func(tx kv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte(key), []byte("paid"))
+		})
+	}
+	if syncfault.Child() {
+		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
+		require.NoError(t, err)
+		err = put(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed)
+		require.ErrorIs(t, err, kv.ErrCommitUnknown)
+		require.ErrorIs(t, err, kv.ErrSyncFailed)
+		require.ErrorIs(t, err, syscall.EIO)
+		require.ErrorContains(t, err, "after its meta page was written")
+
+		refused := func(err error) {
+			t.Helper()
+			require.ErrorIs(t, err, kv.ErrSyncFailed)
+			require.NotErrorIs(t, err, kv.ErrCommitUnknown, "nothing was sent")
+			require.ErrorContains(t, err, "close it and open it again")
+		}
+		refused(db.View(ctx, func(kv.Tx) error { t.Error("a read ran"); return nil }))
+		refused(put(db, "o-3"))
+		refused(db.Batch(ctx, func(kv.Tx) error { t.Error("a batch ran"); return nil }))
+		_, err = db.Backup(ctx, &bytes.Buffer{})
+		refused(err)
+		require.NoError(t, db.Close(), "a Close that wrote would meet a failed sync")
+		return
+	}
+
+	path := filepath.Join(t.TempDir(), "orders.db")
+	db := kvtest.OpenPath(t, path, nil)
+	require.NoError(t, put(db, "o-1"))
+	require.NoError(t, db.Close())
+	syncfault.Run(t, "2+", "KV_SYNCFAIL_PATH="+path)
+
+	db = kvtest.OpenPath(t, path, nil)
+	require.Equal(t, map[string]bool{"o-1": true, "o-2": true}, stored(t, db))
+	require.NoError(t, put(db, "o-3"))
+}
