@@ -3,6 +3,7 @@ package kv_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -133,4 +134,27 @@ func stored(t *testing.T, db *kv.DB) map[string]bool {
 		return nil
 	}))
 	return keys
+}
+
+// A backup onto a disk that fills up part way fails with an error matching
+// syscall.ENOSPC and leaves nothing: no copy, no temporary file.
+func TestBackupOntoAFullDisk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	value := make([]byte, 64<<10)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		for i := 0; err == nil && i < 16; i++ {
+			err = b.Put(fmt.Appendf(nil, "o-%d", i), value)
+		}
+		return err
+	}))
+	dir := diskfull.Mount(t, 512<<10) // room for half the file
+
+	_, err := db.BackupFile(ctx, filepath.Join(dir, "copy.db"))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no copy and no temporary file left")
 }
