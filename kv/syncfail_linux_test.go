@@ -26,20 +26,10 @@ import (
 // sync without making it, and the page cache kept the meta page) and
 // serves again.
 func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
-	ctx := context.Background()
-	put := func(db *kv.DB, key string) error {
-		return db.Update(ctx, func(tx kv.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-			if err != nil {
-				return err
-			}
-			return b.Put([]byte(key), []byte("paid"))
-		})
-	}
 	if syncfault.Child() {
 		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
 		require.NoError(t, err)
-		err = put(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed)
+		err = putPaid(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed)
 		require.ErrorIs(t, err, kv.ErrCommitUnknown)
 		require.ErrorIs(t, err, kv.ErrSyncFailed)
 		require.ErrorIs(t, err, syscall.EIO)
@@ -52,7 +42,7 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 			require.ErrorContains(t, err, "close it and open it again")
 		}
 		refused(db.View(ctx, func(kv.Tx) error { t.Error("a read ran"); return nil }))
-		refused(put(db, "o-3"))
+		refused(putPaid(db, "o-3"))
 		refused(db.Batch(ctx, func(kv.Tx) error { t.Error("a batch ran"); return nil }))
 		_, err = db.Backup(ctx, &bytes.Buffer{})
 		refused(err)
@@ -62,11 +52,49 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "orders.db")
 	db := kvtest.OpenPath(t, path, nil)
-	require.NoError(t, put(db, "o-1"))
+	require.NoError(t, putPaid(db, "o-1"))
 	require.NoError(t, db.Close())
 	syncfault.Run(t, "2+", "KV_SYNCFAIL_PATH="+path)
 
 	db = kvtest.OpenPath(t, path, nil)
 	require.Equal(t, map[string]bool{"o-1": true, "o-2": true}, stored(t, db))
-	require.NoError(t, put(db, "o-3"))
+	require.NoError(t, putPaid(db, "o-3"))
+}
+
+// A commit whose first sync fails (its pages', before the meta page is
+// written) leaves the file as it was: its call gets the sync's error, not
+// ErrSyncFailed, and the DB goes on serving, the next write included.
+func TestSyncFailedBeforeTheMetaPageLeavesTheFileAsItWas(t *testing.T) {
+	if syncfault.Child() {
+		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
+		require.NoError(t, err)
+		err = putPaid(db, "o-2") // sync 1, its pages', fails
+		require.ErrorIs(t, err, syscall.EIO)
+		require.NotErrorIs(t, err, kv.ErrSyncFailed)
+		require.NotErrorIs(t, err, kv.ErrCommitUnknown)
+		require.Equal(t, map[string]bool{"o-1": true}, stored(t, db))
+		require.NoError(t, putPaid(db, "o-3"))
+		require.NoError(t, db.Close())
+		return
+	}
+
+	path := filepath.Join(t.TempDir(), "orders.db")
+	db := kvtest.OpenPath(t, path, nil)
+	require.NoError(t, putPaid(db, "o-1"))
+	require.NoError(t, db.Close())
+	syncfault.Run(t, "1", "KV_SYNCFAIL_PATH="+path)
+
+	db = kvtest.OpenPath(t, path, nil)
+	require.Equal(t, map[string]bool{"o-1": true, "o-3": true}, stored(t, db))
+}
+
+// putPaid stores the order key as paid, in a transaction of its own.
+func putPaid(db *kv.DB, key string) error {
+	return db.Update(context.Background(), func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(key), []byte("paid"))
+	})
 }
