@@ -26,6 +26,7 @@ func TestDiskFullIsServiceUnavailable(t *testing.T) {
 	t.Parallel()
 	dir := diskfull.Mount(t, 1<<20)
 	db := kvtest.OpenPath(t, filepath.Join(dir, "orders.db"), nil, ledger.RecordKind) // durable
+	kvtest.RequireBolt(t, db)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
 	logger, logs := testlog.New()

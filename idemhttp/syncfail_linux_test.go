@@ -74,6 +74,7 @@ func TestSyncFailedPaymentIsChargedOnce(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "payments.db")
 	db := kvtest.OpenPath(t, path, nil, ledger.RecordKind)
+	kvtest.RequireBolt(t, db)
 	_, err := ledger.New(db, nil) // its first open writes: not the child's
 	require.NoError(t, err)
 	require.NoError(t, db.Close())

@@ -142,6 +142,7 @@ func TestBackupOntoAFullDisk(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := kvtest.Open(t, &kv.Options{NoSync: true})
+	kvtest.RequireBolt(t, db)
 	value := make([]byte, 64<<10)
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
 		b, err := tx.CreateBucketIfNotExists([]byte("orders"))

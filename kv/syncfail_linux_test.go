@@ -52,6 +52,7 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "orders.db")
 	db := kvtest.OpenPath(t, path, nil)
+	kvtest.RequireBolt(t, db)
 	require.NoError(t, putPaid(db, "o-1"))
 	require.NoError(t, db.Close())
 	syncfault.Run(t, "2+", "KV_SYNCFAIL_PATH="+path)
@@ -80,6 +81,7 @@ func TestSyncFailedBeforeTheMetaPageLeavesTheFileAsItWas(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "orders.db")
 	db := kvtest.OpenPath(t, path, nil)
+	kvtest.RequireBolt(t, db)
 	require.NoError(t, putPaid(db, "o-1"))
 	require.NoError(t, db.Close())
 	syncfault.Run(t, "1", "KV_SYNCFAIL_PATH="+path)

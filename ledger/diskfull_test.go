@@ -30,6 +30,7 @@ func TestDiskFullRunsEachRequestOnce(t *testing.T) {
 	dir := diskfull.Mount(t, 2<<20)
 	path := filepath.Join(dir, "ledger.db")
 	db := kvtest.OpenPath(t, path, nil, ledger.RecordKind) // durable: fsync on every commit
+	kvtest.RequireBolt(t, db)
 	l, err := ledger.New(db, nil)
 	require.NoError(t, err)
 

@@ -49,6 +49,7 @@ func TestSyncFailedRequestRunsOnce(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	db := kvtest.OpenPath(t, path, nil, ledger.RecordKind)
+	kvtest.RequireBolt(t, db)
 	_, err := ledger.New(db, nil)
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
