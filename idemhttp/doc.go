@@ -46,8 +46,8 @@
 //	request's deadline passed before it ended  the same key may be resent
 //	commit outcome unknown (etcd out of reach) 503 with Retry-After: the retry
 //	                                           replays it if it applied
-//	the database's disk is full (ENOSPC)       503 with Retry-After, nothing stored,
-//	                                           logged as an error
+//	the database's disk is full (ENOSPC,       503 with Retry-After, nothing stored,
+//	or EDQUOT)                                 logged as an error
 //	a sync failed after a commit's meta page   503 with Retry-After, logged as an
 //	was written (kv.ErrSyncFailed: a disk      error, to every request until the
 //	that failed a write-back)                  database is reopened (a restart)

@@ -367,10 +367,11 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom
 			return EventPending, http.StatusServiceUnavailable
 		}
 		return EventNotStored, http.StatusServiceUnavailable
-	case errors.Is(err, syscall.ENOSPC):
-		// The database's disk is full (a write refused, not a sync failed
-		// after the commit: the case above): nothing was stored, and the
-		// same key runs once space returns (no restart needed).
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// The database's disk is full, or its user's quota: a write
+		// refused (not a sync failed after the commit: the case above).
+		// Nothing was stored, and the same key runs once space returns,
+		// with no restart.
 		m.log.Error("idempotent request not stored: the database's disk is full", "error", err)
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "the store's disk is full; nothing was stored: retry with the same Idempotency-Key after the indicated delay"}, time.Second)
