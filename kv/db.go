@@ -657,13 +657,25 @@ func (db *DB) heldHere() bool {
 }
 
 func (db *DB) usable(ctx context.Context) error {
+	if err := db.Err(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// Err returns the error every call on db now fails with: ErrClosed once it
+// is closed, an error matching ErrSyncFailed once a commit's sync has
+// failed after its meta page was written, nil while it serves. A service's
+// liveness check can report it: after ErrSyncFailed the remedy is a
+// restart (a reopen), which an orchestrator then does by itself.
+func (db *DB) Err() error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
 	if f := db.failed.Load(); f != nil {
 		return *f
 	}
-	return ctx.Err()
+	return nil
 }
 
 // closedErr reports bbolt's "database not open" (a Close raced the call) as

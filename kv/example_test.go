@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"time"
@@ -158,4 +160,34 @@ func ExampleDB_CloseContext() {
 	}
 	fmt.Println("closed")
 	// Output: closed
+}
+
+// A liveness check reports DB.Err: after a commit whose sync failed
+// (ErrSyncFailed) the database refuses every call until it is reopened,
+// and a failing check has the orchestrator restart the service.
+func ExampleDB_Err() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	live := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if err := db.Err(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	check := func() {
+		w := httptest.NewRecorder()
+		live.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/livez", nil))
+		fmt.Print(w.Code, " ", w.Body)
+	}
+	check()
+	_ = db.Close()
+	check()
+	// Output:
+	// 200 ok
+	// 503 kv: database is closed
 }

@@ -29,6 +29,7 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 	if syncfault.Child() {
 		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
 		require.NoError(t, err)
+		require.NoError(t, db.Err())
 		err = putPaid(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed)
 		require.ErrorIs(t, err, kv.ErrCommitUnknown)
 		require.ErrorIs(t, err, kv.ErrSyncFailed)
@@ -41,12 +42,14 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 			require.NotErrorIs(t, err, kv.ErrCommitUnknown, "nothing was sent")
 			require.ErrorContains(t, err, "close it and open it again")
 		}
+		refused(db.Err())
 		refused(db.View(ctx, func(kv.Tx) error { t.Error("a read ran"); return nil }))
 		refused(putPaid(db, "o-3"))
 		refused(db.Batch(ctx, func(kv.Tx) error { t.Error("a batch ran"); return nil }))
 		_, err = db.Backup(ctx, &bytes.Buffer{})
 		refused(err)
 		require.NoError(t, db.Close(), "a Close that wrote would meet a failed sync")
+		require.ErrorIs(t, db.Err(), kv.ErrClosed)
 		return
 	}
 
@@ -74,6 +77,7 @@ func TestSyncFailedBeforeTheMetaPageLeavesTheFileAsItWas(t *testing.T) {
 		require.NotErrorIs(t, err, kv.ErrSyncFailed)
 		require.NotErrorIs(t, err, kv.ErrCommitUnknown)
 		require.Equal(t, map[string]bool{"o-1": true}, stored(t, db))
+		require.NoError(t, db.Err(), "still serving")
 		require.NoError(t, putPaid(db, "o-3"))
 		require.NoError(t, db.Close())
 		return
