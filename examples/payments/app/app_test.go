@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -108,4 +109,28 @@ func TestParseAPIKeysRefusesAmbiguity(t *testing.T) {
 	keys, err := ParseAPIKeys("sk_a=acme, sk_b=globex")
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"sk_a": "acme", "sk_b": "globex"}, keys)
+}
+
+// GET /livez, without an API key, is 200 while the database serves and
+// 503 once it refuses calls (here closed; kv.ErrSyncFailed alike).
+func TestLivenessFollowsTheDatabase(t *testing.T) {
+	a, err := New(Config{DBPath: filepath.Join(t.TempDir(), "p.db"), Provider: providertest.New(providertest.Rates{}, 1), NoSync: true})
+	require.NoError(t, err)
+	defer a.Close()
+	srv := httptest.NewServer(a.Handler)
+	defer srv.Close()
+	get := func() (int, string) {
+		resp, err := http.Get(srv.URL + "/livez")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get()
+	require.Equal(t, http.StatusOK, code, body)
+	require.NoError(t, a.DB.Close())
+	code, body = get()
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "database is closed")
 }
