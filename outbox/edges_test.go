@@ -180,6 +180,27 @@ func TestRelayRunEndsWhenTheDatabaseCloses(t *testing.T) {
 	})
 }
 
+// Run ends, with an error matching kv.ErrSyncFailed, at the pass whose
+// commit (the events marked published) had its sync fail after the meta
+// page was written: the database refuses every call from then on, and a
+// relay that went on would only fail every poll.
+func TestRelayRunEndsWhenASyncFails(t *testing.T) {
+	looptest.EndsWhenSyncFails(t, func(path string) {
+		db := kvtest.OpenPath(t, path, nil, outbox.RecordKind)
+		kvtest.RequireBolt(t, db)
+		_, _, err := outbox.New(db).Add(ctx, ev("ev-1"))
+		require.NoError(t, err)
+		require.NoError(t, db.Close())
+	}, func(ctx context.Context, path string, onPass func(error)) error {
+		db, err := kv.Open(path, nil)
+		require.NoError(t, err)
+		defer db.Close()
+		relay, err := outbox.NewRelay(outbox.New(db), &outbox.RelayConfig{Publisher: &batches{ack: -1}, PollInterval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		return relay.Run(ctx, func(_ outbox.PassStats, err error) { onPass(err) })
+	})
+}
+
 // The relay's default batch, a backlog several batches long, published
 // once each and in order. On a store that bounds the writes of a
 // transaction (etcd: 128), marking a batch of 100 published takes 300

@@ -627,7 +627,9 @@ func (r *Relay) fail(ctx context.Context, failed Event, cause error) (quarantine
 // Run publishes until ctx ends, sleeping between passes until a commit adds
 // events, the head event's backoff ends, or PollInterval passes. It returns
 // ctx.Err() after the pass in progress has recorded what it published, or
-// kv.ErrClosed from the first pass after the database closed. onPass, if
+// kv.ErrClosed from the first pass after the database closed, or the error
+// (matching kv.ErrSyncFailed) of a pass whose commit's sync failed after
+// its meta page was written, which leaves the database refusing calls. onPass, if
 // set, receives each pass's stats (for metrics). A pass that panics
 // outside the publisher (whose panics fail their event) is logged with
 // its stack, is that pass's error, and the next pass comes PollInterval
@@ -641,7 +643,7 @@ func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 			wait = min(wait, st.Wait)
 		}
 		return st, wait, err
-	}, onPass, loop.Config{Name: "outbox relay", Final: []error{kv.ErrClosed}, AfterPanic: r.cfg.PollInterval, Logger: r.cfg.Logger})
+	}, onPass, loop.Config{Name: "outbox relay", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: r.cfg.PollInterval, Logger: r.cfg.Logger})
 }
 
 // Requeue moves a quarantined event back to the pending queue, with a

@@ -432,6 +432,26 @@ func TestRunEndsWhenTheDatabaseCloses(t *testing.T) {
 	})
 }
 
+// Run ends, with an error matching kv.ErrSyncFailed, at the sweep whose
+// commit (expired records removed) had its sync fail after the meta page
+// was written: the database refuses every call from then on.
+func TestRunEndsWhenASyncFails(t *testing.T) {
+	looptest.EndsWhenSyncFails(t, func(path string) {
+		clock := kvtest.NewManualClock(time.Now().Add(-48 * time.Hour)) // expired by now
+		db := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, allChecks...)
+		kvtest.RequireBolt(t, db)
+		l, err := ledger.New(db, &ledger.Config{Retention: time.Hour})
+		require.NoError(t, err)
+		fill(t, l, "old", 10)
+		require.NoError(t, db.Close())
+	}, func(ctx context.Context, path string, onPass func(error)) error {
+		db, err := kv.Open(path, nil)
+		require.NoError(t, err)
+		defer db.Close()
+		return retention.Run(ctx, db, nil, 10*time.Millisecond, func(_ retention.Stats, err error) { onPass(err) }, allKinds...)
+	})
+}
+
 // A sweep that panics (here an observer's) is that sweep's error, passed
 // to onSweep and logged with its stack through Config.Logger; the next
 // sweep comes an interval later, and the process goes on.

@@ -19,6 +19,7 @@ import (
 	"github.com/oncekv/oncekv/internal/looptest"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/seal/sealtest"
 	"github.com/oncekv/oncekv/sideeffect"
@@ -267,6 +268,34 @@ func TestReconcilerRunEndsWhenTheDatabaseCloses(t *testing.T) {
 	x, err := sideeffect.New(bb.db, &cfg)
 	require.NoError(t, err)
 	looptest.EndsWhenClosed(t, bb.db, func(ctx context.Context, onPass func(error)) error {
+		return x.Run(ctx, func(_ sideeffect.RunStats, err error) { onPass(err) })
+	})
+}
+
+// Run ends, with an error matching kv.ErrSyncFailed, at the pass whose
+// commit (an interrupted intent taken over and finished) had its sync fail
+// after the meta page was written: the database refuses every call from
+// then on.
+func TestReconcilerRunEndsWhenASyncFails(t *testing.T) {
+	looptest.EndsWhenSyncFails(t, func(path string) {
+		clock := kvtest.NewManualClock(time.Now().Add(-time.Hour)) // its grace long over by now
+		db := kvtest.OpenPath(t, path, &kv.Options{Clock: clock}, sideeffect.RecordKind, ledger.RecordKind)
+		kvtest.RequireBolt(t, db)
+		fake := providertest.New(providertest.Rates{}, 1)
+		x, err := sideeffect.New(db, ptr(config(fake, &completions{})))
+		require.NoError(t, err)
+		_, _, err = x.Create(ctx, spec("1")) // created, never executed: the reconciler's
+		require.NoError(t, err)
+		require.NoError(t, db.Close())
+	}, func(ctx context.Context, path string, onPass func(error)) error {
+		db, err := kv.Open(path, nil)
+		require.NoError(t, err)
+		defer db.Close()
+		fake := providertest.New(providertest.Rates{}, 1)
+		cfg := config(fake, &completions{})
+		cfg.PollInterval = 10 * time.Millisecond
+		x, err := sideeffect.New(db, &cfg)
+		require.NoError(t, err)
 		return x.Run(ctx, func(_ sideeffect.RunStats, err error) { onPass(err) })
 	})
 }

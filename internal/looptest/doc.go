@@ -1,5 +1,7 @@
 // Package looptest checks, for the tests of oncekv's background loops (the
 // outbox relay, the intent reconciler, the retention sweeper), what every
 // such loop promises: it ends, with kv.ErrClosed, at its first pass after
-// its database closed, and its pass callback has that error too.
+// its database closed, and with kv.ErrSyncFailed at the pass whose commit's
+// sync failed after its meta page was written; its pass callback has that
+// error too.
 package looptest

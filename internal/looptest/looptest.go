@@ -2,11 +2,14 @@ package looptest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/syncfault"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -40,3 +43,33 @@ func EndsWhenClosed(t *testing.T, db *kv.DB, run func(ctx context.Context, onPas
 	}
 	require.ErrorIs(t, last, kv.ErrClosed, "the pass callback had the error")
 }
+
+// EndsWhenSyncFails requires that a loop ends, with an error matching
+// kv.ErrSyncFailed, at the pass whose commit's sync failed after its meta
+// page was written (the database refuses every call from then on: no
+// later pass could do anything), and that the pass callback had that
+// error. It must be called from a top-level test: prepare writes into a
+// new bbolt file at path the work the loop's first pass commits (an event
+// to publish, a record to sweep, an intent to finish) and closes it; the
+// test then runs again in a child process (package syncfault) whose
+// second fdatasync, the first commit's meta page's, fails, and there run
+// opens the file and runs the loop over it, on the calling goroutine.
+func EndsWhenSyncFails(t *testing.T, prepare func(path string), run func(ctx context.Context, path string, onPass func(error)) error) {
+	t.Helper()
+	if !syncfault.Child() {
+		path := filepath.Join(t.TempDir(), "loop.db")
+		prepare(path)
+		syncfault.Run(t, "2", pathEnv+"="+path)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last error
+	err := run(ctx, os.Getenv(pathEnv), func(err error) { last = err })
+	require.NoError(t, ctx.Err(), "the loop went on until its context ended")
+	require.ErrorIs(t, err, kv.ErrSyncFailed)
+	require.ErrorIs(t, last, kv.ErrSyncFailed, "the pass callback had the error")
+}
+
+// pathEnv passes the prepared file to the child of EndsWhenSyncFails.
+const pathEnv = "ONCEKV_LOOPTEST_PATH"
