@@ -11,7 +11,8 @@
 // thread's calls on their own: Child locks the child's test goroutine to
 // its thread, and the child's database writes must run on it (kv runs a
 // lone caller's transaction, Batch's included, on the caller's
-// goroutine).
+// goroutine). A commit made on another goroutine (a worker's) may make
+// its two syncs on two threads and escape the count.
 //
 // Run skips the test where strace is missing or may not trace (a
 // container without ptrace), and fails it there when
