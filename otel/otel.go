@@ -2,6 +2,7 @@ package oncekvotel
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"go.opentelemetry.io/otel"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/observe"
 )
@@ -184,7 +186,9 @@ func (in *instruments) observer(tracer trace.Tracer, tenants bool) *observe.Obse
 // which says whether kv.Options.RecentCacheBytes keeps your clients'
 // retries in memory; and its database's writer (kv.DB.Writer): how long
 // the running write transaction has held it, and the writes queued behind
-// it. Every ledger over one database shares one store:
+// it; and whether the database refuses calls after a failed sync
+// (oncekv.db.sync_failed: alert on it). Every ledger over one database
+// shares one store:
 // observe one of them. On a backend with several writers (etcd: the keyed
 // layout, no directory and no cache, several writers and no group
 // commit) the figures are zero. Unregister the
@@ -204,6 +208,7 @@ func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error)
 	cached := gauge("oncekv.ledger.cache.records", "{record}", "Records in the cache of recent records.")
 	cachedBytes := gauge("oncekv.ledger.cache.size", "By", "Bytes of the records in the cache of recent records.")
 	queued := gauge("oncekv.writer.queued", "{call}", "Writes queued behind the database's running write transaction.")
+	syncFailed := gauge("oncekv.db.sync_failed", "1", "1 once a commit's sync failed after its meta page was written (kv.ErrSyncFailed): the database refuses every call until it is reopened; restart the service. 0 before.")
 	var lookups metric.Int64ObservableCounter
 	var rebuild, held metric.Float64ObservableGauge
 	if err == nil {
@@ -235,6 +240,11 @@ func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error)
 		w := l.DB().Writer()
 		o.ObserveFloat64(held, w.Held.Seconds())
 		o.ObserveInt64(queued, int64(w.Queued))
+		failed := int64(0)
+		if errors.Is(l.DB().Err(), kv.ErrSyncFailed) {
+			failed = 1
+		}
+		o.ObserveInt64(syncFailed, failed)
 		return nil
-	}, records, dirBytes, cached, cachedBytes, lookups, rebuild, held, queued)
+	}, records, dirBytes, cached, cachedBytes, lookups, rebuild, held, queued, syncFailed)
 }

@@ -259,6 +259,7 @@ func TestObserveLedger(t *testing.T) {
 			"oncekv.ledger.cache.records":     3,
 			"oncekv.ledger.cache.size":        st.CachedBytes,
 			"oncekv.writer.queued":            0,
+			"oncekv.db.sync_failed":           0,
 		}
 		wantLookups := map[string]int64{"hit": 2, "miss": 0}
 		if off {
