@@ -150,9 +150,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer func() { _ = reg.Unregister() }()
 	}
+	fatal := make(chan error, 1)
 	wg.Go(func() {
 		if err := a.Run(ctx); err != nil {
 			logger.Error("reconciler stopped", "error", err)
+			if errors.Is(err, kv.ErrSyncFailed) {
+				fatal <- err // the database refuses every call: exit, and let the supervisor restart us
+			}
 		}
 	})
 	if older {
@@ -205,9 +209,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "payments listening on http://%s (db %s, %s, provider %s)\n", ln.Addr(), store, enc, *providerURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	var failed error
 	select {
 	case err := <-errc:
 		return err
+	case failed = <-fatal:
 	case <-ctx.Done():
 	}
 	fmt.Fprintln(out, "payments shutting down")
@@ -220,6 +226,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	cancel()
+	if failed != nil {
+		return fmt.Errorf("exiting, for a restart to reopen the database: %w", failed)
+	}
 	return nil
 }
 
