@@ -47,7 +47,9 @@ func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
 // the disk holds it is not known: after a failed sync the kernel may drop
 // the page, and a later commit would then build on pages the disk never
 // got. update sees the case by the transaction that is live after the
-// failure: the failed one.
+// failure: the failed one. (A writer outside kv, a raw bbolt Update on a
+// wrapped handle, that commits in between is taken for it: the DB then
+// refuses calls until reopened too, which is safe.)
 func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
 	id := 0 // the transaction, once its function has succeeded: a failure after is its commit's
 	err := b.db.Update(func(t *bolt.Tx) error {

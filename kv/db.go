@@ -210,8 +210,10 @@ type DB struct {
 	failed   atomic.Pointer[error]
 	attached sync.Map
 	// detached is set once the attached values are closed: at the
-	// failure above, or at Close.
-	detached atomic.Bool
+	// failure above, or at Close. attachMu orders that with an attachment
+	// made meanwhile, which is then closed once, by one of them.
+	attachMu sync.Mutex
+	detached bool
 	// turn is the writer's turn (one writer: a buffer of one), taken by
 	// every write transaction this DB runs before the backend's own lock,
 	// so that a caller whose ctx ends while it waits gives up its place;
@@ -432,9 +434,12 @@ func (db *DB) closeBackend() error {
 // detach closes the attached values that are io.Closers, once, so that
 // state kept beside the database stops answering.
 func (db *DB) detach() {
-	if !db.detached.CompareAndSwap(false, true) {
+	db.attachMu.Lock()
+	defer db.attachMu.Unlock()
+	if db.detached {
 		return
 	}
+	db.detached = true
 	db.attached.Range(func(_, v any) bool {
 		if c, ok := v.(io.Closer); ok {
 			_ = c.Close()
@@ -518,14 +523,21 @@ func (db *DB) Traits() Traits { return db.traits }
 // create on first use. Packages built on kv keep per-database state there
 // (the record store's open flag), so that every handle they make over one
 // DB shares it. key should be a value of an unexported type.
-// When db closes, every attached value that is an io.Closer is closed
-// (before the backend), so state kept beside the database can stop
-// answering.
+// When db closes, or starts refusing calls after a failed sync, every
+// attached value that is an io.Closer is closed (before the backend), so
+// state kept beside the database can stop answering; one attached after
+// that is closed at once.
 func (db *DB) Attachment(key any, create func() any) any {
 	if v, ok := db.attached.Load(key); ok {
 		return v
 	}
-	v, _ := db.attached.LoadOrStore(key, create())
+	nv := create() // outside the lock: create may attach something itself
+	db.attachMu.Lock()
+	defer db.attachMu.Unlock()
+	v, loaded := db.attached.LoadOrStore(key, nv)
+	if c, ok := v.(io.Closer); ok && !loaded && db.detached {
+		_ = c.Close()
+	}
 	return v
 }
 

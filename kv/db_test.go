@@ -425,6 +425,8 @@ func TestAttachmentsCloseWithTheDatabase(t *testing.T) {
 	require.NoError(t, db.Close())
 	require.Equal(t, 1, c.n, "an attached io.Closer is not closed exactly once with the database")
 	require.NotNil(t, plain)
+	late := db.Attachment(attachKey{"late"}, func() any { return &closeCounter{} }).(*closeCounter)
+	require.Equal(t, 1, late.n, "one attached after the close is closed at once")
 }
 
 // unreachable is a backend that cannot be reached: every transaction
