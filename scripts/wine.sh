@@ -54,7 +54,8 @@ wineSkip='^(TestOpenReadOnlyFileForWriting)$'
 
 pkgs=("$@")
 if [ ${#pkgs[@]} -eq 0 ]; then
-  mapfile -t pkgs < <(go list -f '{{if .TestGoFiles}}{{.Dir}}{{else if .XTestGoFiles}}{{.Dir}}{{end}}' ./... ./cmd/oncekv/...)
+  # The packages with tests for Windows (a package's _linux tests alone build no binary).
+  mapfile -t pkgs < <(GOOS=windows go list -f '{{if .TestGoFiles}}{{.Dir}}{{else if .XTestGoFiles}}{{.Dir}}{{end}}' ./... ./cmd/oncekv/...)
 fi
 failed=()
 for dir in "${pkgs[@]}"; do
