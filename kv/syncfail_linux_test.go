@@ -53,14 +53,8 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 		return
 	}
 
-	path := filepath.Join(t.TempDir(), "orders.db")
+	path := runPaidOrders(t, "2+")
 	db := kvtest.OpenPath(t, path, nil)
-	kvtest.RequireBolt(t, db)
-	require.NoError(t, putPaid(db, "o-1"))
-	require.NoError(t, db.Close())
-	syncfault.Run(t, "2+", "KV_SYNCFAIL_PATH="+path)
-
-	db = kvtest.OpenPath(t, path, nil)
 	require.Equal(t, map[string]bool{"o-1": true, "o-2": true}, stored(t, db))
 	require.NoError(t, putPaid(db, "o-3"))
 }
@@ -83,15 +77,23 @@ func TestSyncFailedBeforeTheMetaPageLeavesTheFileAsItWas(t *testing.T) {
 		return
 	}
 
+	path := runPaidOrders(t, "1")
+	db := kvtest.OpenPath(t, path, nil)
+	require.Equal(t, map[string]bool{"o-1": true, "o-3": true}, stored(t, db))
+}
+
+// runPaidOrders writes a file holding the paid order o-1 and runs t's
+// test again in a child whose fdatasync calls when fail (package
+// syncfault), over that file; it returns the file's path.
+func runPaidOrders(t *testing.T, when string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "orders.db")
 	db := kvtest.OpenPath(t, path, nil)
 	kvtest.RequireBolt(t, db)
 	require.NoError(t, putPaid(db, "o-1"))
 	require.NoError(t, db.Close())
-	syncfault.Run(t, "1", "KV_SYNCFAIL_PATH="+path)
-
-	db = kvtest.OpenPath(t, path, nil)
-	require.Equal(t, map[string]bool{"o-1": true, "o-3": true}, stored(t, db))
+	syncfault.Run(t, when, "KV_SYNCFAIL_PATH="+path)
+	return path
 }
 
 // putPaid stores the order key as paid, in a transaction of its own.
