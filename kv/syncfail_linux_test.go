@@ -59,6 +59,31 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 	require.NoError(t, putPaid(db, "o-3"))
 }
 
+// Group commit meets the failure the same way: the batch's commit fails
+// after its meta page, its calls get ErrCommitUnknown and ErrSyncFailed,
+// and the DB refuses calls from then on.
+func TestSyncFailedInABatch(t *testing.T) {
+	if syncfault.Child() {
+		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
+		require.NoError(t, err)
+		err = db.Batch(ctx, func(tx kv.Tx) error { // led by this goroutine: syncs 1 and 2, failed
+			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("o-2"), []byte("paid"))
+		})
+		require.ErrorIs(t, err, kv.ErrCommitUnknown)
+		require.ErrorIs(t, err, kv.ErrSyncFailed)
+		require.ErrorIs(t, db.Err(), kv.ErrSyncFailed)
+		require.NoError(t, db.Close())
+		return
+	}
+	path := runPaidOrders(t, "2")
+	db := kvtest.OpenPath(t, path, nil)
+	require.Equal(t, map[string]bool{"o-1": true, "o-2": true}, stored(t, db))
+}
+
 // A commit whose first sync fails (its pages', before the meta page is
 // written) leaves the file as it was: its call gets the sync's error, not
 // ErrSyncFailed, and the DB goes on serving, the next write included.
