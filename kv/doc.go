@@ -93,7 +93,8 @@
 // ErrCommitUnknown and ErrSyncFailed, and the DB refuses every call after
 // it until it is closed and opened again (etcd, bbolt's best-known user,
 // ends the process at any failed commit). Retried after the reopen, an
-// idempotent call finds out whether it applied.
+// idempotent call finds out whether it applied. DB.Err reports the state,
+// for a liveness check; the background loops built on kv end with it.
 //
 // # Namespace, format and checks
 //
