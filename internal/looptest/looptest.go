@@ -53,7 +53,10 @@ func EndsWhenClosed(t *testing.T, db *kv.DB, run func(ctx context.Context, onPas
 // to publish, a record to sweep, an intent to finish) and closes it; the
 // test then runs again in a child process (package syncfault) whose
 // second fdatasync, the first commit's meta page's, fails, and there run
-// opens the file and runs the loop over it, on the calling goroutine.
+// opens the file and runs the loop over it, on the calling goroutine. A
+// loop whose passes commit on goroutines of their own, which the child's
+// count cannot follow, has run make that first commit itself, before the
+// loop starts.
 func EndsWhenSyncFails(t *testing.T, prepare func(path string), run func(ctx context.Context, path string, onPass func(error)) error) {
 	t.Helper()
 	if !syncfault.Child() {

@@ -24,10 +24,10 @@ func Child() bool {
 
 // Run runs t's test again in a child process under strace, whose
 // fdatasync calls numbered when (strace's syntax: "2", "2+" for the
-// second and every later one) fail with EIO, and returns the child's
-// output. The child's test is the same function, in which Child returns
-// true; it fails the parent's test if it fails.
-func Run(t testing.TB, when string, env ...string) []byte {
+// second and every later one) fail with EIO, with env added to its
+// environment. The child's test is the same function, in which Child
+// returns true; it fails the parent's test if it fails.
+func Run(t testing.TB, when string, env ...string) {
 	t.Helper()
 	strace, err := exec.LookPath("strace")
 	if err != nil {
@@ -52,7 +52,6 @@ func Run(t testing.TB, when string, env ...string) []byte {
 	if !bytes.Contains(out, []byte("--- PASS: "+name)) {
 		t.Fatalf("syncfault: the child did not run %s:\n%s", name, out)
 	}
-	return out
 }
 
 // skip skips t, or fails it where ONCEKV_REQUIRE_STRACE is set (.ci/run).
