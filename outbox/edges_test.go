@@ -191,10 +191,7 @@ func TestRelayRunEndsWhenASyncFails(t *testing.T) {
 		_, _, err := outbox.New(db).Add(ctx, ev("ev-1"))
 		require.NoError(t, err)
 		require.NoError(t, db.Close())
-	}, func(ctx context.Context, path string, onPass func(error)) error {
-		db, err := kv.Open(path, nil)
-		require.NoError(t, err)
-		defer db.Close()
+	}, func(ctx context.Context, db *kv.DB, onPass func(error)) error {
 		relay, err := outbox.NewRelay(outbox.New(db), &outbox.RelayConfig{Publisher: &batches{ack: -1}, PollInterval: 10 * time.Millisecond})
 		require.NoError(t, err)
 		return relay.Run(ctx, func(_ outbox.PassStats, err error) { onPass(err) })

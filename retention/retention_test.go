@@ -444,10 +444,7 @@ func TestRunEndsWhenASyncFails(t *testing.T) {
 		require.NoError(t, err)
 		fill(t, l, "old", 10)
 		require.NoError(t, db.Close())
-	}, func(ctx context.Context, path string, onPass func(error)) error {
-		db, err := kv.Open(path, nil)
-		require.NoError(t, err)
-		defer db.Close()
+	}, func(ctx context.Context, db *kv.DB, onPass func(error)) error {
 		return retention.Run(ctx, db, nil, 10*time.Millisecond, func(_ retention.Stats, err error) { onPass(err) }, allKinds...)
 	})
 }

@@ -284,10 +284,7 @@ func TestReconcilerRunEndsWhenASyncFails(t *testing.T) {
 		_, err := sideeffect.New(db, ptr(config(providertest.New(providertest.Rates{}, 1), &completions{})))
 		require.NoError(t, err)
 		require.NoError(t, db.Close())
-	}, func(ctx context.Context, path string, onPass func(error)) error {
-		db, err := kv.Open(path, nil)
-		require.NoError(t, err)
-		defer db.Close()
+	}, func(ctx context.Context, db *kv.DB, onPass func(error)) error {
 		fake := providertest.New(providertest.Rates{}, 1)
 		cfg := config(fake, &completions{})
 		cfg.PollInterval = 10 * time.Millisecond

@@ -53,11 +53,11 @@ func EndsWhenClosed(t *testing.T, db *kv.DB, run func(ctx context.Context, onPas
 // to publish, a record to sweep, an intent to finish) and closes it; the
 // test then runs again in a child process (package syncfault) whose
 // second fdatasync, the first commit's meta page's, fails, and there run
-// opens the file and runs the loop over it, on the calling goroutine. A
+// runs the loop over the file, opened, on the calling goroutine. A
 // loop whose passes commit on goroutines of their own, which the child's
 // count cannot follow, has run make that first commit itself, before the
 // loop starts.
-func EndsWhenSyncFails(t *testing.T, prepare func(path string), run func(ctx context.Context, path string, onPass func(error)) error) {
+func EndsWhenSyncFails(t *testing.T, prepare func(path string), run func(ctx context.Context, db *kv.DB, onPass func(error)) error) {
 	t.Helper()
 	if !syncfault.Child() {
 		path := filepath.Join(t.TempDir(), "loop.db")
@@ -67,8 +67,11 @@ func EndsWhenSyncFails(t *testing.T, prepare func(path string), run func(ctx con
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	db, err := kv.Open(os.Getenv(pathEnv), nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
 	var last error
-	err := run(ctx, os.Getenv(pathEnv), func(err error) { last = err })
+	err = run(ctx, db, func(err error) { last = err })
 	require.NoError(t, ctx.Err(), "the loop went on until its context ended")
 	require.ErrorIs(t, err, kv.ErrSyncFailed)
 	require.ErrorIs(t, last, kv.ErrSyncFailed, "the pass callback had the error")
