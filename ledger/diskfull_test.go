@@ -55,7 +55,6 @@ func TestDiskFullRunsEachRequestOnce(t *testing.T) {
 	do := func(key string) (ledger.Result, error) { return l.Do(ctx, req(key, key), work(key)) }
 
 	var keys, refused []string
-	answered := map[string]bool{}
 	for round := range 3 {
 		free := diskfull.Fill(t, dir, 96<<10) // room for some requests, not for all
 		type outcome struct {
@@ -85,7 +84,6 @@ func TestDiskFullRunsEachRequestOnce(t *testing.T) {
 			}
 			require.False(t, o.res.Replayed, o.key)
 			require.Equal(t, body(o.key), o.res.Response.Body, o.key)
-			answered[o.key] = true
 		}
 		t.Logf("round %d: %d answered, %d refused", round, 8*12-len(refused), len(refused))
 		require.NotEmpty(t, refused, "round %d: the full disk refused nothing", round)
@@ -98,12 +96,11 @@ func TestDiskFullRunsEachRequestOnce(t *testing.T) {
 			res, err := do(key)
 			require.NoError(t, err, key)
 			require.Equal(t, body(key), res.Response.Body, key)
-			answered[key] = true
 		}
 		refused = refused[:0]
 	}
 
-	requireOnce := func(l *ledger.Ledger, db *kv.DB) {
+	requireOnce := func() { // over l and db, the reopened ones too
 		t.Helper()
 		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 			runs := kvtest.Counters(tx, "runs")
@@ -123,13 +120,12 @@ func TestDiskFullRunsEachRequestOnce(t *testing.T) {
 			require.Equal(t, body(key), res.Response.Body, key)
 		}
 	}
-	require.Len(t, answered, len(keys))
-	requireOnce(l, db)
+	requireOnce()
 	kvtest.MustCheck(t, db, ledger.RecordKind)
 
 	require.NoError(t, db.Close())
 	db = kvtest.OpenPath(t, path, nil, ledger.RecordKind)
 	l, err = ledger.New(db, nil)
 	require.NoError(t, err)
-	requireOnce(l, db)
+	requireOnce()
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -45,36 +45,11 @@ func Fill(t testing.TB, dir string, leave int64) (free func()) {
 		}
 	}
 	name := f.Name()
-	removed := false
-	free = func() {
-		if removed {
-			return
-		}
-		removed = true
+	free = sync.OnceFunc(func() {
 		if err := os.Remove(name); err != nil {
 			t.Errorf("diskfull: freeing %s: %v", dir, err)
 		}
-	}
+	})
 	t.Cleanup(free)
 	return free
-}
-
-// Full reports whether a write of one byte into dir fails for want of space.
-func Full(t testing.TB, dir string) bool {
-	t.Helper()
-	name := filepath.Join(dir, "probe")
-	f, err := os.Create(name)
-	if errors.Is(err, syscall.ENOSPC) {
-		return true
-	}
-	if err != nil {
-		t.Fatalf("diskfull: %v", err)
-	}
-	defer func() { _ = os.Remove(name) }()
-	defer func() { _ = f.Close() }()
-	_, err = io.WriteString(f, "x")
-	if err == nil {
-		err = f.Sync()
-	}
-	return errors.Is(err, syscall.ENOSPC)
 }

@@ -2,6 +2,7 @@ package diskfull_test
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -24,17 +25,37 @@ func TestFillAndFree(t *testing.T) {
 			t.Fatalf(format, args...)
 		}
 	}
-	require(!diskfull.Full(t, dir), "a fresh disk is full")
+	require(!full(t, dir), "a fresh disk is full")
 	free := diskfull.Fill(t, dir, 0)
-	require(diskfull.Full(t, dir), "a filled disk takes a byte")
+	require(full(t, dir), "a filled disk takes a byte")
 	err := os.WriteFile(filepath.Join(dir, "late"), make([]byte, 4096), 0o600)
 	require(errors.Is(err, syscall.ENOSPC), "a write on a full disk: %v, want ENOSPC", err)
 	free()
-	require(!diskfull.Full(t, dir), "a freed disk is still full")
+	require(!full(t, dir), "a freed disk is still full")
 	free = diskfull.Fill(t, dir, 64<<10)
 	require(os.WriteFile(filepath.Join(dir, "room"), make([]byte, 32<<10), 0o600) == nil, "the room left is not there")
 	err = os.WriteFile(filepath.Join(dir, "late"), make([]byte, 64<<10), 0o600)
 	require(errors.Is(err, syscall.ENOSPC), "a write past the room left: %v, want ENOSPC", err)
 	free()
 	require(os.WriteFile(filepath.Join(dir, "late"), make([]byte, 4096), 0o600) == nil, "a write on a freed disk fails")
+}
+
+// full reports whether a write of one byte into dir fails for want of space.
+func full(t testing.TB, dir string) bool {
+	t.Helper()
+	name := filepath.Join(dir, "probe")
+	f, err := os.Create(name)
+	if errors.Is(err, syscall.ENOSPC) {
+		return true
+	}
+	if err != nil {
+		t.Fatalf("diskfull: %v", err)
+	}
+	defer func() { _ = os.Remove(name) }()
+	defer func() { _ = f.Close() }()
+	_, err = io.WriteString(f, "x")
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Is(err, syscall.ENOSPC)
 }
