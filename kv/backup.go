@@ -40,12 +40,14 @@ func (db *DB) backup(ctx context.Context, w io.Writer) (n int64, err error) {
 	if err := db.usable(ctx); err != nil {
 		return 0, err
 	}
-	// bbolt's own View, not db.View: a backup is one read, which the rerun
-	// build must not run twice into w.
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	// One read of bbolt's, not db.View: the rerun build must not run a
+	// backup twice into w. It waits, as every read does, for a commit
+	// whose sync is under way (boltBackend.settle).
+	copyTo := func(tx *bolt.Tx) error {
 		n, err = tx.WriteTo(ctxWriter{ctx, w})
 		return err
-	})
+	}
+	err = db.readFailure(db.backend.(*boltBackend).read(ctx, copyTo)) // db.bolt is set over a boltBackend alone
 	if cerr := ctx.Err(); cerr != nil && err != nil {
 		err = cerr // bbolt's WriteTo flattens the writer's error into text
 	}

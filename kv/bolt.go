@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -15,6 +17,18 @@ import (
 type boltBackend struct {
 	db    *bolt.DB
 	owned bool // Close closes the bbolt handle (Open); Wrap leaves it to the caller
+
+	// syncing is the transaction kv is committing, from the end of its
+	// function until its Commit returns (0: none). bbolt writes the meta
+	// page into the file before its sync, and a reader that begins in
+	// between starts from that commit: such a reader waits (settle).
+	syncing atomic.Int64
+	// unsynced is the commit whose sync failed after its meta page was
+	// written, for the readers that waited for it.
+	unsynced atomic.Pointer[unsyncedCommit]
+	waiters  atomic.Int32 // readers waiting for a commit's sync
+	waitMu   sync.Mutex
+	synced   chan struct{} // closed when the commit waited for returns; made by its first waiter
 }
 
 var _ Backend = (*boltBackend)(nil)
@@ -52,17 +66,89 @@ func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
 // refuses calls until reopened too, which is safe.)
 func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
 	id := 0 // the transaction, once its function has succeeded: a failure after is its commit's
+	defer func() {
+		if id != 0 {
+			b.committed()
+		}
+	}()
 	err := b.db.Update(func(t *bolt.Tx) error {
 		if err := fn(t); err != nil {
 			return err
 		}
 		id = t.ID()
+		b.syncing.Store(int64(id))
 		return nil
 	})
 	if err != nil && id != 0 && b.liveTx() >= id {
-		return &unsyncedCommit{tx: id, err: err}
+		u := &unsyncedCommit{tx: id, err: err}
+		b.unsynced.Store(u)
+		return u
 	}
 	return err
+}
+
+// committed ends a commit's wait (settle): its Commit has returned.
+func (b *boltBackend) committed() {
+	b.syncing.Store(0)
+	if b.waiters.Load() == 0 {
+		return // a reader that comes after this load sees syncing cleared
+	}
+	b.waitMu.Lock()
+	if b.synced != nil {
+		close(b.synced)
+		b.synced = nil
+	}
+	b.waitMu.Unlock()
+}
+
+// settle returns once the read transaction t may be read: at once, unless
+// t starts from the commit kv is making, whose meta page is in the file
+// and whose sync has not returned. Until it does, the disk may not hold
+// that commit, and a power cut would take back what the reader handed
+// out (a replayed answer, a backup). settle then waits for the commit's
+// Commit to return: nil once it succeeded, its *unsyncedCommit if its
+// sync failed, ctx's error if ctx ends first. Commits of raw bbolt
+// writers on a wrapped handle are not waited for.
+func (b *boltBackend) settle(ctx context.Context, t *bolt.Tx) error {
+	id := int64(t.ID())
+	if id != b.syncing.Load() {
+		return nil // a commit whose Commit returned (a reader never starts from a transaction 0)
+	}
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	b.waitMu.Lock()
+	if b.syncing.Load() != id {
+		b.waitMu.Unlock()
+	} else {
+		if b.synced == nil {
+			b.synced = make(chan struct{})
+		}
+		synced := b.synced
+		b.waitMu.Unlock()
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if u := b.unsynced.Load(); u != nil && int64(u.tx) == id {
+		return u
+	}
+	return nil
+}
+
+// read runs fn in a read transaction that settle let through, and rolls
+// it back however fn returns.
+func (b *boltBackend) read(ctx context.Context, fn func(*bolt.Tx) error) error {
+	t, err := b.db.Begin(false)
+	if err != nil {
+		return closedErr(err)
+	}
+	defer func() { _ = t.Rollback() }()
+	if err := b.settle(ctx, t); err != nil {
+		return err
+	}
+	return fn(t)
 }
 
 // liveTx returns the ID of the transaction a reader starts from now (the
@@ -101,27 +187,30 @@ func again(fn func(Tx) error, tx Tx) error {
 // -tags oncekv_rerun (package internal/rerun).
 var errFirstRun = errors.New("kv: the first run of a rerun build, rolled back")
 
-func (b *boltBackend) View(_ context.Context, fn func(Tx) error) error {
+func (b *boltBackend) View(ctx context.Context, fn func(Tx) error) error {
 	if rerun.Enabled { // a first run whose result is void (package internal/rerun)
-		_ = b.db.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
-		return b.db.View(func(t *bolt.Tx) error { return again(fn, (*boltTx)(t)) })
+		_ = b.read(ctx, func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+		return b.read(ctx, func(t *bolt.Tx) error { return again(fn, (*boltTx)(t)) })
 	}
-	return b.db.View(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
+	return b.read(ctx, func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
 }
 
 // view is DB.View on bbolt: bbolt's View without its closure, the read
 // path's fixed cost (a replay's transaction). fn gets the guarded Tx, and
 // the transaction rolls back however fn returns, a panic included.
-func (b *boltBackend) view(fn func(Tx) error) error {
+func (b *boltBackend) view(ctx context.Context, fn func(Tx) error) error {
 	if rerun.Enabled { // a first run whose result is void (package internal/rerun)
-		_ = b.db.View(func(t *bolt.Tx) error { return fn((*guardedBolt)(t)) })
-		return b.db.View(func(t *bolt.Tx) error { return again(fn, (*guardedBolt)(t)) })
+		_ = b.read(ctx, func(t *bolt.Tx) error { return fn((*guardedBolt)(t)) })
+		return b.read(ctx, func(t *bolt.Tx) error { return again(fn, (*guardedBolt)(t)) })
 	}
 	t, err := b.db.Begin(false)
 	if err != nil {
 		return closedErr(err)
 	}
 	defer func() { _ = t.Rollback() }()
+	if err := b.settle(ctx, t); err != nil {
+		return err
+	}
 	return fn((*guardedBolt)(t))
 }
 

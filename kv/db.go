@@ -588,7 +588,7 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 		return err
 	}
 	if b, ok := db.backend.(*boltBackend); ok {
-		return b.view(fn)
+		return db.readFailure(b.view(ctx, fn))
 	}
 	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(db.guard(t)) }))
 }
@@ -637,6 +637,21 @@ func (db *DB) failure(err error) error {
 	var u *unsyncedCommit // escapes (errors.As): declared off the path that commits
 	if errors.As(err, &u) {
 		return db.syncFailed(u)
+	}
+	return err
+}
+
+// readFailure returns err, the error of a read, turning the failed sync
+// of a commit the read waited for (boltBackend.settle) into the DB's
+// refusal, which the commit's own call reports as well.
+func (db *DB) readFailure(err error) error {
+	if err == nil {
+		return nil
+	}
+	var u *unsyncedCommit
+	if errors.As(err, &u) {
+		_ = db.syncFailed(u)
+		return db.Err()
 	}
 	return err
 }

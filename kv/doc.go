@@ -96,6 +96,18 @@
 // idempotent call finds out whether it applied. DB.Err reports the state,
 // for a liveness check; the background loops built on kv end with it.
 //
+// # What a reader sees
+//
+// A reader sees a commit only once it is on the disk. bbolt writes a
+// commit's meta page into the file and then syncs it, and a bbolt reader
+// that begins in between starts from that commit: it could hand out (as a
+// replayed answer, a published event, a backup) what a power cut still
+// takes back. DB.View and Backup wait instead, for as long as that sync
+// takes, and read the commit once it returned; if it failed, they get the
+// DB's refusal. Commits of kv never show before their call returns. (Raw
+// reads of DB.Bolt's handle, and commits made on it outside kv, are not
+// held back.)
+//
 // # Namespace, format and checks
 //
 // oncekv's own buckets live at the top level under the reserved prefix

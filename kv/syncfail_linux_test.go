@@ -112,12 +112,20 @@ func TestSyncFailedBeforeTheMetaPageLeavesTheFileAsItWas(t *testing.T) {
 // syncfault), over that file; it returns the file's path.
 func runPaidOrders(t *testing.T, when string) string {
 	t.Helper()
+	path := paidOrders(t)
+	syncfault.Run(t, when, "KV_SYNCFAIL_PATH="+path)
+	return path
+}
+
+// paidOrders writes a file holding the paid order o-1, for a child test
+// (KV_SYNCFAIL_PATH), and returns its path.
+func paidOrders(t *testing.T) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "orders.db")
 	db := kvtest.OpenPath(t, path, nil)
 	kvtest.RequireBolt(t, db)
 	require.NoError(t, putPaid(db, "o-1"))
 	require.NoError(t, db.Close())
-	syncfault.Run(t, when, "KV_SYNCFAIL_PATH="+path)
 	return path
 }
 

@@ -2,11 +2,13 @@ package syncfault
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // childEnv marks the child process and holds the strace expression.
@@ -29,6 +31,28 @@ func Child() bool {
 // returns true; it fails the parent's test if it fails.
 func Run(t testing.TB, when string, env ...string) {
 	t.Helper()
+	run(t, "error=EIO:when="+when, env)
+}
+
+// Delay is Run with the fdatasync calls numbered when made slow instead
+// of failed: each waits d before it starts, and then syncs. A commit's
+// meta page then lies in the file, unsynced, for at least d.
+func Delay(t testing.TB, when string, d time.Duration, env ...string) {
+	t.Helper()
+	run(t, fmt.Sprintf("delay_enter=%d:when=%s", d.Microseconds(), when), env)
+}
+
+// FailAfter is Run whose failing syncs first wait d: a commit's meta
+// page lies in the file for at least d before its sync fails.
+func FailAfter(t testing.TB, when string, d time.Duration, env ...string) {
+	t.Helper()
+	run(t, fmt.Sprintf("error=EIO:delay_enter=%d:when=%s", d.Microseconds(), when), env)
+}
+
+// run runs t's test again in a child under strace with fdatasync's
+// injection inject (strace's syntax after "inject=fdatasync:").
+func run(t testing.TB, inject string, env []string) {
+	t.Helper()
 	strace, err := exec.LookPath("strace")
 	if err != nil {
 		skip(t, "syncfault: strace is not installed (apt-get install strace); .ci/run installs it")
@@ -38,10 +62,10 @@ func Run(t testing.TB, when string, env ...string) {
 		t.Fatalf("syncfault: Run from a subtest (%s)", name)
 	}
 	args := []string{"-f", "-qq", "-o", os.DevNull,
-		"-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when=" + when,
+		"-e", "trace=fdatasync", "-e", "inject=fdatasync:" + inject,
 		os.Args[0], "-test.run=^" + name + "$", "-test.v", "-test.count=1"}
 	cmd := exec.Command(strace, args...) //nolint:gosec // strace running this test binary
-	cmd.Env = append(append(os.Environ(), childEnv+"="+when), env...)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+inject), env...)
 	out, err := cmd.CombinedOutput()
 	if bytes.Contains(out, []byte("ptrace")) && !bytes.Contains(out, []byte("--- ")) {
 		skip(t, "syncfault: strace may not trace here: "+string(out))
