@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/oncekv/oncekv/internal/atomicfile"
 	"github.com/oncekv/oncekv/internal/failpoint"
 	"github.com/oncekv/oncekv/internal/goid"
 	"github.com/oncekv/oncekv/internal/rerun"
@@ -252,6 +254,8 @@ func Open(path string, opts *Options) (*DB, error) {
 		}
 		return nil, &FileError{Path: path, Err: ErrNotDatabase, Reason: "is empty (0 bytes): not a database yet"}
 	}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, fs.ErrNotExist) && !o.ReadOnly
 	start := time.Now()
 	b, err := boltOpen(path, o)
 	if errors.Is(err, berrors.ErrTimeout) {
@@ -269,6 +273,14 @@ func Open(path string, opts *Options) (*DB, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", path, err)
+	}
+	if created && !o.NoSync {
+		// bbolt syncs the new file, not its name: without this, a power
+		// cut could take the file, and every commit in it, away.
+		if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+			_ = b.Close()
+			return nil, fmt.Errorf("kv: open %s: sync the directory of the new file: %w", path, err)
+		}
 	}
 	b.MaxBatchSize = o.MaxBatchSize
 	db, err := newBoltDB(b, path, o)

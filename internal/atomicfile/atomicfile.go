@@ -108,7 +108,7 @@ func writeThen(path string, write func(f *os.File) (int64, error), publish func(
 	if err := publish(tmp.Name()); err != nil {
 		return n, err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		return n, fmt.Errorf("create %s: sync its directory: %w", path, err)
 	}
 	return n, nil

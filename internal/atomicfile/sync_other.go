@@ -2,6 +2,6 @@
 
 package atomicfile
 
-// syncDir does nothing where a directory cannot be synced (Windows): the
+// SyncDir does nothing where a directory cannot be synced (Windows): the
 // link's durability is the file system's.
-func syncDir(string) error { return nil }
+func SyncDir(string) error { return nil }

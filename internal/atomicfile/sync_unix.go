@@ -4,8 +4,9 @@ package atomicfile
 
 import "os"
 
-// syncDir makes a name just linked in dir durable.
-func syncDir(dir string) error {
+// SyncDir makes the names just linked in dir durable (a file created
+// there, a rename into it).
+func SyncDir(dir string) error {
 	d, err := os.Open(dir) // #nosec G304 -- the caller's own directory
 	if err != nil {
 		return err
