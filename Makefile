@@ -3,14 +3,14 @@
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-MODULES := ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./etcdkv/... ./otel/...
+MODULES := ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./etcdkv/... ./otel/... ./internal/powercut/...
 
 test: ## run the tests of every module (the README's command, then the etcd suite's short profile)
-	go test ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./otel/...
+	go test ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./otel/... ./internal/powercut/...
 	go test -short ./etcdkv/...
 
 race: ## run the tests under the race detector
-	go test -race -count=1 ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./otel/...
+	go test -race -count=1 ./... ./cmd/oncekv/... ./examples/... ./bench/chart/... ./otel/... ./internal/powercut/...
 	go test -race -short -count=1 -skip 'TestLibrarySuitesOnEtcd|TestLibrarySuitesWithLostAnswers|TestLedgerLinearizableThroughEtcdFaults' ./etcdkv/...
 
 rerun: ## the tests with every bbolt transaction run twice, the first rolled back (-tags oncekv_rerun: etcd's conflict reruns, at every transaction)
@@ -20,6 +20,10 @@ rerun: ## the tests with every bbolt transaction run twice, the first rolled bac
 etcd-long: ## the etcd suite's long profile: the library's suites on a 3-member cluster at full size, the fault tests, the payments replicas
 	go test -count=1 -timeout 30m -v ./etcdkv/...
 	ONCEKV_REPLICAS_LONG=1 go test -count=1 -timeout 30m -v -run Replicas ./examples/payments/...
+
+powerloss: ## power cuts under the workload, release profile: 300 cuts on powercut's FUSE filesystem (root, /dev/fuse)
+	go build -o $${TMPDIR:-/tmp}/oncekv-powercut ./internal/powercut
+	ONCEKV_POWERCUT=$${TMPDIR:-/tmp}/oncekv-powercut ONCEKV_REQUIRE_POWERCUT=1 ONCEKV_CRASH_CYCLES=100 go test -count=1 -timeout 30m -v -run TestPowerLoss ./internal/crashtest
 
 fuzz-smoke: ## run every fuzz target for 10s (CI profile)
 	./scripts/fuzz.sh 10s
@@ -70,4 +74,4 @@ docs-graph: ## redraw docs/packages.svg and the graph in docs/architecture.md fr
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help test race rerun fuzz-smoke fuzz-long fuzz-rerun crash crash-long bench goals lint cross mutate chart bench-postgres docs-graph etcd-long ci wine
+.PHONY: help test race rerun fuzz-smoke fuzz-long fuzz-rerun crash crash-long powerloss bench goals lint cross mutate chart bench-postgres docs-graph etcd-long ci wine

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=0
-for dir in $(go list -f '{{.Dir}}' ./... ./cmd/oncekv/... ./examples/... ./etcdkv/... ./otel/... ./bench/chart/...); do
+for dir in $(go list -f '{{.Dir}}' ./... ./cmd/oncekv/... ./examples/... ./etcdkv/... ./otel/... ./bench/chart/... ./internal/powercut/...); do
   ls "$dir"/*_test.go >/dev/null 2>&1 || continue
   if ! grep -qE 'goleak\.(VerifyTestMain|Find)|RunWithoutLeaks' "$dir"/*_test.go; then
     echo "no goroutine leak check in ${dir#"$PWD"/}"

@@ -101,21 +101,53 @@ func newHarness(t *testing.T) *harness {
 // run starts the workload child; killAfter > 0 kills it after that delay.
 func (h *harness) run(fp string, rng [2]int, drain bool, killAfter time.Duration) (killed bool) {
 	h.t.Helper()
+	var watch func(*os.Process, <-chan struct{}) bool
+	if killAfter > 0 {
+		watch = func(p *os.Process, exited <-chan struct{}) bool {
+			select {
+			case <-time.After(killAfter):
+				_ = p.Signal(syscall.SIGKILL)
+				return true
+			case <-exited:
+				return false
+			}
+		}
+	}
+	return h.runOn(h.db, fp, rng, drain, watch)
+}
+
+// runOn starts the workload child on the file db, and watch (if not nil)
+// beside it: exited is closed when the child has ended, and watch reports
+// whether it killed the child. runOn reports whether the child was
+// killed: by watch (then however it ended), or at its failpoint. The
+// child commits durably unless db is h.db (SIGKILL leaves the page cache
+// to the disk, so a sync would add nothing).
+func (h *harness) runOn(db, fp string, rng [2]int, drain bool, watch func(p *os.Process, exited <-chan struct{}) bool) (killed bool) {
+	h.t.Helper()
 	h.runs++
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "CRASH_DB="+h.db, "CRASH_PROVIDER="+h.purl, "CRASH_SINK="+h.surl, "CRASH_ACKLOG="+h.acklog,
+	cmd.Env = append(os.Environ(), "CRASH_DB="+db, "CRASH_PROVIDER="+h.purl, "CRASH_SINK="+h.surl, "CRASH_ACKLOG="+h.acklog,
 		fmt.Sprintf("CRASH_RANGE=%d:%d", rng[0], rng[1]), "ONCEKV_FAILPOINT="+fp)
 	if drain {
 		cmd.Env = append(cmd.Env, "CRASH_DRAIN=1")
 	}
+	if db != h.db {
+		cmd.Env = append(cmd.Env, "CRASH_DURABLE=1")
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	require.NoError(h.t, cmd.Start())
-	if killAfter > 0 {
-		timer := time.AfterFunc(killAfter, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-		defer timer.Stop()
+	exited, watched := make(chan struct{}), make(chan bool, 1)
+	if watch != nil {
+		go func() { watched <- watch(cmd.Process, exited) }()
+	} else {
+		watched <- false
 	}
 	err := cmd.Wait()
+	close(exited)
+	if <-watched {
+		return true
+	}
 	if err == nil {
 		return false
 	}

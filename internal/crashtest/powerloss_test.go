@@ -1,0 +1,270 @@
+package crashtest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+)
+
+// TestPowerLoss cuts the power under the workload, which SIGKILL cannot
+// do: a killed process leaves its writes in the page cache, which the disk
+// gets anyway, while a power cut loses every write not yet synced. The
+// workload runs durably on powercut's filesystem (internal/powercut: a
+// file's data reaches the disk when the file is synced, a name when its
+// directory is), which is cut at a random moment. The cut writes what the
+// disk held to a real directory (with none, some or all of the unsynced
+// sectors kept, in any order), the workload restarts there with the same
+// client keys, and the next cycle mounts the result again. At the end,
+// against the acknowledged operations: lost = duplicated = unexpected = 0.
+//
+// It needs the powercut program (ONCEKV_POWERCUT; .ci/run builds it),
+// /dev/fuse and root, and skips without them unless
+// ONCEKV_REQUIRE_POWERCUT is set.
+func TestPowerLoss(t *testing.T) {
+	bin := powercut(t)
+	h := newHarness(t)
+	state := filepath.Join(h.dir, "state-0")
+	require.NoError(t, os.Mkdir(state, 0o700))
+	h.db = filepath.Join(state, "service.db")
+	rng := rand.New(rand.NewPCG(5, 6))
+	n := 3 * cycles()
+	start := time.Now()
+	var cuts []string
+	for c := 1; c <= n; c++ {
+		cuts = append(cuts, h.powerCycle(bin, c, rng))
+	}
+	require.False(t, h.run("", [2]int{0, 0}, true, 0))
+	h.check("drain")
+	lost, duplicated, unexpected := h.verify()
+	during, torn, acked := 0, 0, 0
+	for _, c := range cuts {
+		var files, kept, pending, ops int
+		var p float64
+		if _, err := fmt.Sscanf(c, "cut: %d files, %d of %d unsynced sectors kept (p=%f), %d", &files, &kept, &pending, &p, &ops); err == nil && pending > 0 {
+			torn++
+		}
+		if !strings.Contains(c, "after the run") {
+			during++
+		}
+		if strings.Contains(c, " of 8 operations acknowledged") && !strings.Contains(c, " 0 of 8 operations") {
+			acked++
+		}
+	}
+	t.Logf("%d power cuts: %d while the workload ran, %d with writes not yet synced (kept with a probability of 0, ½ or 1), %d after some of their range was acknowledged; %d processes, %d operations, %s",
+		n, during, torn, acked, h.runs, h.next, time.Since(start).Round(time.Second))
+	t.Logf("lost=%d duplicated=%d unexpected=%d", lost, duplicated, unexpected)
+	require.Zero(t, lost, "lost")
+	require.Zero(t, duplicated, "duplicated")
+	require.Zero(t, unexpected, "unexpected")
+	require.GreaterOrEqual(t, during, n/2, "too few cuts fell while the workload ran: %v", cuts)
+	require.Positive(t, torn, "no cut fell with writes unsynced: %v", cuts)
+}
+
+// powerCycle runs a fresh range on powercut's filesystem, loaded with the
+// current state, and cuts the power: at a random moment, or (every other
+// cycle) at a random sync, a commit's pages or its meta page written and
+// not yet synced; after the run, if it ends first. The state becomes what
+// the cut left, which is checked; the workload then restarts on it and
+// finishes the range. It returns powercut's account of the cut.
+func (h *harness) powerCycle(bin string, c int, rng *rand.Rand) string {
+	h.t.Helper()
+	r := [2]int{h.next, h.next + 8}
+	h.next += 8
+	h.ranges = append(h.ranges, r)
+	mnt := h.t.TempDir()
+	pc := startPowercut(h.t, bin, mnt, filepath.Dir(h.db))
+	out := filepath.Join(h.dir, fmt.Sprintf("state-%d", c))
+	cut := fmt.Sprintf("%d %s", rng.Uint64(), out)
+	var timer <-chan time.Time // nil at a sync: only the cut's answer ends the wait
+	if c%2 == 0 {
+		pc.send("cutat " + strconv.Itoa(1+rng.IntN(250)) + " " + cut)
+	} else {
+		timer = time.After(time.Duration(2+rng.IntN(150)) * time.Millisecond)
+	}
+	var account string
+	var err error
+	killed := h.runOn(filepath.Join(mnt, "service.db"), "", r, false, func(p *os.Process, exited <-chan struct{}) bool {
+		select { // on runOn's goroutine: no FailNow here
+		case <-timer:
+			pc.send("cut " + cut)
+			account, err = pc.next()
+		case account = <-pc.lines:
+		case <-exited:
+			return false
+		}
+		_ = p.Signal(syscall.SIGKILL)
+		return true
+	})
+	require.NoError(h.t, err)
+	if !killed {
+		pc.send("cut " + cut)
+		account, err = pc.next()
+		require.NoError(h.t, err)
+		if account != "cut: already" { // else a cut at a sync answered as the run ended
+			account += " after the run"
+		}
+	}
+	require.True(h.t, strings.HasPrefix(account, "cut: "), "powercut: %s", account)
+	h.crashes["power"]++
+	pc.exit()
+	h.db = filepath.Join(out, "service.db")
+	account += fmt.Sprintf(", %d of %d operations acknowledged before it", h.acknowledgedHeld(r, account), r[1]-r[0]) // before check, whose open would make a missing file
+	h.check("power cut " + account)
+	require.False(h.t, h.run("", r, false, 0), "the restart must finish its range")
+	h.check("restart after power cut " + account)
+	return account
+}
+
+// acknowledgedHeld checks, before anything runs on what the cut left,
+// that it holds every operation of range r acknowledged before the cut:
+// the restart would otherwise do a lost operation again, and the end state
+// would not show the loss. It returns how many there were.
+func (h *harness) acknowledgedHeld(r [2]int, cut string) (acked int) {
+	h.t.Helper()
+	acks, err := readAcks(h.acklog)
+	require.NoError(h.t, err)
+	for i := r[0]; i < r[1]; i++ {
+		if acks[i] {
+			acked++
+		}
+	}
+	db, err := kv.Open(h.db, &kv.Options{ReadOnly: true})
+	if errors.Is(err, fs.ErrNotExist) {
+		require.Zero(h.t, acked, "operations were acknowledged, and the power cut left no database (%s)", cut)
+		return 0
+	}
+	require.NoError(h.t, err)
+	defer func() { require.NoError(h.t, db.Close()) }()
+	require.NoError(h.t, db.View(context.Background(), func(tx kv.Tx) error {
+		get := func(b []byte, k string) string {
+			if bk := tx.Bucket(b); bk != nil {
+				return string(bk.Get([]byte(k)))
+			}
+			return ""
+		}
+		for i := r[0]; i < r[1]; i++ {
+			if !acks[i] {
+				continue
+			}
+			order := fmt.Sprintf("order-%d", i)
+			require.True(h.t, strings.HasPrefix(get(ordersB, order), "paid:"), "acknowledged %s is %q after the power cut (%s)", order, get(ordersB, order), cut)
+			for _, c := range []struct {
+				bucket []byte
+				key    string
+			}{{createdB, order}, {shippedB, order}, {appliedB, fmt.Sprintf("msg-%d", i)}} {
+				require.Equal(h.t, "1", get(c.bucket, c.key), "acknowledged operation %d: %s %s after the power cut (%s)", i, c.bucket, c.key, cut)
+			}
+		}
+		return nil
+	}))
+	return acked
+}
+
+// powercutProcess is a running powercut, driven on its standard input;
+// lines has what it answers.
+type powercutProcess struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+}
+
+// powercut returns the powercut program's path, skipping the test where
+// it cannot run.
+func powercut(t *testing.T) string {
+	t.Helper()
+	skip := func(why string) {
+		if os.Getenv("ONCEKV_REQUIRE_POWERCUT") != "" {
+			t.Fatal(why + " (ONCEKV_REQUIRE_POWERCUT is set)")
+		}
+		t.Skip(why)
+	}
+	bin := os.Getenv("ONCEKV_POWERCUT")
+	switch {
+	case bin == "":
+		skip("powercut: ONCEKV_POWERCUT is not set (go build -C internal/powercut -o /tmp/powercut . && ONCEKV_POWERCUT=/tmp/powercut; .ci/run does it)")
+	case os.Geteuid() != 0:
+		skip("powercut: mounting a FUSE filesystem needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		skip("powercut: no /dev/fuse: " + err.Error())
+	}
+	return bin
+}
+
+// startPowercut mounts powercut's filesystem on mnt, loaded with the files
+// of from, and waits until it is ready. Its standard error goes to the
+// test's log.
+func startPowercut(t *testing.T, bin, mnt, from string) *powercutProcess {
+	t.Helper()
+	cmd := exec.Command(bin, "-mount", mnt, "-from", from)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = testWriter{t}
+	require.NoError(t, cmd.Start())
+	p := &powercutProcess{t: t, cmd: cmd, in: in, lines: make(chan string, 4)}
+	go func() {
+		defer close(p.lines)
+		for s := bufio.NewScanner(stdout); s.Scan(); {
+			p.lines <- s.Text()
+		}
+	}()
+	t.Cleanup(func() { // an unfinished test: the end of the input unmounts
+		_ = in.Close()
+		_ = cmd.Wait()
+	})
+	line, err := p.next()
+	require.NoError(t, err)
+	require.Equal(t, "ready", line, "powercut did not mount %s", mnt)
+	return p
+}
+
+// send sends powercut a command.
+func (p *powercutProcess) send(cmd string) {
+	_, _ = fmt.Fprintln(p.in, cmd) // a powercut that ended is reported by next
+}
+
+// next returns powercut's next answer.
+func (p *powercutProcess) next() (string, error) {
+	select {
+	case line, ok := <-p.lines:
+		if !ok {
+			return "", errors.New("powercut ended")
+		}
+		return line, nil
+	case <-time.After(time.Minute):
+		return "", errors.New("powercut did not answer within a minute")
+	}
+}
+
+// exit unmounts and waits for powercut to end.
+func (p *powercutProcess) exit() {
+	p.send("exit")
+	require.NoError(p.t, p.cmd.Wait())
+}
+
+// testWriter writes to a test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
