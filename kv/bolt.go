@@ -111,30 +111,41 @@ func (b *boltBackend) committed() {
 // writers on a wrapped handle are not waited for.
 func (b *boltBackend) settle(ctx context.Context, t *bolt.Tx) error {
 	id := int64(t.ID())
-	if id != b.syncing.Load() {
-		return nil // a commit whose Commit returned (a reader never starts from a transaction 0)
+	if id == b.syncing.Load() { // (a reader never starts from a transaction 0)
+		if err := b.awaitCommit(ctx, id); err != nil {
+			return err
+		}
 	}
+	// A commit whose sync failed is stored before its wait ends: a reader
+	// that starts from it, or from a later one, after its Commit returned
+	// (before the DB's refusal is set) is refused here.
+	if u := b.unsynced.Load(); u != nil && id >= int64(u.tx) {
+		return u
+	}
+	return nil
+}
+
+// awaitCommit waits until the Commit of transaction id has returned, or
+// ctx ends.
+func (b *boltBackend) awaitCommit(ctx context.Context, id int64) error {
 	b.waiters.Add(1)
 	defer b.waiters.Add(-1)
 	b.waitMu.Lock()
 	if b.syncing.Load() != id {
 		b.waitMu.Unlock()
-	} else {
-		if b.synced == nil {
-			b.synced = make(chan struct{})
-		}
-		synced := b.synced
-		b.waitMu.Unlock()
-		select {
-		case <-synced:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return nil
 	}
-	if u := b.unsynced.Load(); u != nil && int64(u.tx) == id {
-		return u
+	if b.synced == nil {
+		b.synced = make(chan struct{})
 	}
-	return nil
+	synced := b.synced
+	b.waitMu.Unlock()
+	select {
+	case <-synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // read runs fn in a read transaction that settle let through, and rolls
