@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/atomicfile"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -267,4 +268,165 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
+}
+
+// A backup written to a disk whose power is cut (kv.DB.BackupFile, and
+// `oncekv backup --out`, through atomicfile.Create) is there whole or not
+// at all, and there whole if BackupFile returned before the cut: the copy
+// is synced before its name is linked, and the name synced before it
+// returns.
+func TestBackupFileUnderPowerLoss(t *testing.T) {
+	bin := powercut(t)
+	src := ordersDB(t, filepath.Join(t.TempDir(), "src.db"), "v1", 3000)
+	rng := rand.New(rand.NewPCG(7, 8))
+	outcomes := map[string]int{}
+	for c := 0; c < 3*cycles(); c++ {
+		outcomes[cutDuring(t, bin, t.TempDir(), c, rng, func(mnt string) error {
+			_, err := src.BackupFile(context.Background(), filepath.Join(mnt, "backup.db"))
+			return err
+		}, func(image string, finished bool) string {
+			v, n := ordersIn(t, filepath.Join(image, "backup.db"))
+			if n == 0 {
+				require.False(t, finished, "BackupFile returned before the cut, and the backup is gone")
+				return "no backup"
+			}
+			require.Equal(t, [2]any{"v1", 3000}, [2]any{v, n}, "a backup the cut left")
+			return "the whole backup"
+		})]++
+	}
+	t.Logf("after %d cuts: %v", 3*cycles(), outcomes)
+	require.Positive(t, outcomes["the whole backup"])
+}
+
+// A file replaced while the power is cut (`oncekv restore`, through
+// atomicfile.Replace) is the old one or the new one, whole, and the new
+// one if Replace returned before the cut.
+func TestReplaceUnderPowerLoss(t *testing.T) {
+	bin := powercut(t)
+	dir := t.TempDir()
+	ordersDB(t, filepath.Join(dir, "old", "target.db"), "old", 1000)
+	require.NoError(t, ordersDB(t, filepath.Join(dir, "new.db"), "new", 2000).Close())
+	newer, err := os.ReadFile(filepath.Join(dir, "new.db"))
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(9, 10))
+	outcomes := map[string]int{}
+	for c := 0; c < 3*cycles(); c++ {
+		outcomes[cutDuring(t, bin, filepath.Join(dir, "old"), c, rng, func(mnt string) error {
+			_, err := atomicfile.Replace(filepath.Join(mnt, "target.db"), func(f *os.File) (int64, error) {
+				n, err := f.Write(newer)
+				return int64(n), err
+			})
+			return err
+		}, func(image string, finished bool) string {
+			v, n := ordersIn(t, filepath.Join(image, "target.db"))
+			switch {
+			case v == "old" && n == 1000:
+				require.False(t, finished, "Replace returned before the cut, and the old file is back")
+				return "the old file"
+			case v == "new" && n == 2000:
+				return "the new file"
+			}
+			entries, _ := os.ReadDir(image)
+			t.Fatalf("the cut left a file with %d orders %q: neither the old (1000) nor the new (2000); %v", n, v, entries)
+			return ""
+		})]++
+	}
+	t.Logf("after %d cuts: %v", 3*cycles(), outcomes)
+	require.Positive(t, outcomes["the new file"])
+	require.Positive(t, outcomes["the old file"])
+}
+
+// cutDuring mounts powercut's filesystem with the files of from, runs
+// write on it (in this process: it reads nothing through a memory map
+// there), and cuts the power at a random moment, at a random sync, or
+// when write has returned. It returns what check, given the directory
+// the cut left and whether write had returned (nil) before it, says of
+// it.
+func cutDuring(t *testing.T, bin, from string, c int, rng *rand.Rand, write func(mnt string) error, check func(image string, finished bool) string) string {
+	t.Helper()
+	mnt := t.TempDir()
+	pc := startPowercut(t, bin, mnt, from)
+	image := filepath.Join(t.TempDir(), "image")
+	cut := fmt.Sprintf("%d %s", rng.Uint64(), image)
+	var timer <-chan time.Time
+	if c%2 == 0 {
+		pc.send("cutat " + strconv.Itoa(1+rng.IntN(4)) + " " + cut)
+	} else {
+		timer = time.After(time.Duration(rng.IntN(20)) * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- write(mnt) }()
+	var account string
+	var err error
+	finished := false
+	select {
+	case <-timer:
+		pc.send("cut " + cut)
+		account, err = pc.next()
+	case account = <-pc.lines:
+	case werr := <-done:
+		finished = werr == nil
+		require.NoError(t, werr, "with the power on")
+		done <- nil
+		pc.send("cut " + cut)
+		account, err = pc.next()
+	}
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(account, "cut: ") && account != "cut: already", "powercut: %s", account)
+	<-done // failed with the power, or returned before
+	pc.exit()
+	return check(image, finished)
+}
+
+// ordersDB writes n orders whose value is v to a new database at path,
+// and returns it open.
+func ordersDB(t *testing.T, path, v string, n int) *kv.DB {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.NoError(t, db.Update(context.Background(), func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(ordersB)
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if err := b.Put(fmt.Appendf(nil, "order-%06d", i), []byte(v+strings.Repeat(".", 200))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	return db
+}
+
+// ordersIn opens the database at path as a reader would and returns its
+// orders' value and their count (0 when there is no file), after a check.
+func ordersIn(t *testing.T, path string) (string, int) {
+	t.Helper()
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return "", 0
+	}
+	db, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	require.NoError(t, err, "the cut left a file that does not open")
+	defer func() { require.NoError(t, db.Close()) }()
+	problems, err := db.Check(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	var v string
+	n := 0
+	require.NoError(t, db.View(context.Background(), func(tx kv.Tx) error {
+		b := tx.Bucket(ordersB)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, val := c.First(); k != nil; k, val = c.Next() {
+			v, _, _ = strings.Cut(string(val), ".")
+			n++
+		}
+		return nil
+	}))
+	return v, n
 }

@@ -115,7 +115,8 @@ type file struct {
 }
 
 // dir is a directory: its children are the Inode's, and durable its names
-// as of its last sync.
+// as of its last sync. The handlers below check a call and answer it;
+// go-fuse changes the tree of names after a call that succeeded.
 type dir struct {
 	fs.Inode
 	d       *disk
@@ -141,6 +142,7 @@ var (
 	_ fs.NodeUnlinker  = (*dir)(nil)
 	_ fs.NodeRmdirer   = (*dir)(nil)
 	_ fs.NodeRenamer   = (*dir)(nil)
+	_ fs.NodeLinker    = (*dir)(nil)
 	_ fs.NodeFsyncer   = (*dir)(nil)
 	_ fs.NodeStatfser  = (*dir)(nil)
 )
@@ -323,8 +325,7 @@ func (n *dir) Create(ctx context.Context, name string, _, mode uint32, out *fuse
 		return nil, nil, 0, syscall.EEXIST
 	}
 	f := &file{d: n.d, dirty: map[int64]bool{}, mode: mode & 0o7777}
-	ch := n.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG})
-	n.AddChild(name, ch, false)
+	ch := n.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG}) // named by go-fuse once this returns
 	f.attr(&out.Attr)
 	return ch, nil, 0, 0
 }
@@ -338,8 +339,7 @@ func (n *dir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.Ent
 		return nil, syscall.EEXIST
 	}
 	c := &dir{d: n.d, durable: map[string]*fs.Inode{}, mode: mode & 0o7777}
-	ch := n.NewInode(ctx, c, fs.StableAttr{Mode: syscall.S_IFDIR})
-	n.AddChild(name, ch, false)
+	ch := n.NewInode(ctx, c, fs.StableAttr{Mode: syscall.S_IFDIR}) // named by go-fuse once this returns
 	out.Mode = syscall.S_IFDIR | c.mode
 	return ch, 0
 }
@@ -352,8 +352,7 @@ func (n *dir) Unlink(_ context.Context, name string) syscall.Errno {
 	if n.GetChild(name) == nil {
 		return syscall.ENOENT
 	}
-	n.RmChild(name)
-	return 0
+	return 0 // go-fuse removes the name once this returns
 }
 
 func (n *dir) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -368,8 +367,7 @@ func (n *dir) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if len(ch.Children()) > 0 {
 		return syscall.ENOTEMPTY
 	}
-	n.RmChild(name)
-	return 0
+	return 0 // go-fuse removes the name once this returns
 }
 
 func (n *dir) Rename(_ context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -383,8 +381,23 @@ func (n *dir) Rename(_ context.Context, name string, newParent fs.InodeEmbedder,
 	if n.GetChild(name) == nil {
 		return syscall.ENOENT
 	}
-	n.MvChild(name, newParent.EmbeddedInode(), newName, true)
-	return 0
+	return 0 // go-fuse moves the name once this returns (a move here too would remove it)
+}
+
+func (n *dir) Link(_ context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := n.d.lock(); e != 0 {
+		return nil, e
+	}
+	defer n.d.mu.Unlock()
+	if n.GetChild(name) != nil {
+		return nil, syscall.EEXIST
+	}
+	f, ok := target.(*file)
+	if !ok {
+		return nil, syscall.EPERM // a directory
+	}
+	f.attr(&out.Attr)
+	return target.EmbeddedInode(), 0 // named by go-fuse once this returns
 }
 
 // Fsync makes the directory's names durable.

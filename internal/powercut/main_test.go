@@ -69,7 +69,18 @@ func TestACutKeepsWhatWasSynced(t *testing.T) {
 		}
 	}
 	write("kept", "synced", 0, true)
+	write("moved", "synced", 0, true)
+	write("stays", "synced", 0, true)
 	syncDir()
+	rename := func(from, to string) {
+		t.Helper()
+		if err := os.Rename(filepath.Join(mnt, from), filepath.Join(mnt, to)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("moved", "renamed")
+	syncDir()
+	rename("stays", "renamed unsynced")    // its directory is not synced again
 	write("kept", "unsynced", 2048, false) // past the synced size, in a sector of its own
 	write("unnamed", "synced, its name not", 0, true)
 
@@ -95,6 +106,11 @@ func TestACutKeepsWhatWasSynced(t *testing.T) {
 		}
 	default:
 		t.Errorf("account %q: one unsynced sector was written", account)
+	}
+	for name, want := range map[string]bool{"renamed": true, "moved": false, "stays": true, "renamed unsynced": false} {
+		if _, err := os.Stat(filepath.Join(out, name)); (err == nil) != want {
+			t.Errorf("%q after the cut: %v, want it there: %t", name, err, want)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(out, "unnamed")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a file whose directory was not synced since it was created: %v, want it gone", err)
