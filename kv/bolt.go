@@ -19,10 +19,11 @@ type boltBackend struct {
 	owned bool // Close closes the bbolt handle (Open); Wrap leaves it to the caller
 
 	// syncing is the transaction kv is committing, from the end of its
-	// function until its Commit returns (0: none). bbolt writes the meta
+	// function until its sync has returned or its Commit failed (0: none). bbolt writes the meta
 	// page into the file before its sync, and a reader that begins in
 	// between starts from that commit: such a reader waits (settle).
 	syncing atomic.Int64
+	wake    func() // committed, as a value made once (newBoltBackend)
 	// unsynced is the commit whose sync failed after its meta page was
 	// written, for the readers that waited for it.
 	unsynced atomic.Pointer[unsyncedCommit]
@@ -32,6 +33,13 @@ type boltBackend struct {
 }
 
 var _ Backend = (*boltBackend)(nil)
+
+// newBoltBackend returns the backend over b; owned makes Close close b.
+func newBoltBackend(b *bolt.DB, owned bool) *boltBackend {
+	bb := &boltBackend{db: b, owned: owned}
+	bb.wake = bb.committed
+	return bb
+}
 
 func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
 	if rerun.Enabled { // a first run, rolled back (package internal/rerun)
@@ -72,6 +80,10 @@ func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
 		}
 	}()
 	err := b.db.Update(func(t *bolt.Tx) error {
+		// The first of the commit's handlers, which run once its sync has
+		// returned: a handler that reads (a View) must not wait for the
+		// end of the Commit that runs it.
+		t.OnCommit(b.wake)
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -87,7 +99,8 @@ func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
 	return err
 }
 
-// committed ends a commit's wait (settle): its Commit has returned.
+// committed ends a commit's wait (settle): its sync has returned (the
+// commit's first handler), or its Commit has failed.
 func (b *boltBackend) committed() {
 	b.syncing.Store(0)
 	if b.waiters.Load() == 0 {
@@ -106,8 +119,8 @@ func (b *boltBackend) committed() {
 // and whose sync has not returned. Until it does, the disk may not hold
 // that commit, and a power cut would take back what the reader handed
 // out (a replayed answer, a backup). settle then waits for the commit's
-// Commit to return: nil once it succeeded, its *unsyncedCommit if its
-// sync failed, ctx's error if ctx ends first. Commits of raw bbolt
+// sync to return: nil once it succeeded, its *unsyncedCommit if it
+// failed, ctx's error if ctx ends first. Commits of raw bbolt
 // writers on a wrapped handle are not waited for.
 func (b *boltBackend) settle(ctx context.Context, t *bolt.Tx) error {
 	id := int64(t.ID())
@@ -125,8 +138,8 @@ func (b *boltBackend) settle(ctx context.Context, t *bolt.Tx) error {
 	return nil
 }
 
-// awaitCommit waits until the Commit of transaction id has returned, or
-// ctx ends.
+// awaitCommit waits until the sync of transaction id has returned (or
+// its Commit failed), or ctx ends.
 func (b *boltBackend) awaitCommit(ctx context.Context, id int64) error {
 	b.waiters.Add(1)
 	defer b.waiters.Add(-1)

@@ -329,7 +329,7 @@ func Wrap(b *bolt.DB, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	o.ReadOnly = b.IsReadOnly()
-	return newDB(&boltBackend{db: b}, b, b.Path(), o)
+	return newDB(newBoltBackend(b, false), b, b.Path(), o)
 }
 
 // New returns a DB over any Backend (package etcdkv provides one). It checks
@@ -382,7 +382,7 @@ func newBoltDB(b *bolt.DB, path string, o Options) (db *DB, err error) {
 			db, err = nil, &FileError{Path: path, Err: ErrDamaged, Reason: fmt.Sprintf("cannot be opened: bbolt failed on its structure reading the format record: %v", r)}
 		}
 	}()
-	return newDB(&boltBackend{db: b, owned: true}, b, path, o)
+	return newDB(newBoltBackend(b, true), b, path, o)
 }
 
 // Close closes the database. Calls made after Close fail with ErrClosed.
