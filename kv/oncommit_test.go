@@ -43,4 +43,3 @@ func TestAViewInACommitHandlerSeesTheCommit(t *testing.T) {
 	}
 	require.Equal(t, "paid", seen)
 }
-
