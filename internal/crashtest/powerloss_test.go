@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/atomicfile"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // TestPowerLoss cuts the power under the workload, which SIGKILL cannot
@@ -196,6 +197,9 @@ func powercut(t *testing.T) string {
 		}
 		t.Skip(why)
 	}
+	if kvtest.Remote() {
+		t.Skip("powercut: a bbolt file's power cut; this run's backend is remote")
+	}
 	bin := os.Getenv("ONCEKV_POWERCUT")
 	switch {
 	case bin == "":
@@ -365,9 +369,12 @@ func cutDuring(t *testing.T, bin, from string, c int, rng *rand.Rand, write func
 		account, err = pc.next()
 	case account = <-pc.lines:
 	case werr := <-done:
-		finished = werr == nil
-		require.NoError(t, werr, "with the power on")
-		done <- nil
+		done <- werr
+		if werr != nil { // failed by a cut at a sync, whose answer is on its way
+			account, err = pc.next()
+			break
+		}
+		finished = true
 		pc.send("cut " + cut)
 		account, err = pc.next()
 	}
