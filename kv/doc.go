@@ -104,9 +104,9 @@
 // replayed answer, a published event, a backup) what a power cut still
 // takes back. DB.View and Backup wait instead, for as long as that sync
 // takes, and read the commit once it returned; if it failed, they get the
-// DB's refusal. Commits of kv never show before their call returns. (Raw
-// reads of DB.Bolt's handle, and commits made on it outside kv, are not
-// held back.)
+// DB's refusal. A commit's handlers (Tx.OnCommit) run once it is on the
+// disk, and may read it. (Raw reads of DB.Bolt's handle, and commits made
+// on it outside kv, are not held back.)
 //
 // # Namespace, format and checks
 //
