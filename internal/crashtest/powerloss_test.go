@@ -424,6 +424,7 @@ func ordersIn(t *testing.T, path string) (string, int) {
 	var v string
 	n := 0
 	require.NoError(t, db.View(context.Background(), func(tx kv.Tx) error {
+		v, n = "", 0 // the rerun build runs this twice
 		b := tx.Bucket(ordersB)
 		if b == nil {
 			return nil
