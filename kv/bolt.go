@@ -220,8 +220,9 @@ func (b *boltBackend) View(ctx context.Context, fn func(Tx) error) error {
 }
 
 // view is DB.View on bbolt: bbolt's View without its closure, the read
-// path's fixed cost (a replay's transaction). fn gets the guarded Tx, and
-// the transaction rolls back however fn returns, a panic included.
+// path's fixed cost (a replay's transaction); read's body, inline, for
+// the same reason. fn gets the guarded Tx, and the transaction rolls back
+// however fn returns, a panic included.
 func (b *boltBackend) view(ctx context.Context, fn func(Tx) error) error {
 	if rerun.Enabled { // a first run whose result is void (package internal/rerun)
 		_ = b.read(ctx, func(t *bolt.Tx) error { return fn((*guardedBolt)(t)) })
