@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,55 +22,49 @@ import (
 // shown, a backup). kv's readers wait for such a commit's sync to return
 // and then read it. strace makes the meta page's sync wait a second
 // before it starts: a View and a Backup begun in that second wait, and
-// what they read was synced.
+// read the commit only once the second has passed. (A lower bound, not a
+// timing: the sync cannot return sooner than a second after the Update
+// began, however slow the machine.)
 func TestReadersWaitForTheCommitsSync(t *testing.T) {
+	const delay = time.Second
 	if syncfault.Child() {
 		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, db.Close()) }()
-		var synced atomic.Bool // set by bbolt once the meta page's sync has returned
-		committing := make(chan struct{})
-		begin := sync.OnceFunc(func() { close(committing) }) // the rerun build runs the function twice
-		viewed, backedUp := make(chan error, 1), make(chan error, 1)
-		go func() { viewed <- viewWhenStored(db, "o-2", &synced) }() // other threads: strace slows the writer's alone
 		before := rawTx(db)
-		go func() { <-committing; backedUp <- backupDuring(db, before, &synced) }()
-
-		err = db.Update(ctx, func(tx kv.Tx) error { // syncs 1 (its pages) and 2 (its meta page, slow)
-			kv.BoltTx(tx).OnCommit(func() { synced.Store(true) })
-			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-			if err != nil {
-				return err
-			}
-			begin()
-			return b.Put([]byte("o-2"), []byte("paid"))
-		})
+		start := time.Now()
+		synced := start.Add(delay) // the earliest the meta page's sync can return
+		viewed, backedUp := make(chan error, 1), make(chan error, 1)
+		go func() { viewed <- viewWhenStored(db, "o-2", synced) }() // other threads: strace slows the writer's alone
+		go func() { backedUp <- backupDuring(db, before, synced) }()
+		err = putPaid(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, slow)
 		require.NoError(t, err)
 		require.NoError(t, <-viewed)
 		require.NoError(t, <-backedUp)
 		return
 	}
-	syncfault.Delay(t, "2", time.Second, "KV_SYNCFAIL_PATH="+paidOrders(t))
+	syncfault.Delay(t, "2", delay, "KV_SYNCFAIL_PATH="+paidOrders(t))
 }
 
 // viewWhenStored reads key in View after View until one finds it, and
-// fails unless that View began before the commit's sync returned (it met
-// the unsynced commit) and read it only after.
-func viewWhenStored(db *kv.DB, key string, synced *atomic.Bool) error {
+// fails unless that View began before synced (so, as it found the key,
+// once the commit's meta page was in the file and before its sync could
+// return) and read it no sooner than synced.
+func viewWhenStored(db *kv.DB, key string, synced time.Time) error {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-		early := !synced.Load()
+		began := time.Now()
 		found := false
 		err := db.View(ctx, func(tx kv.Tx) error {
 			b := tx.Bucket([]byte("orders"))
 			found = b != nil && b.Get([]byte(key)) != nil
-			if found && !synced.Load() {
+			if found && time.Now().Before(synced) {
 				return errors.New("a View read the commit before its sync returned")
 			}
 			return nil
 		})
 		if err != nil || found {
-			if err == nil && !early {
-				return errors.New("no View began while the commit's sync was under way: the test proved nothing")
+			if err == nil && !began.Before(synced) {
+				return errors.New("the View that found the commit began after its sync could have returned: the test proved nothing")
 			}
 			return err
 		}
@@ -82,21 +74,18 @@ func viewWhenStored(db *kv.DB, key string, synced *atomic.Bool) error {
 
 // backupDuring waits for the commit's meta page to be in the file (a raw
 // bbolt reader, which kv does not hold back, starts from a transaction
-// other than before, the last one before the commit), then takes
-// a backup. The backup must begin before the commit's sync returns, wait
-// for it, and hold the commit.
-func backupDuring(db *kv.DB, before int, synced *atomic.Bool) error {
+// other than before, the last one before the commit), then takes a
+// backup. The backup must wait for the commit's sync (its first byte no
+// sooner than synced), and hold the commit.
+func backupDuring(db *kv.DB, before int, synced time.Time) error {
 	for rawTx(db) == before {
 		runtime.Gosched()
 	}
-	if synced.Load() {
-		return errors.New("the commit's sync returned before the backup began: the test proved nothing")
-	}
-	w := &firstWrite{synced: synced}
+	w := &firstWrite{}
 	if _, err := db.Backup(ctx, w); err != nil {
 		return err
 	}
-	if !w.afterSync {
+	if w.first.Before(synced) {
 		return errors.New("a backup began copying before the commit's sync returned")
 	}
 	path := filepath.Join(os.TempDir(), "backup-during-sync.db")
@@ -127,18 +116,15 @@ func rawTx(db *kv.DB) int {
 	return t.ID()
 }
 
-// firstWrite buffers a backup, noting whether its first byte came after
-// the commit's sync.
+// firstWrite buffers a backup, noting when its first byte came.
 type firstWrite struct {
-	buf       bytes.Buffer
-	synced    *atomic.Bool
-	started   bool
-	afterSync bool
+	buf   bytes.Buffer
+	first time.Time
 }
 
 func (w *firstWrite) Write(p []byte) (int, error) {
-	if !w.started {
-		w.started, w.afterSync = true, w.synced.Load()
+	if w.first.IsZero() {
+		w.first = time.Now()
 	}
 	return w.buf.Write(p)
 }

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("CRASH_DB") != "" {
 		os.Exit(child())
 	}
+	if path := os.Getenv("CRASH_HTTP_DB"); path != "" {
+		os.Exit(httpChild(path))
+	}
 	if path := os.Getenv("CRASH_MIGRATE"); path != "" {
 		os.Exit(migrateChild(path))
 	}

@@ -23,7 +23,8 @@
 //	               "cut: ..." when DIR is complete.
 //	cutat N SEED DIR
 //	               the same cut, made by the N-th sync from now (a file's
-//	               or a directory's), which fails: the moment a commit's
+//	               or a directory's), which takes 20 ms (other calls go
+//	               on meanwhile) and then fails: the moment a commit's
 //	               pages are written and not synced, or its meta page. It
 //	               answers "cut: ..." then. A cut asked for once the power
 //	               is cut answers "cut: already".
@@ -80,8 +81,14 @@ type armed struct {
 	out  string
 }
 
-// synced is called at every sync, under the lock: it makes an armed cut
-// when its turn has come, and then fails the sync.
+// hold is how long the sync of an armed cut takes before the power goes:
+// a slow disk, during which what the sync is to make durable (a commit's
+// meta page) can be read.
+const hold = 20 * time.Millisecond
+
+// synced is called at every sync, under the lock: when an armed cut's
+// turn has come, it lets the lock go for hold (other calls go on), cuts
+// the power and fails the sync.
 func (d *disk) synced() syscall.Errno {
 	if d.armed == nil {
 		return 0
@@ -91,7 +98,12 @@ func (d *disk) synced() syscall.Errno {
 	}
 	a := d.armed
 	d.armed = nil
-	d.report(d.cutLocked(a.seed, a.out))
+	d.mu.Unlock()
+	time.Sleep(hold)
+	d.mu.Lock()
+	if !d.down { // else cut meanwhile, by a cut command
+		d.report(d.cutLocked(a.seed, a.out))
+	}
 	return syscall.EIO
 }
 
