@@ -19,9 +19,10 @@ type boltBackend struct {
 	owned bool // Close closes the bbolt handle (Open); Wrap leaves it to the caller
 
 	// syncing is the transaction kv is committing, from the end of its
-	// function until its sync has returned or its Commit failed (0: none). bbolt writes the meta
-	// page into the file before its sync, and a reader that begins in
-	// between starts from that commit: such a reader waits (settle).
+	// function until its sync has returned or its Commit failed (0:
+	// none). bbolt writes the meta page into the file before its sync,
+	// and a reader that begins in between starts from that commit: such
+	// a reader waits (settle).
 	syncing atomic.Int64
 	wake    func() // committed, as a value made once (newBoltBackend)
 	// unsynced is the commit whose sync failed after its meta page was
@@ -29,7 +30,7 @@ type boltBackend struct {
 	unsynced atomic.Pointer[unsyncedCommit]
 	waiters  atomic.Int32 // readers waiting for a commit's sync
 	waitMu   sync.Mutex
-	synced   chan struct{} // closed when the commit waited for returns; made by its first waiter
+	synced   chan struct{} // closed when the commit waited for has synced (or failed); made by its first waiter
 }
 
 var _ Backend = (*boltBackend)(nil)
