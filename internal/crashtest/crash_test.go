@@ -204,6 +204,7 @@ func (h *harness) cycle(fp string, hit int, kill time.Duration) bool {
 		}
 		h.crashes[name]++
 	}
+	h.acknowledgedHeld(rng, "crash at "+spec) // before the restart, which would do a lost one again
 	h.check("crash at " + spec)
 	require.False(h.t, h.run("", rng, false, 0), "the restart must finish its range")
 	h.check("restart")

@@ -1,8 +1,10 @@
 // Package crashtest is oncekv's crash suite: it kills a real process with
 // SIGKILL at every failpoint (internal/failpoint) and at random moments,
-// reopens the database, checks it, restarts the workload with the same
-// client keys, and compares the end state with what was acknowledged —
-// the Jepsen categories lost, duplicated and unexpected must all be zero.
+// reopens the database, checks it (every operation acknowledged before
+// the crash must be there: the restart would do a lost one again),
+// restarts the workload with the same client keys, and compares the end
+// state with what was acknowledged — the Jepsen categories lost,
+// duplicated and unexpected must all be zero.
 // It also checks the ledger's history for linearizability (porcupine),
 // and cuts the power, on internal/powercut's filesystem, which loses
 // every write not yet synced: under the durable workload (TestPowerLoss),
