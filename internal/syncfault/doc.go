@@ -1,9 +1,12 @@
-// Package syncfault runs a test in a child process whose syncs fail: the
-// test binary runs the named test again under strace, which answers EIO
-// to chosen calls of fdatasync (bbolt's sync of a commit) without making
-// them. That is what a disk that fails a write-back looks like to
+// Package syncfault runs a test in a child process whose syncs fail (or
+// are slow): the test binary runs the named test again under strace,
+// which answers EIO to chosen calls of fdatasync (bbolt's sync of a
+// commit) without making them. That is what a disk that fails a write-back looks like to
 // bbolt, at a point no in-process hook reaches: between a commit's meta
-// page written into the file and its sync.
+// page written into the file and its sync. Delay makes the chosen calls
+// slow instead (strace holds them back, then lets them sync), and
+// FailAfter slow and then failed: a commit's meta page lies in the file,
+// unsynced, for as long as a test needs to read it.
 //
 // bbolt syncs twice a commit, its pages and then its meta page, so on a
 // file that exists already (a new one costs one sync to create) the
