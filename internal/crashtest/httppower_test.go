@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -101,44 +100,21 @@ func TestHTTPPowerLoss(t *testing.T) {
 		pc := startPowercut(t, bin, mnt, state)
 		out := filepath.Join(dir, fmt.Sprintf("state-%d", c))
 		cut := fmt.Sprintf("%d %s", rng.Uint64(), out)
-		if c%2 == 0 {
-			pc.send("cutat " + strconv.Itoa(1+rng.IntN(40)) + " " + cut)
-		}
+		sync, after := cutPlan(c, rng, 40, 30*time.Millisecond)
 		svc := startHTTPChild(t, filepath.Join(mnt, "service.db"))
 		cycleKeys := make([]string, 24)
 		for i := range cycleKeys {
 			cycleKeys[i] = fmt.Sprintf("order-%d-%d", c, i)
 		}
 		keys = append(keys, cycleKeys...)
-		got := make(chan map[string]string, 1)
-		var sendErr error
-		go func() { // until the power goes
-			answers, err := sendAll(svc.url, cycleKeys, 4)
-			sendErr = err
-			got <- answers
-		}()
-		var timer <-chan time.Time // nil at a sync: only the cut's answer ends the wait
-		if c%2 == 1 {
-			timer = time.After(time.Duration(rng.IntN(30)) * time.Millisecond)
-		}
-		var account string
-		var err error
+		sent := make(chan struct{})
 		var answers map[string]string
-		select {
-		case <-timer:
-			pc.send("cut " + cut)
-			account, err = pc.next()
-		case account = <-pc.lines:
-		case answers = <-got: // every request answered before the cut
-			pc.send("cut " + cut)
-			account, err = pc.next()
-		}
+		var sendErr error
+		go func() { answers, sendErr = sendAll(svc.url, cycleKeys, 4); close(sent) }() // until the power goes
+		account, _, err := pc.cutWhile(cut, sync, after, sent)
 		require.NoError(t, err)
-		require.True(t, strings.HasPrefix(account, "cut: ") && account != "cut: already", "powercut: %s", account)
 		svc.kill()
-		if answers == nil {
-			answers = <-got
-		}
+		<-sent
 		require.NoError(t, sendErr)
 		pc.exit()
 		if len(answers) > 0 {

@@ -26,8 +26,8 @@
 //	               or a directory's), which takes 20 ms (other calls go
 //	               on meanwhile) and then fails: the moment a commit's
 //	               pages are written and not synced, or its meta page. It
-//	               answers "cut: ..." then. A cut asked for once the power
-//	               is cut answers "cut: already".
+//	               answers "cut: ... at a sync" then. A cut asked for once
+//	               the power is cut answers "cut: already".
 //	exit           unmount and exit (so does the end of the input).
 //
 //	powercut -mount DIR [-from DIR]
@@ -102,7 +102,8 @@ func (d *disk) synced() syscall.Errno {
 	time.Sleep(hold)
 	d.mu.Lock()
 	if !d.down { // else cut meanwhile, by a cut command
-		d.report(d.cutLocked(a.seed, a.out))
+		msg, err := d.cutLocked(a.seed, a.out)
+		d.report(msg+" at a sync", err)
 	}
 	return syscall.EIO
 }
