@@ -24,6 +24,7 @@ import (
 
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
 
@@ -85,7 +86,7 @@ func httpChild(path string) int {
 // order ID; a request run twice would get a new one), and at the end each
 // request made exactly one order.
 func TestHTTPPowerLoss(t *testing.T) {
-	bin := powercut(t)
+	bin := kvtest.PowercutProgram(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state-0")
 	require.NoError(t, os.Mkdir(state, 0o700))
@@ -97,10 +98,9 @@ func TestHTTPPowerLoss(t *testing.T) {
 	n := 2 * cycles()
 	for c := 1; c <= n; c++ {
 		mnt := t.TempDir()
-		pc := startPowercut(t, bin, mnt, state)
+		pc := kvtest.MountPowerDisk(t, bin, mnt, state)
 		out := filepath.Join(dir, fmt.Sprintf("state-%d", c))
-		cut := fmt.Sprintf("%d %s", rng.Uint64(), out)
-		sync, after := cutPlan(c, rng, 40, 30*time.Millisecond)
+		cut := kvtest.PlanCut(c, rng, out, 40, 30*time.Millisecond)
 		svc := startHTTPChild(t, filepath.Join(mnt, "service.db"))
 		cycleKeys := make([]string, 24)
 		for i := range cycleKeys {
@@ -111,12 +111,12 @@ func TestHTTPPowerLoss(t *testing.T) {
 		var answers map[string]string
 		var sendErr error
 		go func() { answers, sendErr = sendAll(svc.url, cycleKeys, 4); close(sent) }() // until the power goes
-		account, _, err := pc.cutWhile(cut, sync, after, sent)
+		account, _, err := pc.CutWhile(cut, sent)
 		require.NoError(t, err)
 		svc.kill()
 		<-sent
 		require.NoError(t, sendErr)
-		pc.exit()
+		pc.Unmount()
 		if len(answers) > 0 {
 			during++
 		}

@@ -1,15 +1,12 @@
 package crashtest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -38,7 +35,7 @@ import (
 // /dev/fuse and root, and skips without them unless
 // ONCEKV_REQUIRE_POWERCUT is set.
 func TestPowerLoss(t *testing.T) {
-	bin := powercut(t)
+	bin := kvtest.PowercutProgram(t)
 	h := newHarness(t)
 	state := filepath.Join(h.dir, "state-0")
 	require.NoError(t, os.Mkdir(state, 0o700))
@@ -88,15 +85,14 @@ func (h *harness) powerCycle(bin string, c int, rng *rand.Rand) string {
 	h.next += 8
 	h.ranges = append(h.ranges, r)
 	mnt := h.t.TempDir()
-	pc := startPowercut(h.t, bin, mnt, filepath.Dir(h.db))
+	pc := kvtest.MountPowerDisk(h.t, bin, mnt, filepath.Dir(h.db))
 	out := filepath.Join(h.dir, fmt.Sprintf("state-%d", c))
-	cut := fmt.Sprintf("%d %s", rng.Uint64(), out)
-	sync, after := cutPlan(c, rng, 250, 150*time.Millisecond)
+	cut := kvtest.PlanCut(c, rng, out, 250, 150*time.Millisecond)
 	var account string
 	var afterRun bool
 	var err error
 	h.runOn(filepath.Join(mnt, "service.db"), "", r, false, func(p *os.Process, exited <-chan struct{}) bool {
-		account, afterRun, err = pc.cutWhile(cut, sync, after, exited) // on runOn's goroutine: no FailNow here
+		account, afterRun, err = pc.CutWhile(cut, exited) // on runOn's goroutine: no FailNow here
 		if !afterRun {
 			_ = p.Signal(syscall.SIGKILL)
 		}
@@ -108,7 +104,7 @@ func (h *harness) powerCycle(bin string, c int, rng *rand.Rand) string {
 	}
 	require.True(h.t, strings.HasPrefix(account, "cut: "), "powercut: %s", account)
 	h.crashes["power"]++
-	pc.exit()
+	pc.Unmount()
 	h.db = filepath.Join(out, "service.db")
 	account += fmt.Sprintf(", %d of %d operations acknowledged before it", h.acknowledgedHeld(r, account), r[1]-r[0]) // before check, whose open would make a missing file
 	h.check("power cut " + account)
@@ -162,130 +158,6 @@ func (h *harness) acknowledgedHeld(r [2]int, cut string) (acked int) {
 	return acked
 }
 
-// powercutProcess is a running powercut, driven on its standard input;
-// lines has what it answers.
-type powercutProcess struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan string
-}
-
-// powercut returns the powercut program's path, skipping the test where
-// it cannot run.
-func powercut(t *testing.T) string {
-	t.Helper()
-	skip := func(why string) {
-		if os.Getenv("ONCEKV_REQUIRE_POWERCUT") != "" {
-			t.Fatal(why + " (ONCEKV_REQUIRE_POWERCUT is set)")
-		}
-		t.Skip(why)
-	}
-	if kvtest.Remote() {
-		t.Skip("powercut: a bbolt file's power cut; this run's backend is remote")
-	}
-	bin := os.Getenv("ONCEKV_POWERCUT")
-	switch {
-	case bin == "":
-		skip("powercut: ONCEKV_POWERCUT is not set (go build -C internal/powercut -o /tmp/powercut . && ONCEKV_POWERCUT=/tmp/powercut; .ci/run does it)")
-	case os.Geteuid() != 0:
-		skip("powercut: mounting a FUSE filesystem needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		skip("powercut: no /dev/fuse: " + err.Error())
-	}
-	return bin
-}
-
-// startPowercut mounts powercut's filesystem on mnt, loaded with the files
-// of from, and waits until it is ready. Its standard error goes to the
-// test's log.
-func startPowercut(t *testing.T, bin, mnt, from string) *powercutProcess {
-	t.Helper()
-	cmd := exec.Command(bin, "-mount", mnt, "-from", from)
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = testWriter{t}
-	require.NoError(t, cmd.Start())
-	p := &powercutProcess{t: t, cmd: cmd, in: in, lines: make(chan string, 4)}
-	go func() {
-		defer close(p.lines)
-		for s := bufio.NewScanner(stdout); s.Scan(); {
-			p.lines <- s.Text()
-		}
-	}()
-	t.Cleanup(func() { // an unfinished test: the end of the input unmounts
-		_ = in.Close()
-		_ = cmd.Wait()
-	})
-	line, err := p.next()
-	require.NoError(t, err)
-	require.Equal(t, "ready", line, "powercut did not mount %s", mnt)
-	return p
-}
-
-// send sends powercut a command.
-func (p *powercutProcess) send(cmd string) {
-	_, _ = fmt.Fprintln(p.in, cmd) // a powercut that ended is reported by next
-}
-
-// next returns powercut's next answer.
-func (p *powercutProcess) next() (string, error) {
-	select {
-	case line, ok := <-p.lines:
-		if !ok {
-			return "", errors.New("powercut ended")
-		}
-		return line, nil
-	case <-time.After(time.Minute):
-		return "", errors.New("powercut did not answer within a minute")
-	}
-}
-
-// cutWhile cuts the power while something runs: at the sync-th sync
-// from now if sync > 0 (powercut's own answer ends the wait), else after
-// after, or as soon as ended is closed. It returns powercut's account of
-// the cut, which it checks, and whether the cut came after the end.
-func (p *powercutProcess) cutWhile(cut string, sync int, after time.Duration, ended <-chan struct{}) (account string, afterEnd bool, err error) {
-	var timer <-chan time.Time // nil at a sync
-	if sync > 0 {
-		p.send(fmt.Sprintf("cutat %d %s", sync, cut))
-	} else {
-		timer = time.After(after)
-	}
-	select {
-	case line, ok := <-p.lines: // the cut at a sync
-		if !ok {
-			return "", false, errors.New("powercut ended")
-		}
-		account = line
-	case <-timer:
-	case <-ended:
-		afterEnd = true
-	}
-	if account == "" {
-		p.send("cut " + cut)
-		if account, err = p.next(); err != nil {
-			return "", false, err
-		}
-	}
-	// A cut at a sync made as the run ended answers first (and says "at a
-	// sync"): the "already" of the cut asked for after it follows, unread.
-	afterEnd = afterEnd && !strings.HasSuffix(account, " at a sync")
-	if !strings.HasPrefix(account, "cut: ") || account == "cut: already" {
-		return "", false, fmt.Errorf("powercut: %s", account)
-	}
-	return account, afterEnd, nil
-}
-
-// exit unmounts and waits for powercut to end.
-func (p *powercutProcess) exit() {
-	p.send("exit")
-	require.NoError(p.t, p.cmd.Wait())
-}
-
 // testWriter writes to a test's log.
 type testWriter struct{ t *testing.T }
 
@@ -300,7 +172,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 // is synced before its name is linked, and the name synced before it
 // returns.
 func TestBackupFileUnderPowerLoss(t *testing.T) {
-	bin := powercut(t)
+	bin := kvtest.PowercutProgram(t)
 	src := ordersDB(t, filepath.Join(t.TempDir(), "src.db"), "v1", 3000)
 	rng := rand.New(rand.NewPCG(7, 8))
 	outcomes := map[string]int{}
@@ -326,7 +198,7 @@ func TestBackupFileUnderPowerLoss(t *testing.T) {
 // atomicfile.Replace) is the old one or the new one, whole, and the new
 // one if Replace returned before the cut.
 func TestReplaceUnderPowerLoss(t *testing.T) {
-	bin := powercut(t)
+	bin := kvtest.PowercutProgram(t)
 	dir := t.TempDir()
 	ordersDB(t, filepath.Join(dir, "old", "target.db"), "old", 1000)
 	require.NoError(t, ordersDB(t, filepath.Join(dir, "new.db"), "new", 2000).Close())
@@ -369,30 +241,20 @@ func TestReplaceUnderPowerLoss(t *testing.T) {
 func cutDuring(t *testing.T, bin, from string, c int, rng *rand.Rand, write func(mnt string) error, check func(image string, finished bool) string) string {
 	t.Helper()
 	mnt := t.TempDir()
-	pc := startPowercut(t, bin, mnt, from)
+	pc := kvtest.MountPowerDisk(t, bin, mnt, from)
 	image := filepath.Join(t.TempDir(), "image")
-	cut := fmt.Sprintf("%d %s", rng.Uint64(), image)
-	sync, after := cutPlan(c, rng, 4, 20*time.Millisecond)
+	cut := kvtest.PlanCut(c, rng, image, 4, 20*time.Millisecond)
 	ended := make(chan struct{})
 	var werr error
 	go func() { werr = write(mnt); close(ended) }()
-	_, finished, err := pc.cutWhile(cut, sync, after, ended)
+	_, finished, err := pc.CutWhile(cut, ended)
 	require.NoError(t, err)
 	<-ended // failed with the power, or returned before
 	if finished {
 		require.NoError(t, werr, "with the power on")
 	}
-	pc.exit()
+	pc.Unmount()
 	return check(image, finished)
-}
-
-// cutPlan draws where cycle c cuts the power: at a sync from 1 to maxSync
-// in even cycles, after up to maxAfter in odd ones.
-func cutPlan(c int, rng *rand.Rand, maxSync int, maxAfter time.Duration) (sync int, after time.Duration) {
-	if c%2 == 0 {
-		return 1 + rng.IntN(maxSync), 0
-	}
-	return 0, time.Duration(rng.Int64N(int64(maxAfter)))
 }
 
 // ordersDB writes n orders whose value is v to a new database at path,
