@@ -21,9 +21,9 @@ etcd-long: ## the etcd suite's long profile: the library's suites on a 3-member 
 	go test -count=1 -timeout 30m -v ./etcdkv/...
 	ONCEKV_REPLICAS_LONG=1 go test -count=1 -timeout 30m -v -run Replicas ./examples/payments/...
 
-powerloss: ## power cuts under the durable workload (300), an HTTP service (200), backups and restores (300 each), on powercut's FUSE filesystem (root, /dev/fuse)
+powerloss: ## power cuts under the durable workload (300), an HTTP service (200), backups and restores (300 each), the payments example (50), on powercut's FUSE filesystem (root, /dev/fuse)
 	go build -o $${TMPDIR:-/tmp}/oncekv-powercut ./internal/powercut
-	ONCEKV_POWERCUT=$${TMPDIR:-/tmp}/oncekv-powercut ONCEKV_REQUIRE_POWERCUT=1 ONCEKV_CRASH_CYCLES=100 go test -count=1 -timeout 30m -v -run 'PowerLoss' ./internal/crashtest
+	ONCEKV_POWERCUT=$${TMPDIR:-/tmp}/oncekv-powercut ONCEKV_REQUIRE_POWERCUT=1 ONCEKV_CRASH_CYCLES=100 go test -count=1 -timeout 30m -v -run 'PowerLoss' ./internal/crashtest ./examples/payments
 
 fuzz-smoke: ## run every fuzz target for 10s (CI profile)
 	./scripts/fuzz.sh 10s

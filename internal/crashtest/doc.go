@@ -18,6 +18,8 @@
 //	ONCEKV_CRASH_CYCLES=100 go test -tags failpoints ./internal/crashtest -timeout 2h   # release profile
 //
 // The power-loss tests need the powercut program (ONCEKV_POWERCUT), root
-// and /dev/fuse: make powerloss builds it and runs 1,100 cuts; .ci/run a
-// tenth of them.
+// and /dev/fuse (kvtest.PowercutProgram): make powerloss builds it and
+// runs 1,100 cuts, and 50 more under the payments example
+// (examples/payments, TestPaymentsUnderPowerLoss); .ci/run a tenth of
+// them.
 package crashtest

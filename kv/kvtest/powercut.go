@@ -78,7 +78,7 @@ type PowerDisk struct {
 // log. An unmounted disk is unmounted when the test ends.
 func MountPowerDisk(t testing.TB, bin, mnt, from string) *PowerDisk {
 	t.Helper()
-	cmd := exec.Command(bin, "-mount", mnt, "-from", from)
+	cmd := exec.Command(bin, "-mount", mnt, "-from", from) //nolint:gosec // the program ONCEKV_POWERCUT names, for a test
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
