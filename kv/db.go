@@ -209,8 +209,12 @@ type DB struct {
 	closeErr    error         // its error, read after closeDone
 	// failed is the error every call returns after a commit whose sync
 	// failed once its meta page was written (ErrSyncFailed), nil before.
-	failed   atomic.Pointer[error]
-	attached sync.Map
+	failed atomic.Pointer[error]
+	// refusing is closed (once, refuseOnce) when Err first returns an
+	// error: at Close, or at the failure above (Done).
+	refusing   chan struct{}
+	refuseOnce sync.Once
+	attached   sync.Map
 	// detached is set once the attached values are closed: at the
 	// failure above, or at Close. attachMu orders that with an attachment
 	// made meanwhile, which is then closed once, by one of them.
@@ -349,7 +353,7 @@ func New(b Backend, opts *Options) (*DB, error) {
 }
 
 func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
-	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New(), closeDone: make(chan struct{})}
+	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New(), closeDone: make(chan struct{}), refusing: make(chan struct{})}
 	if bdb != nil {
 		db.pageSize = bdb.Info().PageSize // nothing else uses bdb yet: see PageSize
 	}
@@ -403,6 +407,7 @@ func (db *DB) Close() error { return db.CloseContext(context.Background()) }
 // is killed at the end of its grace period anyway.
 func (db *DB) CloseContext(ctx context.Context) error {
 	if db.closed.CompareAndSwap(false, true) {
+		db.refuse()
 		if ctx.Done() == nil {
 			db.close()
 		} else {
@@ -467,6 +472,7 @@ func (db *DB) detach() {
 func (db *DB) syncFailed(u *unsyncedCommit) error {
 	var refusal error = &syncError{path: db.path, commit: u, refusal: true}
 	db.failed.CompareAndSwap(nil, &refusal)
+	db.refuse()
 	db.detach()
 	return &syncError{path: db.path, commit: u}
 }
@@ -716,6 +722,18 @@ func (db *DB) Err() error {
 	}
 	return nil
 }
+
+// Done returns a channel that is closed when db starts refusing calls:
+// when Close is called, or after a commit whose sync failed once its meta
+// page was written. Err then says which. The background loops (the
+// retention sweeper, the outbox relay, the intent reconciler) end on it
+// at once, with Err's error, rather than at their next pass, an interval
+// later; a service can select on it to exit, for its supervisor to
+// restart it and the open to read what the disk holds.
+func (db *DB) Done() <-chan struct{} { return db.refusing }
+
+// refuse closes the channel Done returns, once.
+func (db *DB) refuse() { db.refuseOnce.Do(func() { close(db.refusing) }) }
 
 // closedErr reports bbolt's "database not open" (a Close raced the call) as
 // ErrClosed, so callers meet one error for a closed database.

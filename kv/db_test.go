@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,6 +233,43 @@ func TestClosedDB(t *testing.T) {
 	require.NoError(t, db.Close(), "Close is idempotent")
 	require.ErrorIs(t, db.Update(ctx, func(kv.Tx) error { return nil }), kv.ErrClosed)
 	require.ErrorIs(t, db.Batch(ctx, func(kv.Tx) error { return nil }), kv.ErrClosed)
+}
+
+// Done is closed as soon as Close is called, while a transaction still
+// runs and the file is still open: what waits on it (a background loop
+// sleeping between passes) stops at once, with Err's ErrClosed.
+func TestDoneClosesWhenCloseIsCalled(t *testing.T) {
+	t.Parallel()
+	db, err := kv.Open(filepath.Join(t.TempDir(), "d.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	select {
+	case <-db.Done():
+		t.Fatal("Done is closed while the database serves")
+	default:
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	viewed := make(chan error, 1)
+	entered := sync.OnceFunc(func() { close(inside) })
+	go func() { viewed <- db.View(ctx, func(kv.Tx) error { entered(); <-release; return nil }) }()
+	<-inside
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	select {
+	case <-db.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done stayed open after Close was called")
+	}
+	require.ErrorIs(t, db.Err(), kv.ErrClosed)
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a View ran: the test did not see Done before the close")
+	default:
+	}
+	close(release)
+	if err := <-viewed; !kvtest.RunsTwice() { // the second run of the rerun build meets the close
+		require.NoError(t, err)
+	}
+	require.NoError(t, <-closed)
 }
 
 // The adapter lets a caller's own bbolt transaction carry oncekv calls, and

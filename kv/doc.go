@@ -94,7 +94,9 @@
 // it until it is closed and opened again (etcd, bbolt's best-known user,
 // ends the process at any failed commit). Retried after the reopen, an
 // idempotent call finds out whether it applied. DB.Err reports the state,
-// for a liveness check; the background loops built on kv end with it.
+// for a liveness check, and DB.Done is closed when it begins (or at
+// Close), as a context's Done and Err are: the background loops built on
+// kv end on it at once, and a service can exit on it.
 //
 // # What a reader sees
 //

@@ -191,3 +191,26 @@ func ExampleDB_Err() {
 	// 200 ok
 	// 503 kv: database is closed
 }
+
+// A service that exits by itself when its database begins refusing
+// calls (after a commit whose sync failed: ErrSyncFailed), for its
+// supervisor to restart it and the open to read what the disk holds.
+// Here the refusal is a Close, made while the service runs.
+func ExampleDB_Done() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background()) // SIGTERM's, in a service
+	defer stop()
+	go func() { _ = db.Close() }()
+	select {
+	case <-db.Done():
+		fmt.Println("exiting:", db.Err())
+	case <-ctx.Done():
+		fmt.Println("shutting down")
+	}
+	// Output: exiting: kv: database is closed
+}

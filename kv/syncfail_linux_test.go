@@ -30,6 +30,7 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
 		require.NoError(t, err)
 		require.NoError(t, db.Err())
+		require.False(t, isClosed(db.Done()), "Done while the database serves")
 		err = putPaid(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed)
 		require.ErrorIs(t, err, kv.ErrCommitUnknown)
 		require.ErrorIs(t, err, kv.ErrSyncFailed)
@@ -43,6 +44,7 @@ func TestSyncFailedAfterTheMetaPageRefusesEveryCall(t *testing.T) {
 			require.ErrorContains(t, err, "close it and open it again")
 		}
 		refused(db.Err())
+		require.True(t, isClosed(db.Done()), "Done once the database refuses calls")
 		refused(db.View(ctx, func(kv.Tx) error { t.Error("a read ran"); return nil }))
 		refused(putPaid(db, "o-3"))
 		refused(db.Batch(ctx, func(kv.Tx) error { t.Error("a batch ran"); return nil }))
@@ -97,6 +99,7 @@ func TestSyncFailedBeforeTheMetaPageLeavesTheFileAsItWas(t *testing.T) {
 		require.NotErrorIs(t, err, kv.ErrCommitUnknown)
 		require.Equal(t, map[string]bool{"o-1": true}, stored(t, db))
 		require.NoError(t, db.Err(), "still serving")
+		require.False(t, isClosed(db.Done()), "still serving")
 		require.NoError(t, putPaid(db, "o-3"))
 		require.NoError(t, db.Close())
 		return
@@ -138,4 +141,14 @@ func putPaid(db *kv.DB, key string) error {
 		}
 		return b.Put([]byte(key), []byte("paid"))
 	})
+}
+
+// isClosed reports whether c is closed.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

@@ -626,11 +626,12 @@ func (r *Relay) fail(ctx context.Context, failed Event, cause error) (quarantine
 
 // Run publishes until ctx ends, sleeping between passes until a commit adds
 // events, the head event's backoff ends, or PollInterval passes. It returns
-// ctx.Err() after the pass in progress has recorded what it published, or
-// kv.ErrClosed from the first pass after the database closed, or the error
-// (matching kv.ErrSyncFailed) of a pass whose commit's sync failed after
-// its meta page was written, which leaves the database refusing calls. onPass, if
-// set, receives each pass's stats (for metrics). A pass that panics
+// ctx.Err() after the pass in progress has recorded what it published, or,
+// as soon as the database refuses calls (kv.DB.Done), the refusal from a
+// pass made then: kv.ErrClosed once it is closed, an error matching
+// kv.ErrSyncFailed once a commit's sync (the pass's own, or any other
+// writer's) failed after its meta page was written. onPass, if set,
+// receives each pass's stats (for metrics). A pass that panics
 // outside the publisher (whose panics fail their event) is logged with
 // its stack, is that pass's error, and the next pass comes PollInterval
 // later: the process, which would meet the same events after a restart,
@@ -643,7 +644,7 @@ func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 			wait = min(wait, st.Wait)
 		}
 		return st, wait, err
-	}, onPass, loop.Config{Name: "outbox relay", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: r.cfg.PollInterval, Logger: r.cfg.Logger})
+	}, onPass, loop.Config{Name: "outbox relay", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: r.cfg.PollInterval, Logger: r.cfg.Logger, Refusing: r.o.db.Done()})
 }
 
 // Requeue moves a quarantined event back to the pending queue, with a

@@ -220,9 +220,10 @@ var errNoKinds = errors.New("retention: no record kinds to sweep (pass ledger.Re
 
 // Run sweeps the given kinds every interval until ctx ends, passing each
 // sweep's stats to onSweep (for metrics; may be nil). It returns ctx.Err(),
-// kv.ErrClosed from the first sweep after the database closed, or the error
-// (matching kv.ErrSyncFailed) of a sweep whose commit's sync failed after
-// its meta page was written, which leaves the database refusing calls. A sweep
+// or, as soon as the database refuses calls (kv.DB.Done), the refusal
+// from a sweep made then: kv.ErrClosed once it is closed, an error matching
+// kv.ErrSyncFailed once a commit's sync (the sweep's own, or any other
+// writer's) failed after its meta page was written. A sweep
 // that panics is that sweep's error (logged with its stack through
 // cfg.Logger), and the next comes an interval later.
 func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, onSweep func(Stats, error), kinds ...kv.RecordKind) error {
@@ -235,5 +236,5 @@ func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, on
 	return loop.Run(ctx, nil, func(ctx context.Context) (Stats, time.Duration, error) {
 		st, err := Sweep(ctx, db, cfg, kinds...)
 		return st, interval, err
-	}, onSweep, loop.Config{Name: "retention sweeper", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: interval, Logger: cfg.withDefaults().Logger})
+	}, onSweep, loop.Config{Name: "retention sweeper", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: interval, Logger: cfg.withDefaults().Logger, Refusing: db.Done()})
 }

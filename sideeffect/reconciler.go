@@ -226,11 +226,11 @@ func (x *Executor) reconcile(ctx context.Context, id string) (in *Intent, err er
 // Run is the background reconciler: it runs a pass, then sleeps until the
 // next intent is due, a new intent is committed (Wake), or PollInterval
 // passes, whichever is first. It returns when ctx ends (with ctx.Err()),
-// after the pass in progress finishes, with kv.ErrClosed from the first
-// pass after the database closed, or with the error (matching
-// kv.ErrSyncFailed) of a pass whose commit's sync failed after its meta
-// page was written, which leaves the database refusing calls; it starts
-// no goroutine that outlives it.
+// after the pass in progress finishes, or, as soon as the database
+// refuses calls (kv.DB.Done), with the refusal from a pass made then:
+// kv.ErrClosed once it is closed, an error matching kv.ErrSyncFailed once
+// a commit's sync (the pass's own, or any other writer's) failed after its
+// meta page was written. It starts no goroutine that outlives it.
 // onPass, if not nil, receives each pass's stats (for metrics). A panic in
 // a pass outside an intent's attempt (whose panics are that intent's
 // error) is logged with its stack, is that pass's error, and the next
@@ -252,5 +252,5 @@ func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error 
 			})
 		}
 		return stats, wait, err
-	}, onPass, loop.Config{Name: "intent reconciler", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: x.cfg.PollInterval, Logger: x.cfg.Logger})
+	}, onPass, loop.Config{Name: "intent reconciler", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: x.cfg.PollInterval, Logger: x.cfg.Logger, Refusing: x.db.Done()})
 }

@@ -150,13 +150,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		defer func() { _ = reg.Unregister() }()
 	}
-	fatal := make(chan error, 1)
 	wg.Go(func() {
 		if err := a.Run(ctx); err != nil {
 			logger.Error("reconciler stopped", "error", err)
-			if errors.Is(err, kv.ErrSyncFailed) {
-				fatal <- err // the database refuses every call: exit, and let the supervisor restart us
-			}
 		}
 	})
 	if older {
@@ -213,7 +209,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	select {
 	case err := <-errc:
 		return err
-	case failed = <-fatal:
+	case <-a.DB.Done(): // a commit's sync failed: the database refuses every call
+		failed = a.DB.Err() // exit, and let the supervisor restart us (the open reads what the disk holds)
 	case <-ctx.Done():
 	}
 	fmt.Fprintln(out, "payments shutting down")

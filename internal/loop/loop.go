@@ -24,14 +24,19 @@ type Config struct {
 	AfterPanic time.Duration
 	// Logger, when not nil, logs a pass's panic, with its stack.
 	Logger *slog.Logger
+	// Refusing, when not nil, is closed when the database starts
+	// refusing calls (kv.DB.Done): the loop then runs its next pass at
+	// once, which meets the refusal, one of Final, and ends the loop,
+	// instead of sleeping through the wait its last pass asked for.
+	Refusing <-chan struct{}
 }
 
 // Run calls pass until ctx ends, and passes every result to onPass (when
 // not nil). After each pass it waits for whichever comes first: the wait
 // the pass asked for (0 runs the next pass at once), a signal on wake (nil:
-// none), or the end of ctx. It returns ctx.Err(), after the pass in
-// progress finishes, or the error of a pass that is one of cfg.Final,
-// after onPass has it. It starts no goroutine.
+// none), cfg.Refusing closing, or the end of ctx. It returns ctx.Err(),
+// after the pass in progress finishes, or the error of a pass that is one
+// of cfg.Final, after onPass has it. It starts no goroutine.
 //
 // A pass that panics is recovered: its error is the panic's, logged with
 // its stack through cfg.Logger, and the next pass comes after
@@ -40,6 +45,7 @@ type Config struct {
 // every restart: a panic that ended the process would end it again at
 // each.
 func Run[S any](ctx context.Context, wake <-chan struct{}, pass func(context.Context) (S, time.Duration, error), onPass func(S, error), cfg Config) error {
+	refusing := cfg.Refusing
 	for {
 		st, wait, err := guarded(ctx, pass, cfg)
 		if ctx.Err() != nil {
@@ -63,6 +69,9 @@ func Run[S any](ctx context.Context, wake <-chan struct{}, pass func(context.Con
 			return ctx.Err()
 		case <-wake:
 			t.Stop()
+		case <-refusing:
+			t.Stop()
+			refusing = nil // one pass at once: a closed channel is always ready
 		case <-t.C:
 		}
 	}

@@ -61,3 +61,38 @@ func TestPanickingPassIsItsError(t *testing.T) {
 	require.Equal(t, result{3, errFinal}, testwait.Receive(t, results, "the third pass's result"))
 	require.ErrorIs(t, testwait.Receive(t, done, "the loop's end"), errFinal)
 }
+
+// A loop sleeping an hour between passes runs its next pass as soon as
+// Refusing closes (the database refused calls), and ends at that pass's
+// Final error. A pass then that is not final does not make the closed
+// channel spin the loop: the next waits as the pass asked.
+func TestRefusingRunsAPassAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, final := range []bool{true, false} {
+		refusing := make(chan struct{})
+		passes := make(chan int, 10)
+		calls := 0
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- loop.Run(ctx, nil, func(context.Context) (int, time.Duration, error) {
+				calls++
+				if calls == 2 && final {
+					return calls, time.Hour, errFinal
+				}
+				return calls, time.Hour, nil
+			}, func(n int, _ error) { passes <- n }, loop.Config{Name: "test loop", Final: []error{errFinal}, Refusing: refusing})
+		}()
+		require.Equal(t, 1, testwait.Receive(t, passes, "the first pass"))
+		close(refusing)
+		require.Equal(t, 2, testwait.Receive(t, passes, "the pass after Refusing closed"))
+		if final {
+			require.ErrorIs(t, testwait.Receive(t, done, "the loop's end"), errFinal)
+			cancel()
+			continue
+		}
+		cancel()
+		require.ErrorIs(t, testwait.Receive(t, done, "the loop's end"), context.Canceled)
+		require.Empty(t, passes, "a pass after the one Refusing made")
+	}
+}

@@ -13,10 +13,11 @@ import (
 	"github.com/oncekv/oncekv/kv"
 )
 
-// EndsWhenClosed starts run (a loop's Run over db, polling often, which
-// passes each pass's error to onPass) and requires that a first pass
-// succeeds, and that once db is closed run returns kv.ErrClosed, within a
-// generous bound, after onPass has had it.
+// EndsWhenClosed starts run (a loop's Run over db, which passes each
+// pass's error to onPass) and requires that a first pass succeeds, and
+// that once db is closed run returns kv.ErrClosed, within a generous
+// bound, after onPass has had it. A run that polls once an hour shows
+// that the loop ends on kv.DB.Done, not at its next poll.
 func EndsWhenClosed(t *testing.T, db *kv.DB, run func(ctx context.Context, onPass func(error)) error) {
 	t.Helper()
 	passes := make(chan error, 100)
