@@ -621,6 +621,13 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) e
 			return err
 		}
 		defer db.giveTurn() // a panic in fn or in the commit included
+		// A write that came in before a commit's sync failed, and waited
+		// for the turn while it failed, would commit on top of what the
+		// disk may not hold: the refusal is set within the failed
+		// commit's turn, and read here, within this one.
+		if f := db.failed.Load(); f != nil {
+			return *f
+		}
 		if db.opts.CheckNesting {
 			db.turnHolder.Store(goid.ID())
 			defer db.turnHolder.Store(0) // before the turn is given

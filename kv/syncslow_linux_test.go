@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/syncfault"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // bbolt writes a commit's meta page into the file before it syncs it, and
@@ -104,6 +105,42 @@ func backupDuring(db *kv.DB, before int, synced time.Time) error {
 		}
 		return nil
 	})
+}
+
+// A write that was on its way while a commit's sync failed after its
+// meta page (it came in before the DB refused calls, and waited for the
+// writer's turn) is refused once it has the turn: it would commit on top
+// of the commit the disk may not hold, and be answered as done. The
+// payments example met it: the first retention sweep's commit failed, and
+// the create behind it was answered 201.
+func TestAWriteQueuedBehindAFailedSyncIsRefused(t *testing.T) {
+	if syncfault.Child() {
+		db, err := kv.Open(os.Getenv("KV_SYNCFAIL_PATH"), nil)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, db.Close()) }()
+		before := rawTx(db)
+		queued := make(chan error, 1)
+		waiting := make(chan bool, 1)
+		go func() {
+			for rawTx(db) == before { // the meta page is in the file, its sync under way
+				runtime.Gosched()
+			}
+			waiting <- db.Err() == nil // the write below is not refused at its door
+			queued <- putPaid(db, "o-3")
+		}()
+		err = putPaid(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed after a second)
+		require.ErrorIs(t, err, kv.ErrSyncFailed)
+		require.True(t, <-waiting, "the write came in before the refusal")
+		err = <-queued
+		require.ErrorIs(t, err, kv.ErrSyncFailed)
+		require.NotErrorIs(t, err, kv.ErrCommitUnknown, "the queued write is refused, not committed")
+		require.ErrorContains(t, err, "close it and open it again")
+		return
+	}
+	path := paidOrders(t)
+	syncfault.FailAfter(t, "2", time.Second, "KV_SYNCFAIL_PATH="+path)
+	db := kvtest.OpenPath(t, path, nil)
+	require.Equal(t, map[string]bool{"o-1": true, "o-2": true}, stored(t, db), "o-3 was not written")
 }
 
 // rawTx is the transaction a raw bbolt reader of db starts from.
