@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -197,4 +198,74 @@ func untilAnsweredOrGone(url, key, body string) (reply, bool, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// When a commit's sync fails after its meta page was written (a disk that
+// failed a write-back: kvtest.PowerDisk.FailSync), the database refuses
+// every call: the request is answered 503, /livez too, and the service
+// exits by itself with status 1 at once (kv.DB.Done), not when its
+// background loops next poll (30 s for the reconciler, a minute for the
+// sweeper), for its supervisor to restart it. Restarted on the same disk,
+// the client's retry finishes the order, and the payment is charged once.
+func TestPaymentsExitWhenASyncFails(t *testing.T) {
+	bin := kvtest.PowercutProgram(t)
+	dir := t.TempDir()
+	prov := start(t, "provider", "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "provider.db"), "-seed", "17")
+	mnt := t.TempDir()
+	disk := kvtest.MountPowerDisk(t, bin, mnt, t.TempDir())
+	args := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(mnt, "payments.db"), "-provider", prov.url}
+	svc := start(t, "payments", args...)
+	exited := make(chan error, 1)
+	go func() { exited <- svc.cmd.Wait() }()
+
+	// A commit syncs twice, its pages and then its meta page: the second
+	// sync from now is the create's meta page's, or (the service has just
+	// started) the first retention sweep's, with the create behind it,
+	// unless bbolt synced a file it grew first. A failed pages' sync
+	// leaves nothing written and the database serving, and the create is
+	// sent again. (Behind the sweep's failed commit, the create was once
+	// answered 201: kv let a write that waited for the writer's turn
+	// commit on top of the failed commit.)
+	const ref = "syncfail-1"
+	for attempt := 0; ; attempt++ {
+		require.Less(t, attempt, 10, "no failed sync made the database refuse calls")
+		require.NoError(t, disk.FailSync(2))
+		r, err := try("POST", svc.url+"/v1/orders", acme, "create-"+ref, orderBody(ref, 500, "t"))
+		require.NoError(t, disk.SyncFailed())
+		live, lerr := try("GET", svc.url+"/livez", "", "", "")
+		if lerr != nil { // refused, and gone already
+			break
+		}
+		if live.Status == 200 {
+			require.NoError(t, err)
+			require.NotEqual(t, 201, r.Status, "a create whose commit's sync failed")
+			continue
+		}
+		require.Equal(t, 503, live.Status, live.Body)
+		require.Contains(t, live.Body, "refuses every call")
+		if err == nil { // its own commit failed, or it came in behind the one that did
+			require.Equal(t, 503, r.Status, "a create met the refusal: %s", r.Body)
+		}
+		break
+	}
+	select {
+	case err := <-exited:
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "the service exits with an error")
+		require.Equal(t, 1, exit.ExitCode())
+	case <-time.After(20 * time.Second):
+		t.Fatal("the service did not exit within 20 s of its database refusing calls (its background loops poll every 30 s and every minute)")
+	}
+
+	svc = start(t, "payments", args...) // its supervisor's restart: the open reads the disk
+	o := untilFinal(t, svc.url+"/v1/orders", "create-"+ref, orderBody(ref, 500, "t"))
+	require.Equal(t, 201, o.Status, o.Body)
+	id := o.json(t)["id"].(string)
+	p := untilFinal(t, svc.url+"/v1/orders/"+id+"/pay", "pay-"+ref, "")
+	require.Equal(t, 200, p.Status, p.Body)
+	cs := charges(t, prov.url)
+	require.Len(t, cs, 1)
+	require.Equal(t, "order/"+id, cs[0].Subject)
+	svc.stop(t)
+	disk.Unmount()
 }

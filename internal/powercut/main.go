@@ -28,6 +28,12 @@
 //	               pages are written and not synced, or its meta page. It
 //	               answers "cut: ... at a sync" then. A cut asked for once
 //	               the power is cut answers "cut: already".
+//	failat N       the N-th sync from now fails with EIO and makes nothing
+//	               durable, and the power stays on: a disk that failed a
+//	               write-back (a commit's meta page written and not
+//	               synced, if that sync is the meta page's). It answers
+//	               "armed" at once, and "failed: a sync" then. Later syncs
+//	               succeed.
 //	exit           unmount and exit (so does the end of the input).
 //
 //	powercut -mount DIR [-from DIR]
@@ -74,11 +80,13 @@ type disk struct {
 	armed *armed // a cut to make at a sync, if any
 }
 
-// armed is a cut to make at the n-th sync from now.
+// armed is a cut to make at the n-th sync from now, or (fail) a failure
+// of that sync alone.
 type armed struct {
 	n    int
 	seed uint64
 	out  string
+	fail bool
 }
 
 // hold is how long the sync of an armed cut takes before the power goes:
@@ -98,6 +106,10 @@ func (d *disk) synced() syscall.Errno {
 	}
 	a := d.armed
 	d.armed = nil
+	if a.fail {
+		d.report("failed: a sync", nil)
+		return syscall.EIO
+	}
 	d.mu.Unlock()
 	time.Sleep(hold)
 	d.mu.Lock()
@@ -582,6 +594,18 @@ func run(mount, from string, in io.Reader, out io.Writer) error {
 				d.armed = &armed{n: n, seed: seed, out: f[3]}
 			}
 			d.mu.Unlock()
+		case len(f) == 2 && f[0] == "failat":
+			n, err := strconv.Atoi(f[1])
+			if err != nil || n < 1 {
+				return fmt.Errorf("failat: sync number %q", f[1])
+			}
+			d.mu.Lock()
+			answer := "failat: the power is cut"
+			if !d.down {
+				d.armed, answer = &armed{n: n, fail: true}, "armed"
+			}
+			d.mu.Unlock()
+			_, _ = fmt.Fprintln(out, answer)
 		case len(f) == 1 && f[0] == "exit":
 			return nil
 		default:

@@ -176,6 +176,28 @@ func (d *PowerDisk) CutWhile(cut Cut, ended <-chan struct{}) (account string, af
 	return account, afterEnd, nil
 }
 
+// FailSync makes the n-th sync from now fail with EIO, and make nothing
+// durable, without cutting the power: a disk that failed a write-back.
+// When that sync is a commit's meta page's, kv refuses every call from
+// then on (kv.ErrSyncFailed). SyncFailed waits for it.
+func (d *PowerDisk) FailSync(n int) error {
+	d.send(fmt.Sprintf("failat %d", n))
+	line, err := d.next()
+	if err == nil && line != "armed" {
+		err = fmt.Errorf("powercut: %s", line)
+	}
+	return err
+}
+
+// SyncFailed waits until the sync FailSync chose has failed.
+func (d *PowerDisk) SyncFailed() error {
+	line, err := d.next()
+	if err == nil && line != "failed: a sync" {
+		err = fmt.Errorf("powercut: %s", line)
+	}
+	return err
+}
+
 // Unmount unmounts the disk and waits for powercut to end; after a cut,
 // once nothing has the mounted files open.
 func (d *PowerDisk) Unmount() {
