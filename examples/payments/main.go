@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	wg.Go(func() {
 		if err := a.Run(ctx); err != nil {
-			logger.Error("reconciler stopped", "error", err)
+			logger.Error("background work stopped (reconciler, outbox relay, retention)", "error", err)
 		}
 	})
 	if older {
