@@ -3,6 +3,7 @@ package oncekvotel_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -299,4 +300,57 @@ func TestObserveLedger(t *testing.T) {
 		require.NoError(t, mp.Shutdown(ctx))
 		require.NoError(t, db.Close())
 	}
+}
+
+// oncekv.db.sync_failed turns 1 once a commit's sync failed after its meta
+// page was written, on a disk that fails that sync (powercut's failat,
+// kvtest.PowerDisk.FailSync): the database refuses every call from then
+// on, and the gauge is what an alert or a liveness check watches.
+func TestSyncFailedGauge(t *testing.T) {
+	bin := kvtest.PowercutProgram(t)
+	ctx := context.Background()
+	mnt := t.TempDir()
+	disk := kvtest.MountPowerDisk(t, bin, mnt, t.TempDir())
+	db, err := kv.Open(filepath.Join(mnt, "l.db"), nil)
+	require.NoError(t, err)
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	reg, err := oncekvotel.ObserveLedger(l, &oncekvotel.Options{MeterProvider: mp})
+	require.NoError(t, err)
+	failed := func() int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "oncekv.db.sync_failed" {
+					return g.DataPoints[0].Value
+				}
+			}
+		}
+		t.Fatal("no oncekv.db.sync_failed")
+		return -1
+	}
+	require.Zero(t, failed())
+	// A commit syncs its pages, then its meta page: the second sync from
+	// now is the meta page's, unless bbolt synced the file it grew first
+	// (then the pages' sync fails, nothing is written, and it goes again).
+	for attempt := 0; db.Err() == nil; attempt++ {
+		require.Less(t, attempt, 10, "no failed sync made the database refuse calls")
+		require.NoError(t, disk.FailSync(2))
+		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: fmt.Sprint("k", attempt), Fingerprint: ledger.Fingerprint{1}},
+			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+		require.Error(t, err)
+		require.NoError(t, disk.SyncFailed())
+		if db.Err() == nil {
+			require.Zero(t, failed(), "a failed pages' sync leaves the database serving")
+		}
+	}
+	require.ErrorIs(t, db.Err(), kv.ErrSyncFailed)
+	require.Equal(t, int64(1), failed())
+	require.NoError(t, reg.Unregister())
+	require.NoError(t, mp.Shutdown(ctx))
+	require.NoError(t, db.Close())
+	disk.Unmount()
 }
