@@ -274,10 +274,16 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 	}
 }
 
-// runHandler runs h, turning a panic into a *notStored.
+// runHandler runs h, turning a panic into a *notStored; but a memory
+// fault (a page of the database the disk could not read, met through the
+// request's transaction) goes on to kv, which refuses the database from
+// then on (kv.ErrReadFailed) and answers the call so.
 func runHandler(h http.Handler, w http.ResponseWriter, r *http.Request) (ns *notStored) {
 	defer func() {
 		if p := recover(); p != nil {
+			if kv.IsFault(p) {
+				panic(p)
+			}
 			ns = &notStored{panic: p, stack: debug.Stack(), release: p == http.ErrAbortHandler}
 		}
 	}()
@@ -366,6 +372,14 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom
 		if errors.Is(err, kv.ErrCommitUnknown) {
 			return EventPending, http.StatusServiceUnavailable
 		}
+		return EventNotStored, http.StatusServiceUnavailable
+	case errors.Is(err, kv.ErrReadFailed):
+		// A page of the file could not be read (the disk failed it): the
+		// database refuses every call until it is reopened. Nothing of
+		// this request was committed.
+		m.log.Error("idempotent request refused: the database's file could not be read; close and reopen it (restart the service)", "error", err)
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the store could not read its disk and takes no request until it is reopened; retry with the same Idempotency-Key"}, time.Second)
 		return EventNotStored, http.StatusServiceUnavailable
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		// The database's disk is full, or its user's quota: a write

@@ -91,3 +91,60 @@ func TestSyncFailedPaymentIsChargedOnce(t *testing.T) {
 		return nil
 	}))
 }
+
+// A request whose handler meets a page the disk cannot read (powercut's
+// power is cut: a page bbolt's map has not read yet faults) is answered
+// 503 with Retry-After, and so is every request after it: the database
+// refuses calls (kv.ErrReadFailed) until it is reopened, and the failure
+// is logged as an error. Before, the process ended ("unexpected fault
+// address").
+func TestUnreadablePageIsAnswered503(t *testing.T) {
+	bin := kvtest.PowercutProgram(t)
+	state := t.TempDir()
+	db, err := kv.Open(filepath.Join(state, "payments.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	_, err = ledger.New(db, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(t.Context(), func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		for i := 0; err == nil && i < 4000; i++ { // some 200 leaf pages
+			err = b.Put(fmt.Appendf(nil, "ord_%05d", i), make([]byte, 200))
+		}
+		return err
+	}))
+	require.NoError(t, db.Close())
+
+	mnt := t.TempDir()
+	disk := kvtest.MountPowerDisk(t, bin, mnt, state)
+	db, err = kv.Open(filepath.Join(mnt, "payments.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() }) // before the disk's unmount; writes nothing
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	logger, logs := testlog.New()
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := idemhttp.Tx(r.Context())
+		if tx.Bucket([]byte("orders")).Get([]byte("ord_02000")) == nil { // a leaf the map has not read
+			http.Error(w, "no such order", http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	_, _, err = disk.CutWhile(kvtest.Cut{Image: filepath.Join(t.TempDir(), "image"), Seed: 1}, nil)
+	require.NoError(t, err)
+	for i := range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/v1/orders/ord_02000/pay", strings.NewReader(`{"amount":2500}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "pay-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		require.Equal(t, http.StatusServiceUnavailable, w.Code, "attempt %d: %s", i, w.Body)
+		require.Equal(t, "1", w.Header().Get("Retry-After"))
+	}
+	require.Contains(t, logs.String(), `level=ERROR msg="idempotent request refused: the database's file could not be read`)
+	require.ErrorIs(t, db.Err(), kv.ErrReadFailed)
+	_ = db.Close() // writes nothing; the close of a file on a disk without power fails
+	disk.Unmount()
+}

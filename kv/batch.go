@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -422,6 +423,9 @@ func (b *batcher) runTx(t Tx) error {
 	for i := 0; i < len(b.batch) || b.extend(); i++ {
 		c := b.batch[i]
 		p, err := safeCall(c.fn, tx)
+		if p != nil && IsFault(p.Value) { // the file could not be read: every call is refused
+			return b.db.readFaulted(p.Value.(runtime.Error))
+		}
 		b.rejected[i] = nil
 		if r, ok := err.(*rejection); ok {
 			b.rejected[i] = r.err // wrote nothing: the batch goes on

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -477,6 +478,63 @@ func (db *DB) syncFailed(u *unsyncedCommit) error {
 	return &syncError{path: db.path, commit: u}
 }
 
+// catchFault, deferred (with debug.SetPanicOnFault set) by a
+// transaction on bbolt's memory map, turns a memory fault raised in it
+// (a page the disk could not read) into *err, the DB's refusal from then
+// on (ErrReadFailed), instead of the runtime's end of the process. Any
+// other panic goes on.
+func (db *DB) catchFault(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if IsFault(r) {
+		*err = db.readFaulted(r.(runtime.Error))
+		return
+	}
+	panic(r)
+}
+
+// IsFault reports whether v, a value recover returned, is a memory fault:
+// inside a transaction of this package, a page of the database that the
+// disk could not read (the Go runtime's error with the faulting address,
+// raised as a panic while the transaction runs). Code that recovers
+// panics inside a transaction's function (a handler's, a hook's) should
+// panic again with such a value: kv then refuses the database
+// (ErrReadFailed) and answers the call so, where a recovered fault would
+// leave it serving on a disk that fails its reads.
+func IsFault(v any) bool {
+	e, ok := v.(runtime.Error)
+	if !ok {
+		return false
+	}
+	_, addr := e.(interface{ Addr() uintptr })
+	return addr
+}
+
+// readFaulted makes the DB refuse every call from now on, after fault
+// (asFault) reading its file, and returns the refusal.
+func (db *DB) readFaulted(fault runtime.Error) error {
+	var refusal error = &readError{path: db.path, fault: fault}
+	db.failed.CompareAndSwap(nil, &refusal)
+	db.refuse()
+	db.detach()
+	return *db.failed.Load()
+}
+
+// readError is the refusal after a memory fault reading the file
+// (ErrReadFailed).
+type readError struct {
+	path  string
+	fault runtime.Error
+}
+
+func (e *readError) Error() string {
+	return fmt.Sprintf("kv: %s refuses every call since reading its file failed (%v: the disk failed a read, or the file was cut short beneath the process): close it and open it again, the open checks the file", e.path, e.fault)
+}
+
+func (e *readError) Unwrap() error { return ErrReadFailed }
+
 // syncError is the error of a commit whose sync failed after its meta page
 // was written, and (refusal) of the calls after it (ErrSyncFailed).
 type syncError struct {
@@ -601,11 +659,13 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 
 // View runs fn in a read-only transaction. Views run concurrently with each
 // other and with one writer.
-func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
+func (db *DB) View(ctx context.Context, fn func(Tx) error) (err error) {
 	if err := db.usable(ctx); err != nil {
 		return err
 	}
 	if b, ok := db.backend.(*boltBackend); ok {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer db.catchFault(&err)
 		return db.readFailure(b.view(ctx, fn))
 	}
 	return closedErr(db.backend.View(ctx, func(t Tx) error { return fn(db.guard(t)) }))
@@ -615,7 +675,7 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) error {
 // the observer (Options.Observer) if one listens: calls is how many calls
 // group commit put in it (read once the transaction is over: a batch takes
 // in calls while it runs).
-func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) error {
+func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (err error) {
 	if db.turn != nil {
 		if err := db.takeTurn(ctx); err != nil {
 			return err
@@ -633,13 +693,20 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) e
 			defer db.turnHolder.Store(0) // before the turn is given
 		}
 	}
+	if db.bolt != nil {
+		// A fault in fn (Update's; Batch's functions are caught where
+		// they run, runTx) or in bbolt's commit, caught before the turn
+		// is given: the refusal is set within it.
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer db.catchFault(&err)
+	}
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil {
 		return db.failure(db.backend.Update(ctx, fn))
 	}
 	var btx *bolt.Tx
 	start := time.Now()
-	err := db.failure(db.backend.Update(ctx, func(t Tx) error {
+	err = db.failure(db.backend.Update(ctx, func(t Tx) error {
 		btx = BoltTx(t)
 		return fn(t)
 	}))

@@ -98,6 +98,14 @@
 // Close), as a context's Done and Err are: the background loops built on
 // kv end on it at once, and a service can exit on it.
 //
+// A read can fail too: bbolt reads the file through a memory map, and a
+// page the disk cannot read (or a file cut short beneath the process) is
+// a memory fault, which ends a Go process. kv's transactions catch it
+// instead: the call gets an error matching ErrReadFailed, and the DB
+// refuses every call from then on, as after a failed sync. Code that
+// recovers panics inside a transaction's function lets such a fault go
+// on (IsFault).
+//
 // # What a reader sees
 //
 // A reader sees a commit only once it is on the disk. bbolt writes a

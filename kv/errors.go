@@ -116,6 +116,16 @@ var (
 	// DB: bbolt's freelist is rebuilt at the next open.
 	ErrSyncFailed = errors.New("kv: a commit's sync failed after its meta page was written")
 
+	// ErrReadFailed is wrapped by the error of a bbolt transaction that
+	// could not read a page of the file (a memory fault on bbolt's map of
+	// it: the disk failed the read, or the file was cut short beneath the
+	// process), and by the error of every call on the DB after it. Without
+	// it the Go runtime ends the process ("unexpected fault address"). The
+	// DB refuses every call from then on, as after ErrSyncFailed: a disk
+	// that fails reads is a disk to replace, and the open after checks the
+	// file (a *FileError if it cannot be read).
+	ErrReadFailed = errors.New("kv: reading the database file failed")
+
 	// ErrTxTooLarge is wrapped by the error of a backend that bounds a
 	// transaction (etcd: 128 operations, 1.5 MiB a request) when a
 	// transaction exceeds the bound. Nothing was written, and running it

@@ -644,7 +644,7 @@ func (r *Relay) Run(ctx context.Context, onPass func(PassStats, error)) error {
 			wait = min(wait, st.Wait)
 		}
 		return st, wait, err
-	}, onPass, loop.Config{Name: "outbox relay", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: r.cfg.PollInterval, Logger: r.cfg.Logger, Refusing: r.o.db.Done()})
+	}, onPass, loop.Config{Name: "outbox relay", Final: []error{kv.ErrClosed, kv.ErrSyncFailed, kv.ErrReadFailed}, AfterPanic: r.cfg.PollInterval, Logger: r.cfg.Logger, Refusing: r.o.db.Done()})
 }
 
 // Requeue moves a quarantined event back to the pending queue, with a

@@ -236,5 +236,5 @@ func Run(ctx context.Context, db *kv.DB, cfg *Config, interval time.Duration, on
 	return loop.Run(ctx, nil, func(ctx context.Context) (Stats, time.Duration, error) {
 		st, err := Sweep(ctx, db, cfg, kinds...)
 		return st, interval, err
-	}, onSweep, loop.Config{Name: "retention sweeper", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: interval, Logger: cfg.withDefaults().Logger, Refusing: db.Done()})
+	}, onSweep, loop.Config{Name: "retention sweeper", Final: []error{kv.ErrClosed, kv.ErrSyncFailed, kv.ErrReadFailed}, AfterPanic: interval, Logger: cfg.withDefaults().Logger, Refusing: db.Done()})
 }

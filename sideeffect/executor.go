@@ -470,6 +470,9 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 func (x *Executor) completion(name string, hook func(kv.Tx, *Intent) error, tx kv.Tx, in *Intent) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
+			if kv.IsFault(p) {
+				panic(p) // a page the disk could not read: kv refuses the database (kv.ErrReadFailed)
+			}
 			x.cfg.Logger.Error("intent completion panicked; its transaction rolled back", "id", in.ID, "kind", in.Kind, "hook", name,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			err = fmt.Errorf("%s panicked: %v", name, p)

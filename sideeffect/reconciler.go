@@ -252,5 +252,5 @@ func (x *Executor) Run(ctx context.Context, onPass func(RunStats, error)) error 
 			})
 		}
 		return stats, wait, err
-	}, onPass, loop.Config{Name: "intent reconciler", Final: []error{kv.ErrClosed, kv.ErrSyncFailed}, AfterPanic: x.cfg.PollInterval, Logger: x.cfg.Logger, Refusing: x.db.Done()})
+	}, onPass, loop.Config{Name: "intent reconciler", Final: []error{kv.ErrClosed, kv.ErrSyncFailed, kv.ErrReadFailed}, AfterPanic: x.cfg.PollInterval, Logger: x.cfg.Logger, Refusing: x.db.Done()})
 }

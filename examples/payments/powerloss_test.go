@@ -34,9 +34,9 @@ import (
 // other charge.
 //
 // After a cut, every call on the disk fails with EIO until the process is
-// killed: a service that reads a page of its memory-mapped file then dies
-// of the fault ("unexpected fault address" on its standard error), as it
-// would on a disk that fails its reads.
+// killed: a service that reads a page its memory map had not read meets
+// kv.ErrReadFailed, answers 503 and exits by itself, as it would on a disk
+// that fails its reads.
 //
 // It needs the powercut program (ONCEKV_POWERCUT, see kvtest.PowercutProgram);
 // ONCEKV_CRASH_CYCLES sets twice the number of cuts (6 cuts; make
