@@ -209,7 +209,8 @@ type DB struct {
 	closeDone   chan struct{} // closed when the first Close has closed the database
 	closeErr    error         // its error, read after closeDone
 	// failed is the error every call returns after a commit whose sync
-	// failed once its meta page was written (ErrSyncFailed), nil before.
+	// failed once its meta page was written (ErrSyncFailed), or a read of
+	// the file that faulted (ErrReadFailed); nil before (fail sets it).
 	failed atomic.Pointer[error]
 	// refusing is closed (once, refuseOnce) when Err first returns an
 	// error: at Close, or at the failure above (Done).
@@ -471,11 +472,17 @@ func (db *DB) detach() {
 // commit's error. It runs in the writer's turn, before the next write can
 // start from that commit.
 func (db *DB) syncFailed(u *unsyncedCommit) error {
-	var refusal error = &syncError{path: db.path, commit: u, refusal: true}
+	db.fail(&syncError{path: db.path, commit: u, refusal: true})
+	return &syncError{path: db.path, commit: u}
+}
+
+// fail makes the DB refuse every call from now on with refusal, unless an
+// earlier failure set its own, and returns the refusal that stands.
+func (db *DB) fail(refusal error) error {
 	db.failed.CompareAndSwap(nil, &refusal)
 	db.refuse()
 	db.detach()
-	return &syncError{path: db.path, commit: u}
+	return *db.failed.Load()
 }
 
 // catchFault, deferred (with debug.SetPanicOnFault set) by a
@@ -513,13 +520,9 @@ func IsFault(v any) bool {
 }
 
 // readFaulted makes the DB refuse every call from now on, after fault
-// (asFault) reading its file, and returns the refusal.
+// (IsFault) reading its file, and returns the refusal.
 func (db *DB) readFaulted(fault runtime.Error) error {
-	var refusal error = &readError{path: db.path, fault: fault}
-	db.failed.CompareAndSwap(nil, &refusal)
-	db.refuse()
-	db.detach()
-	return *db.failed.Load()
+	return db.fail(&readError{path: db.path, fault: fault})
 }
 
 // readError is the refusal after a memory fault reading the file
@@ -784,9 +787,10 @@ func (db *DB) usable(ctx context.Context) error {
 
 // Err returns the error every call on db now fails with: ErrClosed once it
 // is closed, an error matching ErrSyncFailed once a commit's sync has
-// failed after its meta page was written, nil while it serves. A service's
-// liveness check can report it: after ErrSyncFailed the remedy is a
-// restart (a reopen), which an orchestrator then does by itself.
+// failed after its meta page was written, or ErrReadFailed once a page of
+// the file could not be read; nil while it serves. A service's liveness
+// check can report it: after ErrSyncFailed or ErrReadFailed the remedy is
+// a restart (a reopen), which an orchestrator then does by itself.
 func (db *DB) Err() error {
 	if db.closed.Load() {
 		return ErrClosed
@@ -798,8 +802,9 @@ func (db *DB) Err() error {
 }
 
 // Done returns a channel that is closed when db starts refusing calls:
-// when Close is called, or after a commit whose sync failed once its meta
-// page was written. Err then says which. The background loops (the
+// when Close is called, after a commit whose sync failed once its meta
+// page was written, or after a page of the file could not be read. Err
+// then says which. The background loops (the
 // retention sweeper, the outbox relay, the intent reconciler) end on it
 // at once, with Err's error, rather than at their next pass, an interval
 // later; a service can select on it to exit, for its supervisor to

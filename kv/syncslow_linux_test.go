@@ -128,7 +128,7 @@ func TestAWriteQueuedBehindAFailedSyncIsRefused(t *testing.T) {
 			waiting <- db.Err() == nil // the write below is not refused at its door
 			queued <- putPaid(db, "o-3")
 		}()
-		err = putPaid(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed after a second)
+		err = putPaid(db, "o-2") // syncs 1 (its pages) and 2 (its meta page, failed after three seconds)
 		require.ErrorIs(t, err, kv.ErrSyncFailed)
 		require.True(t, <-waiting, "the write came in before the refusal")
 		err = <-queued
@@ -138,7 +138,7 @@ func TestAWriteQueuedBehindAFailedSyncIsRefused(t *testing.T) {
 		return
 	}
 	path := paidOrders(t)
-	syncfault.FailAfter(t, "2", time.Second, "KV_SYNCFAIL_PATH="+path)
+	syncfault.FailAfter(t, "2", 3*time.Second, "KV_SYNCFAIL_PATH="+path) // a wide window: the queued write must come in before the refusal
 	db := kvtest.OpenPath(t, path, nil)
 	require.Equal(t, map[string]bool{"o-1": true, "o-2": true}, stored(t, db), "o-3 was not written")
 }
