@@ -472,7 +472,7 @@ func (db *DB) detach() {
 // commit's error. It runs in the writer's turn, before the next write can
 // start from that commit.
 func (db *DB) syncFailed(u *unsyncedCommit) error {
-	db.fail(&syncError{path: db.path, commit: u, refusal: true})
+	_ = db.fail(&syncError{path: db.path, commit: u, refusal: true}) // the call whose commit failed gets its own error
 	return &syncError{path: db.path, commit: u}
 }
 
