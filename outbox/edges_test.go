@@ -172,12 +172,16 @@ func TestWebhookStatusEdges(t *testing.T) {
 // database until its next poll; onPass has the error too.
 func TestRelayRunEndsWhenTheDatabaseCloses(t *testing.T) {
 	t.Parallel()
-	o, db, _ := setupOutbox(t)
-	relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: &batches{ack: -1}, PollInterval: time.Hour})
-	require.NoError(t, err)
-	looptest.EndsWhenClosed(t, db, func(ctx context.Context, onPass func(error)) error {
-		return relay.Run(ctx, func(_ outbox.PassStats, err error) { onPass(err) })
-	})
+	for _, r := range looptest.Refusals {
+		t.Run(r.Name, func(t *testing.T) {
+			o, db, _ := setupOutbox(t)
+			relay, err := outbox.NewRelay(o, &outbox.RelayConfig{Publisher: &batches{ack: -1}, PollInterval: time.Hour})
+			require.NoError(t, err)
+			looptest.EndsWhen(t, r, db, func(ctx context.Context, onPass func(error)) error {
+				return relay.Run(ctx, func(_ outbox.PassStats, err error) { onPass(err) })
+			})
+		})
+	}
 }
 
 // Run ends, with an error matching kv.ErrSyncFailed, at the pass whose

@@ -426,10 +426,14 @@ func TestRunStopsWithContext(t *testing.T) {
 // database until its next sweep; onSweep has the error too.
 func TestRunEndsWhenTheDatabaseCloses(t *testing.T) {
 	t.Parallel()
-	db := kvtest.Open(t, &kv.Options{NoSync: true}, allChecks...)
-	looptest.EndsWhenClosed(t, db, func(ctx context.Context, onPass func(error)) error {
-		return retention.Run(ctx, db, nil, time.Hour, func(_ retention.Stats, err error) { onPass(err) }, allKinds...)
-	})
+	for _, r := range looptest.Refusals {
+		t.Run(r.Name, func(t *testing.T) {
+			db := kvtest.Open(t, &kv.Options{NoSync: true}, allChecks...)
+			looptest.EndsWhen(t, r, db, func(ctx context.Context, onPass func(error)) error {
+				return retention.Run(ctx, db, nil, time.Hour, func(_ retention.Stats, err error) { onPass(err) }, allKinds...)
+			})
+		})
+	}
 }
 
 // Run ends, with an error matching kv.ErrSyncFailed, at the sweep whose

@@ -261,15 +261,19 @@ func TestRetryPolicyEdges(t *testing.T) {
 // database until its next poll; onPass has the error too.
 func TestReconcilerRunEndsWhenTheDatabaseCloses(t *testing.T) {
 	t.Parallel()
-	fake := providertest.New(providertest.Rates{}, 1)
-	_, bb := setup(t, fake)
-	cfg := config(fake, bb.comp)
-	cfg.PollInterval = time.Hour
-	x, err := sideeffect.New(bb.db, &cfg)
-	require.NoError(t, err)
-	looptest.EndsWhenClosed(t, bb.db, func(ctx context.Context, onPass func(error)) error {
-		return x.Run(ctx, func(_ sideeffect.RunStats, err error) { onPass(err) })
-	})
+	for _, r := range looptest.Refusals {
+		t.Run(r.Name, func(t *testing.T) {
+			fake := providertest.New(providertest.Rates{}, 1)
+			_, bb := setup(t, fake)
+			cfg := config(fake, bb.comp)
+			cfg.PollInterval = time.Hour
+			x, err := sideeffect.New(bb.db, &cfg)
+			require.NoError(t, err)
+			looptest.EndsWhen(t, r, bb.db, func(ctx context.Context, onPass func(error)) error {
+				return x.Run(ctx, func(_ sideeffect.RunStats, err error) { onPass(err) })
+			})
+		})
+	}
 }
 
 // Run ends, with an error matching kv.ErrSyncFailed, at its first pass

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv/internal/looptest"
 	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
@@ -161,6 +162,30 @@ func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
 
 	broken.Store(false)
 	paysOnceWhenDue(t, x, bb.clock, bb.db, fake)
+}
+
+// A completion whose panic is a memory fault (a page of the database the
+// disk could not read: kv.IsFault) is not recovered as the completion's:
+// kv sees it, and the database refuses every call from then on
+// (kv.ErrReadFailed), where a recovered fault would leave the reconciler
+// serving on a disk that fails its reads. Nothing is recorded.
+func TestACompletionsReadFaultReachesKV(t *testing.T) {
+	t.Parallel()
+	fake := providertest.New(providertest.Rates{}, 1)
+	x, bb, logs, _ := logged(t, fake, func(cfg *sideeffect.Config) {
+		h := cfg.Handlers["charge"]
+		h.OnSucceeded = func(kv.Tx, *sideeffect.Intent) error { panic(looptest.Fault{}) }
+		cfg.Handlers["charge"] = h
+	})
+	_, _, err := x.Create(ctx, spec("1"))
+	require.NoError(t, err)
+	bb.clock.Advance(time.Minute)
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	require.ErrorIs(t, bb.db.Err(), kv.ErrReadFailed)
+	require.Contains(t, logs.String(), "refuses every call since reading its file failed", "the intent's error is kv's refusal")
+	require.NotContains(t, logs.String(), "intent completion panicked", "the fault is kv's, not the completion's")
 }
 
 // Any other panic in a pass (here the observer's, a service's metrics

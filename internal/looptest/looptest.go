@@ -13,12 +13,39 @@ import (
 	"github.com/oncekv/oncekv/kv"
 )
 
-// EndsWhenClosed starts run (a loop's Run over db, which passes each
-// pass's error to onPass) and requires that a first pass succeeds, and
-// that once db is closed run returns kv.ErrClosed, within a generous
-// bound, after onPass has had it. A run that polls once an hour shows
-// that the loop ends on kv.DB.Done, not at its next poll.
-func EndsWhenClosed(t *testing.T, db *kv.DB, run func(ctx context.Context, onPass func(error)) error) {
+// A Refusal makes a database refuse every call, as a loop's tests meet
+// it: Closed closes it, ReadFault makes a read fault on it (a page the
+// disk could not read: kv.ErrReadFailed).
+type Refusal struct {
+	Name   string
+	Refuse func(t *testing.T, db *kv.DB)
+	Err    error // what the loop ends with
+}
+
+// Refusals are the refusals a loop must end on at once (kv.DB.Done), the
+// failed sync aside (EndsWhenSyncFails).
+var Refusals = []Refusal{
+	{Name: "closed", Refuse: func(t *testing.T, db *kv.DB) { require.NoError(t, db.Close()) }, Err: kv.ErrClosed},
+	{Name: "read fault", Refuse: func(t *testing.T, db *kv.DB) {
+		err := db.View(context.Background(), func(kv.Tx) error { panic(Fault{}) })
+		require.ErrorIs(t, err, kv.ErrReadFailed)
+	}, Err: kv.ErrReadFailed},
+}
+
+// Fault is a panic value kv takes for a memory fault on its map (kv.IsFault):
+// a runtime error with a faulting address.
+type Fault struct{}
+
+func (Fault) Error() string { return "unexpected fault address 0xdead (looptest.Fault)" }
+func (Fault) RuntimeError() {}
+func (Fault) Addr() uintptr { return 0xdead }
+
+// EndsWhen starts run (a loop's Run over db, which passes each pass's
+// error to onPass) and requires that a first pass succeeds, and that once
+// r makes db refuse calls run returns r.Err, within a generous bound,
+// after onPass has had it. A run that polls once an hour shows that the
+// loop ends on kv.DB.Done, not at its next poll.
+func EndsWhen(t *testing.T, r Refusal, db *kv.DB, run func(ctx context.Context, onPass func(error)) error) {
 	t.Helper()
 	passes := make(chan error, 100)
 	done := make(chan error, 1)
@@ -31,18 +58,18 @@ func EndsWhenClosed(t *testing.T, db *kv.DB, run func(ctx context.Context, onPas
 		})
 	}()
 	require.NoError(t, <-passes, "a pass over the open database")
-	require.NoError(t, db.Close())
+	r.Refuse(t, db)
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, kv.ErrClosed)
+		require.ErrorIs(t, err, r.Err)
 	case <-time.After(30 * time.Second):
-		t.Fatal("Run went on after the database closed")
+		t.Fatalf("Run went on after the database refused calls (%s)", r.Name)
 	}
 	var last error
 	for len(passes) > 0 {
 		last = <-passes
 	}
-	require.ErrorIs(t, last, kv.ErrClosed, "the pass callback had the error")
+	require.ErrorIs(t, last, r.Err, "the pass callback had the error")
 }
 
 // EndsWhenSyncFails requires that a loop ends, with an error matching

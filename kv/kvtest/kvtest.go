@@ -140,12 +140,17 @@ func Cleanup(t testing.TB, db *kv.DB, checks ...kv.Checker) {
 	})
 }
 
-// MustCheck fails the test if db has any consistency problem. A closed db is
-// skipped (tests that close and reopen check the reopened handle).
+// MustCheck fails the test if db has any consistency problem. A db that
+// refuses calls is skipped: closed (tests that close and reopen check the
+// reopened handle), or after a failed sync or a read fault (kv.DB.Err; the
+// next open checks the file).
 func MustCheck(t testing.TB, db *kv.DB, checks ...kv.Checker) {
 	t.Helper()
+	if db.Err() != nil {
+		return
+	}
 	problems, err := db.Check(context.Background(), checks...)
-	if errors.Is(err, kv.ErrClosed) {
+	if errors.Is(err, kv.ErrClosed) { // closed meanwhile
 		return
 	}
 	if err != nil {
