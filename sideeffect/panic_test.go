@@ -177,6 +177,7 @@ func TestACompletionsReadFaultReachesKV(t *testing.T) {
 		h.OnSucceeded = func(kv.Tx, *sideeffect.Intent) error { panic(looptest.Fault{}) }
 		cfg.Handlers["charge"] = h
 	})
+	kvtest.RequireBolt(t, bb.db) // kv catches faults on bbolt's memory map
 	_, _, err := x.Create(ctx, spec("1"))
 	require.NoError(t, err)
 	bb.clock.Advance(time.Minute)

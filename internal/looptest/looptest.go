@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/syncfault"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // A Refusal makes a database refuse every call, as a loop's tests meet
@@ -20,6 +21,9 @@ type Refusal struct {
 	Name   string
 	Refuse func(t *testing.T, db *kv.DB)
 	Err    error // what the loop ends with
+	// Bolt is set for a refusal only a bbolt file makes (a read fault on
+	// its memory map): EndsWhen skips it on other backends.
+	Bolt bool
 }
 
 // Refusals are the refusals a loop must end on at once (kv.DB.Done), the
@@ -29,7 +33,7 @@ var Refusals = []Refusal{
 	{Name: "read fault", Refuse: func(t *testing.T, db *kv.DB) {
 		err := db.View(context.Background(), func(kv.Tx) error { panic(Fault{}) })
 		require.ErrorIs(t, err, kv.ErrReadFailed)
-	}, Err: kv.ErrReadFailed},
+	}, Err: kv.ErrReadFailed, Bolt: true},
 }
 
 // Fault is a panic value kv takes for a memory fault on its map (kv.IsFault):
@@ -47,6 +51,9 @@ func (Fault) Addr() uintptr { return 0xdead }
 // loop ends on kv.DB.Done, not at its next poll.
 func EndsWhen(t *testing.T, r Refusal, db *kv.DB, run func(ctx context.Context, onPass func(error)) error) {
 	t.Helper()
+	if r.Bolt {
+		kvtest.RequireBolt(t, db)
+	}
 	passes := make(chan error, 100)
 	done := make(chan error, 1)
 	go func() {
