@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +55,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 // any negative bound, and keeps a bound that is set.
 func TestRecentCacheBytes(t *testing.T) {
 	t.Parallel()
-	for set, want := range map[int]int{0: kv.DefaultRecentCacheBytes, -1: 0, -(1 << 40): 0, 1 << 20: 1 << 20} {
+	for set, want := range map[int]int{0: kv.DefaultRecentCacheBytes, -1: 0, math.MinInt: 0, 1 << 20: 1 << 20} {
 		db := kvtest.OpenPath(t, filepath.Join(t.TempDir(), "a.db"), &kv.Options{NoSync: true, RecentCacheBytes: set})
 		require.Equal(t, want, db.RecentCacheBytes(), "RecentCacheBytes %d", set)
 	}
