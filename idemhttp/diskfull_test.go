@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/internal/diskfull"
-	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 )
@@ -27,11 +26,7 @@ func TestDiskFullIsServiceUnavailable(t *testing.T) {
 	dir := diskfull.Mount(t, 1<<20)
 	db := kvtest.OpenPath(t, filepath.Join(dir, "orders.db"), nil, ledger.RecordKind) // durable
 	kvtest.RequireBolt(t, db)
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	logger, logs := testlog.New()
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
+	mw, logs := loggedMiddleware(t, db)
 	var runs atomic.Int32
 	body := strings.Repeat("x", 3000) // a stored answer that needs pages of its own
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -53,7 +53,7 @@
 //	that failed a write-back)                  database is reopened (a restart)
 //	a page of the file could not be read       the same, nothing stored (a handler's
 //	(kv.ErrReadFailed: a disk that fails its   panic that is such a fault is not
-//	reads)                                     recovered as the handler's: kv.IsFault)
+//	reads)                                     recovered as the handler's: DB.IsFault)
 //
 // Every problem body is RFC 9457 JSON with a stable type URI (the Problem*
 // constants). "The same request" means the same fingerprint: method, concrete

@@ -812,11 +812,7 @@ func TestCommitOutcomeUnknownIsServiceUnavailable(t *testing.T) {
 	db, err := kv.New(b, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	logger, logs := testlog.New()
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
+	mw, logs := loggedMiddleware(t, db)
 	var runs atomic.Int32
 	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		countRun(&runs)
@@ -1010,4 +1006,16 @@ func TestRequestQueuedBehindAHeldWriterKeepsItsDeadline(t *testing.T) {
 			require.Equal(t, 1, strings.Count(logs.String(), "holds the database's writer"), "nobody held it since")
 		})
 	}
+}
+
+// loggedMiddleware returns a middleware over a ledger on db, for tenant
+// acme, and the buffer it logs to.
+func loggedMiddleware(t testing.TB, db *kv.DB) (*idemhttp.Middleware, *testlog.Buffer) {
+	t.Helper()
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	logger, logs := testlog.New()
+	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
+	require.NoError(t, err)
+	return mw, logs
 }

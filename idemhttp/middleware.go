@@ -209,7 +209,7 @@ func (m *Middleware) runInTx(ctx context.Context, tx kv.Tx, h http.Handler, c *c
 	c.since = time.Now()
 	m.running.Store(c)
 	defer m.running.CompareAndSwap(c, nil)
-	return runHandler(h, c, withBody(hctx, r, body))
+	return runHandler(m.cfg.Ledger.DB(), h, c, withBody(hctx, r, body))
 }
 
 // reportHolder logs, once per run, the in-transaction handler that has
@@ -275,13 +275,14 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 }
 
 // runHandler runs h, turning a panic into a *notStored; but a memory
-// fault (a page of the database the disk could not read, met through the
-// request's transaction) goes on to kv, which refuses the database from
-// then on (kv.ErrReadFailed) and answers the call so.
-func runHandler(h http.Handler, w http.ResponseWriter, r *http.Request) (ns *notStored) {
+// fault on db's file (db.IsFault: a page the disk could not read, met
+// through the request's transaction) goes on to kv, which refuses the
+// database from then on (kv.ErrReadFailed) and answers the call so. A
+// fault elsewhere (the handler's own memory map) is the handler's panic.
+func runHandler(db *kv.DB, h http.Handler, w http.ResponseWriter, r *http.Request) (ns *notStored) {
 	defer func() {
 		if p := recover(); p != nil {
-			if kv.IsFault(p) {
+			if db.IsFault(p) {
 				panic(p)
 			}
 			ns = &notStored{panic: p, stack: debug.Stack(), release: p == http.ErrAbortHandler}

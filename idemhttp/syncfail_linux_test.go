@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncekv/oncekv/idemhttp"
 	"github.com/oncekv/oncekv/internal/syncfault"
-	"github.com/oncekv/oncekv/internal/testlog"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
@@ -48,18 +47,10 @@ func TestSyncFailedPaymentIsChargedOnce(t *testing.T) {
 			return w
 		}
 	}
-	middleware := func(db *kv.DB) (*idemhttp.Middleware, *testlog.Buffer) {
-		l, err := ledger.New(db, nil)
-		require.NoError(t, err)
-		logger, logs := testlog.New()
-		mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-		require.NoError(t, err)
-		return mw, logs
-	}
 	if syncfault.Child() {
 		db, err := kv.Open(os.Getenv("IDEMHTTP_SYNCFAIL_PATH"), nil)
 		require.NoError(t, err)
-		mw, logs := middleware(db)
+		mw, logs := loggedMiddleware(t, db)
 		pay := serve(db, mw)
 		for i := range 3 { // the first attempt's commit fails at its sync (sync 2); the retries are refused
 			w := pay("pay-1")
@@ -81,7 +72,7 @@ func TestSyncFailedPaymentIsChargedOnce(t *testing.T) {
 	syncfault.Run(t, "2", "IDEMHTTP_SYNCFAIL_PATH="+path)
 
 	db = kvtest.OpenPath(t, path, nil, ledger.RecordKind)
-	mw, _ := middleware(db)
+	mw, _ := loggedMiddleware(t, db)
 	w := serve(db, mw)("pay-1")
 	require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
 	require.Equal(t, "charged ord_1", w.Body.String())
@@ -119,11 +110,7 @@ func TestUnreadablePageIsAnswered503(t *testing.T) {
 	db, err = kv.Open(filepath.Join(mnt, "payments.db"), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() }) // before the disk's unmount; writes nothing
-	l, err := ledger.New(db, nil)
-	require.NoError(t, err)
-	logger, logs := testlog.New()
-	mw, err := idemhttp.New(&idemhttp.Config{Ledger: l, Logger: logger, Tenant: func(*http.Request) (string, error) { return "acme", nil }})
-	require.NoError(t, err)
+	mw, logs := loggedMiddleware(t, db)
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tx, _ := idemhttp.Tx(r.Context())
 		if tx.Bucket([]byte("orders")).Get([]byte("ord_02000")) == nil { // a leaf the map has not read
@@ -148,3 +135,62 @@ func TestUnreadablePageIsAnswered503(t *testing.T) {
 	_ = db.Close() // writes nothing; the close of a file on a disk without power fails
 	disk.Unmount()
 }
+
+// A handler that faults on memory of its own (a file it maps, cut short
+// beneath it) gets what any panicking handler gets: a 500, its
+// transaction rolled back, the key free for a retry. The database is not
+// at fault and serves on; before kv told the faults apart by the address,
+// this one made it refuse every call (a 503 to every request until a
+// restart).
+func TestAFaultOnTheHandlersOwnMapIsA500(t *testing.T) {
+	db, err := kv.Open(filepath.Join(t.TempDir(), "payments.db"), &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	mw, logs := loggedMiddleware(t, db)
+	own := kvtest.CutShortMap(t)
+	var runs int
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		tx, _ := idemhttp.Tx(r.Context())
+		b, err := tx.CreateBucketIfNotExists([]byte("payments"))
+		if err == nil {
+			err = b.Put([]byte("pay-1"), []byte("2500"))
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if runs == 1 {
+			faultSink += own[0] // the rates file this handler maps, cut short
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	send := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/v1/orders/ord_1/pay", strings.NewReader(`{"amount":2500}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "pay-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	w := send()
+	require.Equal(t, http.StatusInternalServerError, w.Code, w.Body.String())
+	require.Contains(t, logs.String(), `level=ERROR msg="handler panicked; transaction rolled back"`)
+	require.Contains(t, logs.String(), `panic="runtime error: invalid memory address`, "the fault is the handler's panic")
+	require.NoError(t, db.Err(), "the database is not at fault")
+	require.NoError(t, db.View(t.Context(), func(tx kv.Tx) error {
+		require.Nil(t, tx.Bucket([]byte("payments")), "the faulting run's write was rolled back")
+		return nil
+	}))
+
+	w = send()
+	require.Equal(t, http.StatusCreated, w.Code, "the retry runs again: %s", w.Body)
+	require.Empty(t, w.Header().Get(idemhttp.HeaderReplayed))
+	w = send()
+	require.Equal(t, http.StatusCreated, w.Code)
+	require.Equal(t, "true", w.Header().Get(idemhttp.HeaderReplayed))
+	require.Equal(t, 2, runs)
+}
+
+// faultSink keeps the reads of a faulting map from being optimised away.
+var faultSink byte

@@ -423,7 +423,7 @@ func (b *batcher) runTx(t Tx) error {
 	for i := 0; i < len(b.batch) || b.extend(); i++ {
 		c := b.batch[i]
 		p, err := safeCall(c.fn, tx)
-		if p != nil && IsFault(p.Value) { // the file could not be read: every call is refused
+		if p != nil && b.db.IsFault(p.Value) { // the file could not be read: every call is refused
 			return b.db.readFaulted(p.Value.(runtime.Error))
 		}
 		b.rejected[i] = nil

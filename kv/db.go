@@ -197,10 +197,13 @@ func (o *Options) validate() error {
 // the clock, the group committer and the identity of this process's
 // incarnation. It is safe for concurrent use.
 type DB struct {
-	backend     Backend
-	traits      Traits
-	bolt        *bolt.DB // nil unless the backend is bbolt
-	pageSize    int      // bbolt's page size, read at open (0 for other backends)
+	backend  Backend
+	traits   Traits
+	bolt     *bolt.DB // nil unless the backend is bbolt
+	pageSize int      // bbolt's page size, read at open (0 for other backends)
+	// file describes bbolt's file as it was at open (nil for other
+	// backends, or when it could not be read), for IsFault.
+	file        os.FileInfo
 	path        string
 	opts        Options
 	incarnation uuid.UUID
@@ -358,6 +361,7 @@ func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New(), closeDone: make(chan struct{}), refusing: make(chan struct{})}
 	if bdb != nil {
 		db.pageSize = bdb.Info().PageSize // nothing else uses bdb yet: see PageSize
+		db.file, _ = os.Stat(path)        // nil: IsFault takes every fault as the file's
 	}
 	if err := db.checkFormat(); err != nil {
 		return nil, err
@@ -486,37 +490,67 @@ func (db *DB) fail(refusal error) error {
 }
 
 // catchFault, deferred (with debug.SetPanicOnFault set) by a
-// transaction on bbolt's memory map, turns a memory fault raised in it
-// (a page the disk could not read) into *err, the DB's refusal from then
-// on (ErrReadFailed), instead of the runtime's end of the process. Any
-// other panic goes on.
+// transaction on bbolt's memory map, turns a memory fault on the file
+// raised in it (DB.IsFault: a page the disk could not read) into *err, the
+// DB's refusal from then on (ErrReadFailed), instead of the runtime's end
+// of the process. Any other panic goes on, a fault elsewhere included.
 func (db *DB) catchFault(err *error) {
 	r := recover()
 	if r == nil {
 		return
 	}
-	if IsFault(r) {
+	if db.IsFault(r) {
 		*err = db.readFaulted(r.(runtime.Error))
 		return
 	}
 	panic(r)
 }
 
-// IsFault reports whether v, a value recover returned, is a memory fault:
-// inside a transaction of this package, a page of the database that the
-// disk could not read (the Go runtime's error with the faulting address,
-// raised as a panic while the transaction runs). Code that recovers
-// panics inside a transaction's function (a handler's, a hook's) should
-// panic again with such a value: kv then refuses the database
-// (ErrReadFailed) and answers the call so, where a recovered fault would
-// leave it serving on a disk that fails its reads.
+// IsFault reports whether v, a value recover returned, is a memory fault
+// (the Go runtime's error with the faulting address, raised as a panic
+// while debug.SetPanicOnFault is set, as it is in this package's
+// transactions). Inside a transaction, such a fault is most often a page
+// of the database the disk could not read; DB.IsFault tells whether it
+// was. Code that recovers panics inside a transaction's function (a
+// handler's, a hook's) should panic again with a fault of the DB's file:
+// kv then refuses the database (ErrReadFailed) and answers the call so,
+// where a recovered fault would leave it serving on a disk that fails its
+// reads.
 func IsFault(v any) bool {
-	e, ok := v.(runtime.Error)
-	if !ok {
+	_, ok := faultAddr(v)
+	return ok
+}
+
+// IsFault reports whether v, a value recover returned, is a memory fault
+// (package IsFault) on this database's file: a page the disk could not
+// read, or that was cut from the file beneath the process. kv refuses the
+// database after such a fault (ErrReadFailed); a fault elsewhere (your
+// code's own memory map, say) goes on as the panic it is, and the
+// database goes on serving.
+//
+// On Linux it looks the address up in /proc/self/maps. Elsewhere, and when
+// it cannot tell, every fault counts as the file's: a database that
+// refuses calls is safer than one serving on a disk that fails its reads.
+// A DB over another backend (etcd) has no file, and no fault is its.
+func (db *DB) IsFault(v any) bool {
+	addr, ok := faultAddr(v)
+	if !ok || db.bolt == nil {
 		return false
 	}
-	_, addr := e.(interface{ Addr() uintptr })
-	return addr
+	if db.file == nil {
+		return true
+	}
+	yes, known := mappedFrom(db.file, addr)
+	return yes || !known
+}
+
+// faultAddr returns the faulting address of v, if v is a memory fault.
+func faultAddr(v any) (uintptr, bool) {
+	e, ok := v.(interface{ Addr() uintptr })
+	if _, rt := v.(runtime.Error); !ok || !rt {
+		return 0, false
+	}
+	return e.Addr(), true
 }
 
 // readFaulted makes the DB refuse every call from now on, after fault

@@ -104,7 +104,10 @@
 // instead: the call gets an error matching ErrReadFailed, and the DB
 // refuses every call from then on, as after a failed sync. Code that
 // recovers panics inside a transaction's function lets such a fault go
-// on (IsFault).
+// on (DB.IsFault). A fault on other memory (a map of your own, in a
+// transaction's function) is not the file's: on Linux kv tells them apart
+// by the address, and that one goes on as the panic it is, the database
+// serving on.
 //
 // # What a reader sees
 //

@@ -214,3 +214,35 @@ func ExampleDB_Done() {
 	}
 	// Output: exiting: kv: database is closed
 }
+
+// A recover of your own inside a transaction's function lets a fault on
+// the database's file go on (a page the disk could not read): kv then
+// refuses the database (ErrReadFailed) rather than serve on a disk that
+// fails its reads. Any other panic is yours to handle.
+func ExampleDB_IsFault() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	var prices map[string]int // a bug: never made
+	err = db.Update(context.Background(), func(tx kv.Tx) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				if db.IsFault(p) {
+					panic(p) // the file's: kv's to handle
+				}
+				err = fmt.Errorf("pricing failed: %v", p)
+			}
+		}()
+		prices["book"] = 12
+		return nil
+	})
+	fmt.Println(err)
+	fmt.Println("database:", db.Err())
+	// Output:
+	// pricing failed: assignment to entry in nil map
+	// database: <nil>
+}

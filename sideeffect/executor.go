@@ -470,7 +470,7 @@ func (x *Executor) record(ctx context.Context, a attempt, rep Report, finish Fin
 func (x *Executor) completion(name string, hook func(kv.Tx, *Intent) error, tx kv.Tx, in *Intent) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			if kv.IsFault(p) {
+			if x.db.IsFault(p) {
 				panic(p) // a page the disk could not read: kv refuses the database (kv.ErrReadFailed)
 			}
 			x.cfg.Logger.Error("intent completion panicked; its transaction rolled back", "id", in.ID, "kind", in.Kind, "hook", name,

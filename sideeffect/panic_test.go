@@ -131,6 +131,16 @@ func TestProviderPanicIsAnUnknownOutcome(t *testing.T) {
 // the pass go on, and the intent completes once the handler is mended.
 func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
 	t.Parallel()
+	survivesABrokenCompletion(t, func() { panic("completion: index out of range") }, "completion: index out of range")
+}
+
+// survivesABrokenCompletion runs a reconciler pass over order 1's intent
+// while its OnSucceeded calls breakIt (which panics with a value that
+// prints as panicText), and requires that the pass logs the panic and
+// records nothing, and that the intent completes, charged once, once the
+// completion is mended.
+func survivesABrokenCompletion(t *testing.T, breakIt func(), panicText string) {
+	t.Helper()
 	fake := providertest.New(providertest.Rates{}, 1)
 	var broken atomic.Bool
 	broken.Store(true)
@@ -139,7 +149,7 @@ func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
 		ok := h.OnSucceeded
 		h.OnSucceeded = func(tx kv.Tx, in *sideeffect.Intent) error {
 			if broken.Load() {
-				panic("completion: index out of range")
+				breakIt()
 			}
 			return ok(tx, in)
 		}
@@ -152,9 +162,10 @@ func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
 	st, err := x.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
-	require.Contains(t, logs.String(), `level=ERROR msg="intent completion panicked; its transaction rolled back" id=`+in.ID+` kind=charge hook=OnSucceeded panic="completion: index out of range"`)
-	require.Contains(t, logs.String(), "TestReconcilerSurvivesAPanickingCompletion", "the stack names the handler")
-	require.Contains(t, logs.String(), `level=WARN msg="reconcile intent" id=`+in.ID+` error="sideeffect: completion of intent `+in.ID+` (succeeded): OnSucceeded panicked: completion: index out of range"`)
+	require.Contains(t, logs.String(), `level=ERROR msg="intent completion panicked; its transaction rolled back" id=`+in.ID+` kind=charge hook=OnSucceeded panic="`+panicText)
+	require.Contains(t, logs.String(), t.Name(), "the stack names the handler")
+	require.Contains(t, logs.String(), `level=WARN msg="reconcile intent" id=`+in.ID+` error="sideeffect: completion of intent `+in.ID+` (succeeded): OnSucceeded panicked: `+panicText)
+	require.NoError(t, bb.db.Err(), "the database is not at fault")
 	got, err := x.Get(ctx, in.ID)
 	require.NoError(t, err)
 	require.False(t, got.State.Final(), "nothing recorded")
@@ -172,12 +183,14 @@ func TestReconcilerSurvivesAPanickingCompletion(t *testing.T) {
 func TestACompletionsReadFaultReachesKV(t *testing.T) {
 	t.Parallel()
 	fake := providertest.New(providertest.Rates{}, 1)
+	var fault looptest.Fault // on the file, once it is open
 	x, bb, logs, _ := logged(t, fake, func(cfg *sideeffect.Config) {
 		h := cfg.Handlers["charge"]
-		h.OnSucceeded = func(kv.Tx, *sideeffect.Intent) error { panic(looptest.Fault{}) }
+		h.OnSucceeded = func(kv.Tx, *sideeffect.Intent) error { panic(fault) }
 		cfg.Handlers["charge"] = h
 	})
 	kvtest.RequireBolt(t, bb.db) // kv catches faults on bbolt's memory map
+	fault = looptest.FaultOn(bb.db)
 	_, _, err := x.Create(ctx, spec("1"))
 	require.NoError(t, err)
 	bb.clock.Advance(time.Minute)

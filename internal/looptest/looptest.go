@@ -2,6 +2,7 @@ package looptest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,18 +32,25 @@ type Refusal struct {
 var Refusals = []Refusal{
 	{Name: "closed", Refuse: func(t *testing.T, db *kv.DB) { require.NoError(t, db.Close()) }, Err: kv.ErrClosed},
 	{Name: "read fault", Refuse: func(t *testing.T, db *kv.DB) {
-		err := db.View(context.Background(), func(kv.Tx) error { panic(Fault{}) })
+		err := db.View(context.Background(), func(kv.Tx) error { panic(FaultOn(db)) })
 		require.ErrorIs(t, err, kv.ErrReadFailed)
 	}, Err: kv.ErrReadFailed, Bolt: true},
 }
 
-// Fault is a panic value kv takes for a memory fault on its map (kv.IsFault):
-// a runtime error with a faulting address.
-type Fault struct{}
+// Fault is a panic value kv takes for a memory fault on its file
+// (kv.DB.IsFault): a runtime error with a faulting address in the file's
+// memory map (FaultOn).
+type Fault struct{ At uintptr }
 
-func (Fault) Error() string { return "unexpected fault address 0xdead (looptest.Fault)" }
-func (Fault) RuntimeError() {}
-func (Fault) Addr() uintptr { return 0xdead }
+// FaultOn returns a Fault at the start of the memory map of db, a bbolt
+// file: the address of its first meta page.
+func FaultOn(db *kv.DB) Fault { return Fault{At: db.Bolt().Info().Data} }
+
+func (f Fault) Error() string {
+	return fmt.Sprintf("unexpected fault address %#x (looptest.Fault)", f.At)
+}
+func (Fault) RuntimeError()   {}
+func (f Fault) Addr() uintptr { return f.At }
 
 // EndsWhen starts run (a loop's Run over db, which passes each pass's
 // error to onPass) and requires that a first pass succeeds, and that once
