@@ -52,6 +52,11 @@ type HarnessConfig struct {
 	// oncekv files with as many idempotency records) before measuring, so
 	// the trees have a realistic depth.
 	Preload int
+	// Tenants spreads the ledger workloads' requests over this many
+	// tenants (t0000 to t9999, by key) instead of one: each tenant has
+	// its usage counter, and past a few dozen they no longer fit in the
+	// counters' bucket inline (0 or 1: one tenant; at most 10,000).
+	Tenants int
 	// Keyed adds a workload "oncekv-keyed": the ledger on the layout of
 	// format 1 (records under their keys, with an expiry index), the one
 	// the record log replaced, in the same run.
@@ -513,7 +518,7 @@ func LedgerWorkload(ctx context.Context, name string, cfg HarnessConfig, open fu
 		return Workload{}, err
 	}
 	request := func(k []byte) ledger.Request {
-		return ledger.Request{Scope: "bench|POST /v1/orders", Key: fmt.Sprintf("%x", k), Fingerprint: ledger.Fingerprint{1}}
+		return ledger.Request{Scope: benchScope(cfg.Tenants, k), Key: fmt.Sprintf("%x", k), Fingerprint: ledger.Fingerprint{1}}
 	}
 	return Workload{
 		Name: name,
@@ -651,6 +656,20 @@ func moveAll(from, to *bolt.Bucket) error {
 		}
 	}
 	return nil
+}
+
+// benchScope is the scope of the ledger workloads' request for key k:
+// tenant "bench", or with tenants > 1 one of t0000 to t9999 picked by k
+// (the same length, so the records' size does not change with it).
+func benchScope(tenants int, k []byte) string {
+	if tenants <= 1 {
+		return "bench|POST /v1/orders"
+	}
+	var h uint32 = 2166136261 // FNV-1a: keys from a counter spread evenly
+	for _, c := range k {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return fmt.Sprintf("t%04d|POST /v1/orders", h%uint32(tenants)) // #nosec G115 -- at most 10,000
 }
 
 // entrySize is the size of the log entry the ledger workload stores per

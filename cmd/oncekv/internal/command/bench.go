@@ -35,6 +35,7 @@ type benchOutput struct {
 	PayloadBytes int            `json:"payload_bytes"`
 	ResponseSize int            `json:"response_bytes"`
 	Preload      int            `json:"preload"`
+	Tenants      int            `json:"tenants,omitempty"`
 	Runs         []benchRun     `json:"runs"`
 	Results      []bench.Result `json:"results,omitempty"`
 	Ratio        float64        `json:"ratio,omitempty"`
@@ -58,7 +59,9 @@ ops/s, latency percentiles and each workload's throughput ratio to bare;
 trace of the measured rounds, go tool trace) show where the time goes.
 
 --preload N fills every file with N rows (and records) first, so the trees
-have a realistic depth. --floor adds what raw bbolt charges for the least a
+have a realistic depth. --tenants N spreads the ledger's requests over N
+tenants: each has its usage counter, written in the request's transaction.
+--floor adds what raw bbolt charges for the least a
 durable record needs (the business write and one record-sized Put at the
 tail of a second bucket): the ceiling under the ledger's ratio. --keyed
 adds the ledger on the layout it had before the record log (format 1),
@@ -92,6 +95,9 @@ workload at each client count.`,
 			}
 			if cfg.Clients <= 0 || cfg.Duration <= 0 || cfg.Preload < 0 {
 				return usagef("--clients and --duration must be positive, --preload not negative")
+			}
+			if cfg.Tenants < 1 || cfg.Tenants > 10000 {
+				return usagef("--tenants must be between 1 and 10000")
 			}
 			if cfg.PayloadBytes < 0 || cfg.ResponseSize < 0 || cfg.BatchSize < 0 || cfg.BatchDelay < 0 {
 				return usagef("--payload, --response, --batch-size and --batch-delay may not be negative")
@@ -130,7 +136,7 @@ workload at each client count.`,
 				defer eb.close()
 			}
 			out := benchOutput{CPUs: runtime.NumCPU(), Seconds: cfg.Duration.Seconds(), Sync: cfg.Sync, Commit: cfg.Commit,
-				PayloadBytes: cfg.PayloadBytes, ResponseSize: cfg.ResponseSize, Preload: cfg.Preload}
+				PayloadBytes: cfg.PayloadBytes, ResponseSize: cfg.ResponseSize, Preload: cfg.Preload, Tenants: cfg.Tenants}
 			for _, n := range clients {
 				run := cfg
 				run.Clients = n
@@ -176,8 +182,8 @@ workload at each client count.`,
 				return writeGobench(o.out, cfg, out)
 			}
 			return o.emit(out, func(w io.Writer) {
-				fmt.Fprintf(w, "%s per workload, sync=%t, commit=%s, payload %dB, response %dB, preload %d, %d CPUs\n",
-					cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, cfg.Preload, runtime.NumCPU())
+				fmt.Fprintf(w, "%s per workload, sync=%t, commit=%s, payload %dB, response %dB, preload %d, tenants %d, %d CPUs\n",
+					cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, cfg.Preload, max(cfg.Tenants, 1), runtime.NumCPU())
 				for _, r := range out.Runs {
 					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\tROUNDS\tBATCH\tCOMMIT\tWRITE\tPAGES\n", r.Clients)
 					var plain, sealed float64
@@ -210,6 +216,7 @@ workload at each client count.`,
 	f.IntVar(&cfg.PayloadBytes, "payload", 200, "business value size in bytes")
 	f.IntVar(&cfg.ResponseSize, "response", 100, "stored response size in bytes")
 	f.IntVar(&cfg.Preload, "preload", 0, "rows (and records) in every file before measuring")
+	f.IntVar(&cfg.Tenants, "tenants", 1, "spread the ledger's requests over this many tenants, each with its usage counter (at most 10000)")
 	f.BoolVar(&cfg.Sync, "sync", true, "fsync every commit (durable)")
 	f.StringVar(&cfg.Commit, "commit", "batch", "batch (group commit) or update (a transaction per operation)")
 	f.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "group commit: wait this long for company (0: commit as soon as the writer is idle)")

@@ -3,6 +3,7 @@ package command
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,6 +101,38 @@ func TestBench(t *testing.T) {
 	require.Contains(t, table, "oncekv")
 	_, _, code = run("bench", "--commit", "nope")
 	require.Equal(t, 2, code)
+	_, _, code = run("bench", "--tenants", "10001")
+	require.Equal(t, 2, code)
+}
+
+// bench --tenants spreads the ledger's requests over that many tenants.
+// Each has its usage counter, written in the request's transaction: past
+// a few dozen the counters no longer fit inline, and a transaction of one
+// request writes their leaf (and its branch) beside the record's.
+func TestBenchTenants(t *testing.T) {
+	t.Parallel()
+	pages := func(tenants string) (bare, oncekv float64) {
+		out, stderr, code := run("bench", "--duration", "200ms", "--clients", "1", "--sync=false", "--commit", "update",
+			"--preload", "3000", "--tenants", tenants, "--json")
+		require.Equal(t, 0, code, stderr)
+		var res struct {
+			Tenants int `json:"tenants"`
+			Results []struct {
+				Name  string  `json:"name"`
+				Pages float64 `json:"pages"`
+			} `json:"results"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		if tenants != "1" {
+			require.Equal(t, tenants, fmt.Sprint(res.Tenants))
+		}
+		require.Equal(t, "oncekv", res.Results[1].Name)
+		return res.Results[0].Pages, res.Results[1].Pages
+	}
+	bare1, one := pages("1")
+	bareN, many := pages("1000")
+	require.InDelta(t, bare1, bareN, 0.5, "the bare write has no tenants")
+	require.GreaterOrEqual(t, many, one+1, "1000 tenants' counters (some 8 leaves) against one tenant's, inline in the root")
 }
 
 // bench --against-etcd embedded adds the bare write and the ledger on a
