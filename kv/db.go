@@ -529,7 +529,8 @@ func IsFault(v any) bool {
 // database goes on serving.
 //
 // On Linux it looks the address up in /proc/self/maps. Elsewhere, and when
-// it cannot tell, every fault counts as the file's: a database that
+// it cannot tell (an address in no mapping: bbolt may have remapped the
+// file since), every fault counts as the file's: a database that
 // refuses calls is safer than one serving on a disk that fails its reads.
 // A DB over another backend (etcd) has no file, and no fault is its.
 func (db *DB) IsFault(v any) bool {

@@ -11,8 +11,8 @@ import (
 
 // mappedFrom reports whether addr lies in a memory mapping of the file fi
 // describes, from /proc/self/maps: the mapping that holds addr, and its
-// device and inode. known is false when the maps cannot be read, or fi
-// names no device and inode.
+// device and inode. known is false when the maps cannot be read, fi
+// names no device and inode, or no mapping holds addr.
 func mappedFrom(fi os.FileInfo, addr uintptr) (yes, known bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
@@ -43,9 +43,10 @@ func mappedFrom(fi os.FileInfo, addr uintptr) (yes, known bool) {
 		ino, err := strconv.ParseUint(fields[4], 10, 64)
 		return err == nil && ino == uint64(st.Ino) && fields[3] == dev, err == nil
 	}
-	// In no mapping: not the file's (a fault on memory the process never
-	// mapped, or unmapped since).
-	return false, sc.Err() == nil
+	// In no mapping: memory never mapped, or unmapped since, which may be
+	// the file's own old map (bbolt remaps the file as it grows, and may
+	// have done so since the faulting transaction let go of its map).
+	return false, false
 }
 
 // devMajor and devMinor split a Linux device number as glibc's major

@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -97,6 +98,27 @@ func TestAFaultOnTheFileCutShortIsTheFiles(t *testing.T) {
 	require.True(t, db.IsFault(fault), "a fault on the file cut short was not taken for the file's: %v", fault)
 	require.ErrorIs(t, db.Err(), kv.ErrReadFailed)
 }
+
+// A fault at an address in no mapping may be on the file's old map
+// (bbolt remaps the file as it grows, and may have since the faulting
+// transaction let go of it): it counts as the file's. A fault in a live
+// map of another file does not, nor does a panic that is no fault.
+func TestIsFaultWhenTheAddressIsInNoMapping(t *testing.T) {
+	db, err := kv.Open(filepath.Join(t.TempDir(), "orders.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.True(t, db.IsFault(unmappedFault{}))
+	require.True(t, kv.IsFault(unmappedFault{}))
+	require.False(t, db.IsFault(errors.New("no fault")))
+	require.False(t, db.IsFault("boom"))
+}
+
+// unmappedFault is a memory fault at an address no process maps.
+type unmappedFault struct{}
+
+func (unmappedFault) Error() string { return "unexpected fault address 0x8" }
+func (unmappedFault) RuntimeError() {}
+func (unmappedFault) Addr() uintptr { return 0x8 }
 
 // recovered runs call, returning what it panicked with, or its error.
 func recovered(call func() error) (p any, err error) {
