@@ -25,8 +25,8 @@ powerloss: ## power cuts under the durable workload (300), an HTTP service (200)
 	go build -o $${TMPDIR:-/tmp}/oncekv-powercut ./internal/powercut
 	ONCEKV_POWERCUT=$${TMPDIR:-/tmp}/oncekv-powercut ONCEKV_REQUIRE_POWERCUT=1 ONCEKV_CRASH_CYCLES=100 go test -count=1 -timeout 30m -v -run 'PowerLoss' ./internal/crashtest ./examples/payments
 
-fuzz-smoke: ## run every fuzz target for 10s (CI profile)
-	./scripts/fuzz.sh 10s
+fuzz-smoke: ## run every fuzz target for 6s (CI profile)
+	./scripts/fuzz.sh 6s
 
 crash: ## crash suite, CI profile: SIGKILL at every failpoint, 10 cycles each
 	go test -tags failpoints -count=1 ./internal/crashtest
