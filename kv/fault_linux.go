@@ -3,6 +3,7 @@ package kv
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -10,9 +11,16 @@ import (
 )
 
 // mappedFrom reports whether addr lies in a memory mapping of the file fi
-// describes, from /proc/self/maps: the mapping that holds addr, and its
-// device and inode. known is false when the maps cannot be read, fi
-// names no device and inode, or no mapping holds addr.
+// describes: the mapping of /proc/self/maps that holds addr, compared by
+// inode. known is false when the maps cannot be read, fi has no inode, or
+// no mapping holds addr.
+//
+// The inode alone decides. A map of another file with the same inode
+// number on another device counts as the file's, which errs on the safe
+// side: the database refuses calls, as after a fault on its file. The
+// device, which the kernel prints in a form of its own, could only err on
+// the other: a fault on the file taken for the caller's, and the database
+// serving on a disk that fails its reads.
 func mappedFrom(fi os.FileInfo, addr uintptr) (yes, known bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
@@ -23,10 +31,24 @@ func mappedFrom(fi os.FileInfo, addr uintptr) (yes, known bool) {
 		return false, false
 	}
 	defer func() { _ = f.Close() }()
-	dev := fmt.Sprintf("%02x:%02x", devMajor(uint64(st.Dev)), devMinor(uint64(st.Dev))) //nolint:unconvert // uint32 on some platforms
-	sc := bufio.NewScanner(f)
+	ino, found, err := mappingAt(f, uint64(addr))
+	if err != nil || !found {
+		// In no mapping: memory never mapped, or unmapped since, which
+		// may be the file's own old map (bbolt remaps the file as it
+		// grows, and may have done so since the faulting transaction let
+		// go of its map).
+		return false, false
+	}
+	return ino == uint64(st.Ino), true //nolint:unconvert // uint32 on some platforms
+}
+
+// mappingAt returns the inode of the mapping, in maps (the format of
+// /proc/PID/maps: "start-end perms offset major:minor inode [path]"), that
+// holds addr; found is false when none does. An anonymous mapping has
+// inode 0.
+func mappingAt(maps io.Reader, addr uint64) (ino uint64, found bool, err error) {
+	sc := bufio.NewScanner(maps)
 	for sc.Scan() {
-		// start-end perms offset major:minor inode [path]
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 5 {
 			continue
@@ -37,19 +59,13 @@ func mappedFrom(fi os.FileInfo, addr uintptr) (yes, known bool) {
 		}
 		lo, err1 := strconv.ParseUint(start, 16, 64)
 		hi, err2 := strconv.ParseUint(end, 16, 64)
-		if err1 != nil || err2 != nil || uint64(addr) < lo || uint64(addr) >= hi {
+		if err1 != nil || err2 != nil || addr < lo || addr >= hi {
 			continue
 		}
-		ino, err := strconv.ParseUint(fields[4], 10, 64)
-		return err == nil && ino == uint64(st.Ino) && fields[3] == dev, err == nil
+		if ino, err = strconv.ParseUint(fields[4], 10, 64); err != nil {
+			return 0, false, fmt.Errorf("kv: the mapping at %#x has no inode: %w", addr, err)
+		}
+		return ino, true, nil
 	}
-	// In no mapping: memory never mapped, or unmapped since, which may be
-	// the file's own old map (bbolt remaps the file as it grows, and may
-	// have done so since the faulting transaction let go of its map).
-	return false, false
+	return 0, false, sc.Err()
 }
-
-// devMajor and devMinor split a Linux device number as glibc's major
-// and minor macros do; /proc/self/maps prints them in hex.
-func devMajor(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^uint64(0xfff) }
-func devMinor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^uint64(0xff) }
