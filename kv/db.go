@@ -202,7 +202,8 @@ type DB struct {
 	bolt     *bolt.DB // nil unless the backend is bbolt
 	pageSize int      // bbolt's page size, read at open (0 for other backends)
 	// file describes bbolt's file as it was at open (nil for other
-	// backends, or when it could not be read), for IsFault.
+	// backends, or when it could not be read), for IsFault and the
+	// register of files this process has open.
 	file        os.FileInfo
 	path        string
 	opts        Options

@@ -218,15 +218,16 @@ func alreadyOpen(path string) *DB {
 	return nil
 }
 
+// register notes db's file, as newDB read it (DB.file), among those this
+// process has open.
 func register(db *DB) {
-	fi, err := os.Stat(db.path)
-	if err != nil {
+	if db.file == nil {
 		return
 	}
 	if openFiles.files == nil {
 		openFiles.files = map[*DB]os.FileInfo{}
 	}
-	openFiles.files[db] = fi
+	openFiles.files[db] = db.file
 }
 
 func unregister(db *DB) {

@@ -3,7 +3,6 @@ package sideeffect_test
 import (
 	"testing"
 
-	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
@@ -17,9 +16,7 @@ var faultSink byte
 // file is kv's: TestACompletionsReadFaultReachesKV).
 func TestACompletionsFaultOnItsOwnMapIsItsPanic(t *testing.T) {
 	t.Parallel()
-	// On etcd no transaction catches faults: this one would end the
-	// process.
-	kvtest.RequireBolt(t, kvtest.Open(t, &kv.Options{NoSync: true}))
+	kvtest.RequireLocal(t, "on etcd no transaction catches faults: this one would end the process")
 	own := kvtest.CutShortMap(t)
 	survivesABrokenCompletion(t, func() { faultSink += own[0] }, "runtime error: invalid memory address")
 }

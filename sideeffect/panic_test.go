@@ -156,12 +156,7 @@ func survivesABrokenCompletion(t *testing.T, breakIt func(), panicText string) {
 		cfg.Handlers["charge"] = h
 	})
 
-	in, _, err := x.Create(ctx, spec("1"))
-	require.NoError(t, err)
-	bb.clock.Advance(time.Minute)
-	st, err := x.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	in := failsOnePass(t, x, bb)
 	require.Contains(t, logs.String(), `level=ERROR msg="intent completion panicked; its transaction rolled back" id=`+in.ID+` kind=charge hook=OnSucceeded panic="`+panicText)
 	require.Contains(t, logs.String(), t.Name(), "the stack names the handler")
 	require.Contains(t, logs.String(), `level=WARN msg="reconcile intent" id=`+in.ID+` error="sideeffect: completion of intent `+in.ID+` (succeeded): OnSucceeded panicked: `+panicText)
@@ -175,8 +170,21 @@ func survivesABrokenCompletion(t *testing.T, breakIt func(), panicText string) {
 	paysOnceWhenDue(t, x, bb.clock, bb.db, fake)
 }
 
+// failsOnePass creates order 1's intent and runs the reconciler pass
+// after its grace, which must examine it and fail on it.
+func failsOnePass(t *testing.T, x *sideeffect.Executor, bb *bundle) *sideeffect.Intent {
+	t.Helper()
+	in, _, err := x.Create(ctx, spec("1"))
+	require.NoError(t, err)
+	bb.clock.Advance(time.Minute)
+	st, err := x.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	return in
+}
+
 // A completion whose panic is a memory fault (a page of the database the
-// disk could not read: kv.IsFault) is not recovered as the completion's:
+// disk could not read: DB.IsFault) is not recovered as the completion's:
 // kv sees it, and the database refuses every call from then on
 // (kv.ErrReadFailed), where a recovered fault would leave the reconciler
 // serving on a disk that fails its reads. Nothing is recorded.
@@ -191,12 +199,7 @@ func TestACompletionsReadFaultReachesKV(t *testing.T) {
 	})
 	kvtest.RequireBolt(t, bb.db) // kv catches faults on bbolt's memory map
 	fault = looptest.FaultOn(bb.db)
-	_, _, err := x.Create(ctx, spec("1"))
-	require.NoError(t, err)
-	bb.clock.Advance(time.Minute)
-	st, err := x.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, sideeffect.RunStats{Examined: 1, Errors: 1}, st)
+	failsOnePass(t, x, bb)
 	require.ErrorIs(t, bb.db.Err(), kv.ErrReadFailed)
 	require.Contains(t, logs.String(), "refuses every call since reading its file failed", "the intent's error is kv's refusal")
 	require.NotContains(t, logs.String(), "intent completion panicked", "the fault is kv's, not the completion's")
