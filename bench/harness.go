@@ -53,9 +53,10 @@ type HarnessConfig struct {
 	// the trees have a realistic depth.
 	Preload int
 	// Tenants spreads the ledger workloads' requests over this many
-	// tenants (t0000 to t9999, by key) instead of one: each tenant has
-	// its usage counter, and past a few dozen they no longer fit in the
-	// counters' bucket inline (0 or 1: one tenant; at most 10,000).
+	// tenants (t0000 to t9999, by key) instead of one (0 or 1: one
+	// tenant; at most 10,000). Their usage is counted in memory; when
+	// each had a counter in the file, past a few dozen the counters no
+	// longer fitted inline, and a commit wrote their leaves.
 	Tenants int
 	// Keyed adds a workload "oncekv-keyed": the ledger on the layout of
 	// format 1 (records under their keys, with an expiry index), the one

@@ -167,7 +167,7 @@ var flashes = map[string]string{
 	"resolved":        "Resolved: the verdict is applied as if the provider had answered.",
 	"event-requeued":  "Requeued: the event is pending again, with a fresh attempt budget, at its place in the queue.",
 	"events-requeued": "Requeued every quarantined event that could be read: they are pending again, each with a fresh attempt budget, at their places in the queue.",
-	"usage-recounted": "Recounted: the tenants' usage counters that disagreed with their records are mended.",
+	"usage-recounted": "Recounted: the tenants' usage that disagreed with their records is mended.",
 	"usage-matched":   "Recounted: every tenant's usage already matched its records; nothing changed.",
 	"dropped":         "Dropped: the damaged record is gone, and its key runs again at its next request.",
 }

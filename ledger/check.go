@@ -68,8 +68,16 @@ func recordedUsage(tx kv.Tx) map[string]Usage {
 // mends ends a usage finding: what repairs it.
 const mends = " (ledger.RecountUsage, or oncekv recount, mends it)"
 
-// checkUsage compares the usage counters with the records counted.
+// checkUsage compares the usage counters with the records counted: in the
+// log, this process's tally, when it counts tx's snapshot.
 func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
+	if usesLog(tx) {
+		recstore.CheckTally(tx, recordSpec, report)
+		if counted, ok := loggedUsage(tx); ok {
+			compareUsage(counted, totals, "this process counts", report)
+		}
+		return
+	}
 	ub := usageNS.Bucket(tx)
 	if ub == nil || ub.Get(usageComplete) == nil {
 		if len(totals) > 0 && !tx.Writable() {
@@ -92,16 +100,22 @@ func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
 			}
 		}
 	}
+	compareUsage(stored, totals, "usage says", report)
+}
+
+// compareUsage reports each tenant whose usage (what says says) differs
+// from its records' totals.
+func compareUsage(usage, totals map[string]Usage, says string, report func(string)) {
 	for tenant, want := range totals {
-		if got := stored[tenant]; got != want {
-			report(fmt.Sprintf("tenant %q: usage says %d records, %d bytes; the records are %d, %d bytes%s", tenant, got.Records, got.Bytes, want.Records, want.Bytes, mends))
+		if got := usage[tenant]; got != want {
+			report(fmt.Sprintf("tenant %q: %s %d records, %d bytes; the records are %d, %d bytes%s", tenant, says, got.Records, got.Bytes, want.Records, want.Bytes, mends))
 		}
 	}
-	for tenant, got := range stored {
+	for tenant, got := range usage {
 		// Counters that add up to nothing (several writers' shards) agree
 		// with no records.
 		if _, ok := totals[tenant]; !ok && got != (Usage{}) {
-			report(fmt.Sprintf("tenant %q: usage says %d records, %d bytes, but it has none%s", tenant, got.Records, got.Bytes, mends))
+			report(fmt.Sprintf("tenant %q: %s %d records, %d bytes, but it has none%s", tenant, says, got.Records, got.Bytes, mends))
 		}
 	}
 }

@@ -94,7 +94,7 @@ func TestCheckFindsBrokenLogAndCorruptRecords(t *testing.T) {
 	require.Contains(t, all, `"acme|POST /v1/orders"/"b": two log entries`)
 	require.Contains(t, all, `damaged (checksum or framing)`)
 	require.Contains(t, all, `"acme|POST /v1/orders"/"b": the in-memory directory does not find`, "the duplicate is not where the directory points")
-	require.Contains(t, all, `usage says 3 records`)
+	require.Contains(t, all, `this process counts 3 records`, "a record written behind the ledger is not in its tenant's usage")
 	require.Len(t, msgs, 6, "%v", msgs)
 
 	// A corrupt record met on the request path is a clear error, not a panic

@@ -133,7 +133,7 @@ type Ledger struct {
 
 // recordSpec names the records' buckets: the log "ledger.log" (bbolt), or
 // "ledger" with its index "ledger.expiry" (etcd, and files of format 1).
-var recordSpec = recstore.Spec{Name: "ledger"}
+var recordSpec = recstore.Spec{Name: "ledger", Group: tenantGroup}
 
 // New returns a Ledger over db. cfg may be nil for defaults.
 func New(db *kv.DB, cfg *Config) (*Ledger, error) {
@@ -252,7 +252,7 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 	if _, err := l.records.PutFramed(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
 		return err
 	}
-	return account(tx, !l.db.Traits().SingleWriter, r.Scope, r.Key, records, int64(r.StoredBytes)-prevBytes)
+	return account(tx, l.records.Tally(), r.Scope, r.Key, records, int64(r.StoredBytes)-prevBytes)
 }
 
 // entryBuffer returns an empty buffer for the next stored entry, as large
@@ -278,7 +278,7 @@ func (l *Ledger) remove(tx kv.Tx, ref recstore.Ref, cur *Record) error {
 	if err := l.records.Delete(tx, cur.Scope, cur.Key, ref, cur.ExpiresAt); err != nil {
 		return err
 	}
-	return account(tx, !l.db.Traits().SingleWriter, cur.Scope, cur.Key, -1, -int64(cur.StoredBytes))
+	return account(tx, l.records.Tally(), cur.Scope, cur.Key, -1, -int64(cur.StoredBytes))
 }
 
 // managed runs fn, a Tx form, under group commit with a journal of the

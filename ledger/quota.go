@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,25 +116,29 @@ func decodeUsage(v []byte) (Usage, error) {
 	return u, d.Done()
 }
 
-// On a backend with several writers (etcd) a tenant's usage is kept in up
-// to usageShards counters under the keys tenant+"\x00"+shard (a scope
-// never holds a NUL), each record counted in the one its scope and key
-// hash to: one counter per tenant was a key every request of the tenant
-// wrote, and their transactions all conflicted on it. With one writer
-// (bbolt) the count stays under the bare tenant key, which keeps the
-// usage bucket small enough to live inline in its parent page (256
-// counters per tenant cost SingleTx 20%). A counter alone may be negative
-// (a record counted in one and removed through another); only the sum is
-// a usage.
+// Where usage is kept depends on the records' layout:
+//
+//   - the log (bbolt: one writer process): in memory, in the record
+//     store's tally (recstore.Tally), counted from the records when the
+//     process opens the ledger and kept exact by every write after. No
+//     counter is written: one per tenant cost a commit a page for each
+//     counters' leaf its requests touched (two pages more a one-request
+//     commit with a thousand tenants; bench/README.md, "Many tenants").
+//     Counters an older version kept in the usage bucket are removed at
+//     the first writable open, so that the older version, opening the file
+//     again, counts usage afresh instead of trusting them.
+//   - keyed (etcd: several writers): in the usage bucket, in up to
+//     usageShards counters per tenant under the keys tenant+"\x00"+shard (a
+//     scope never holds a NUL), each record counted in the one its scope and
+//     key hash to: one counter per tenant was a key every request of the
+//     tenant wrote, and their transactions all conflicted on it. A counter
+//     alone may be negative (a record counted in one and removed through
+//     another); only the sum is a usage.
 const usageShards = 256
 
 // usageKey is the key of the counter that counts the record scope/key,
-// whose tenant is TenantOf(scope): the tenant's shard with several
-// writers, the bare tenant key with one.
-func usageKey(sharded bool, tenant, scope, key string) []byte {
-	if !sharded {
-		return []byte(tenant)
-	}
+// whose tenant is TenantOf(scope): the tenant's shard.
+func usageKey(tenant, scope, key string) []byte {
 	h := uint32(2166136261) // FNV-1a over scope, NUL, key
 	for i := 0; i < len(scope); i++ {
 		h = (h ^ uint32(scope[i])) * 16777619
@@ -144,7 +150,7 @@ func usageKey(sharded bool, tenant, scope, key string) []byte {
 	return shardKey(tenant, byte(h%usageShards))
 }
 
-// shardKey is the key of tenant's counter number shard (several writers).
+// shardKey is the key of tenant's counter number shard.
 func shardKey(tenant string, shard byte) []byte {
 	k := make([]byte, 0, len(tenant)+2)
 	k = append(k, tenant...)
@@ -188,19 +194,35 @@ func countedTenant(scope string) (string, bool) {
 	return tenant, tenant != ""
 }
 
-// account adds (records, bytes) to the usage of scope's tenant in tx, in
-// the counter of the record scope/key (sharded: see usageKey). It reads
-// and writes that counter only.
-func account(tx kv.Tx, sharded bool, scope, key string, records, bytes int64) error {
+// tenantGroup is countedTenant for the record store's tally
+// (recstore.Spec.Group): the tenant of scope, nil when it counts in none.
+func tenantGroup(scope []byte) []byte {
+	if i := bytes.IndexByte(scope, '|'); i >= 0 {
+		scope = scope[:i]
+	}
+	if len(scope) == 0 {
+		return nil
+	}
+	return scope
+}
+
+// account adds (records, bytes) to the usage of scope's tenant in tx: in
+// tally when the records are in the log (recstore.Tally), else in the
+// counter of the record scope/key (usageKey), the only one it reads and
+// writes.
+func account(tx kv.Tx, tally *recstore.Tally, scope, key string, records, bytes int64) error {
 	tenant, counts := countedTenant(scope)
 	if (records == 0 && bytes == 0) || !counts {
 		return nil
+	}
+	if tally != nil {
+		return tally.Add(tx, tenant, records, bytes)
 	}
 	b, err := usageNS.Create(tx)
 	if err != nil {
 		return err
 	}
-	return addUsage(b, usageKey(sharded, tenant, scope, key), tenant, records, bytes)
+	return addUsage(b, usageKey(tenant, scope, key), tenant, records, bytes)
 }
 
 // addUsage adds (records, bytes) to tenant's counter k in b, removing it
@@ -238,25 +260,55 @@ func (e *damagedUsageError) Error() string {
 
 func (e *damagedUsageError) Unwrap() error { return e.err }
 
+// usesLog reports whether the database behind tx keeps the records in the
+// log, where usage is counted in memory.
+func usesLog(tx kv.Tx) bool { return keyspace.New(recordSpec.Name+".log").Bucket(tx) != nil }
+
 // accountAround is account for maintenance that removes or rewrites
-// records (the sweep, a rekey). It does not know the backend: a tenant
-// counted under its bare key (one writer) is counted there, else in a
-// shard. A counter that does not decode is left as it is, since its value
-// is lost anyway and RecountUsage computes it from the records, and one
-// damaged counter must not stop every tenant's retention. The tenant's
-// own writes still fail on it, and the check reports it.
+// records (the sweep, a rekey, the check's mending), which has only a
+// transaction. In the log, it counts in this process's tally; where this
+// process has not opened the ledger there is none, and the next open
+// counts the records as they are then (counters an older version left are
+// removed, so that it counts afresh too). In the keyed layout, a counter
+// that does not decode is left as it is, since its value is lost anyway
+// and RecountUsage computes it from the records, and one damaged counter
+// must not stop every tenant's retention. The tenant's own writes still
+// fail on it, and the check reports it.
 func accountAround(tx kv.Tx, scope, key string, records, bytes int64) error {
-	b := usageNS.Bucket(tx)
-	sharded := b == nil || b.Get([]byte(TenantOf(scope))) == nil
-	err := account(tx, sharded, scope, key, records, bytes)
+	if tally := recstore.TallyOf(tx, recordSpec); tally != nil {
+		return account(tx, tally, scope, key, records, bytes)
+	}
+	if usesLog(tx) {
+		return retireCounters(tx)
+	}
+	err := account(tx, nil, scope, key, records, bytes)
 	if _, damaged := errors.AsType[*damagedUsageError](err); damaged {
 		return nil
 	}
 	return err
 }
 
+// retireCounters removes the usage bucket of a file whose records are in
+// the log: counters an older version kept, which it would trust again
+// after this version's writes, which do not keep them.
+func retireCounters(tx kv.Tx) error {
+	bt := kv.BoltTx(tx) // the log is bbolt's layout
+	if bt == nil || usageNS.Bucket(tx) == nil {
+		return nil
+	}
+	return bt.DeleteBucket(usageNS.Bytes())
+}
+
+// usage returns scope's tenant's usage in tx.
+func (l *Ledger) usage(tx kv.Tx, tenant string) (Usage, error) {
+	if tally := l.records.Tally(); tally != nil {
+		return Usage(tally.Get(tx, tenant)).clamped(), nil
+	}
+	return usageOf(usageNS.Bucket(tx), tenant)
+}
+
 // checkQuota rejects a new record for scope's tenant when it is at its
-// quota. It reads one key and writes nothing.
+// quota. It reads one count and writes nothing.
 func (l *Ledger) checkQuota(tx kv.Tx, scope string) error {
 	q := l.cfg.Quota
 	if q == nil {
@@ -267,7 +319,7 @@ func (l *Ledger) checkQuota(tx kv.Tx, scope string) error {
 	if maxRecords <= 0 && maxBytes <= 0 {
 		return nil
 	}
-	u, err := usageOf(usageNS.Bucket(tx), tenant)
+	u, err := l.usage(tx, tenant)
 	if err != nil {
 		return err
 	}
@@ -281,9 +333,38 @@ func (l *Ledger) checkQuota(tx kv.Tx, scope string) error {
 	return nil
 }
 
-// UsageTx iterates every tenant's usage inside tx, in tenant order.
+// loggedUsage returns every tenant's usage as tx sees it, where the
+// records are in the log: this process's tally when it can tell (counted
+// says so), else the records counted (a read that began before the last
+// change committed, or a process without the ledger open).
+func loggedUsage(tx kv.Tx) (usage map[string]Usage, counted bool) {
+	if tally := recstore.TallyOf(tx, recordSpec); tally != nil {
+		if at, ok := tally.At(tx); ok {
+			usage = make(map[string]Usage, len(at))
+			for tenant, c := range at {
+				usage[tenant] = Usage(c)
+			}
+			return usage, true
+		}
+	}
+	return recordedUsage(tx), false
+}
+
+// UsageTx iterates every tenant's usage inside tx, in tenant order. Where
+// the records are in the log (bbolt) it is what this process counts (or,
+// when a change committed after tx began, or this process has not opened
+// the ledger, what the records in tx add up to: a read of every record).
 func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
 	return func(yield func(string, Usage) bool) {
+		if usesLog(tx) {
+			usage, _ := loggedUsage(tx)
+			for _, tenant := range slices.Sorted(maps.Keys(usage)) {
+				if !yield(tenant, usage[tenant].clamped()) {
+					return
+				}
+			}
+			return
+		}
 		b := usageNS.Bucket(tx)
 		if b == nil {
 			return
@@ -322,24 +403,30 @@ func (l *Ledger) Usage(ctx context.Context, tenant string) (Usage, error) {
 	if tenant == "" {
 		return Usage{}, fmt.Errorf("%w: empty tenant: usage is kept per tenant", ErrInvalidScope)
 	}
-	u, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (Usage, error) { return usageOf(usageNS.Bucket(tx), tenant) })
+	u, err := txn.Run(ctx, l.db.View, func(tx kv.Tx) (Usage, error) { return l.usage(tx, tenant) })
 	return u, err
 }
 
-// rebuildUsage counts every record into the usage bucket once, for a file
-// written before usage was kept; later writes keep it exact.
+// rebuildUsage makes usage count every record. In the log, the tally
+// counted them at open, and counters an older version kept are removed.
+// In the keyed layout, a file written before usage was kept gets its
+// counters once; later writes keep them exact.
 func (l *Ledger) rebuildUsage(ctx context.Context) error {
 	db := l.db
 	if db.ReadOnly() {
 		return nil
 	}
 	var done bool
+	logged := l.records.Tally() != nil
 	if err := db.View(ctx, func(tx kv.Tx) error {
 		b := usageNS.Bucket(tx)
-		done = b != nil && b.Get(usageComplete) != nil
+		done = b == nil && logged || !logged && b != nil && b.Get(usageComplete) != nil
 		return nil
 	}); err != nil || done {
 		return err
+	}
+	if logged {
+		return db.Update(ctx, retireCounters)
 	}
 	return db.Update(ctx, func(tx kv.Tx) error {
 		b, err := usageNS.Create(tx)
@@ -352,7 +439,7 @@ func (l *Ledger) rebuildUsage(ctx context.Context) error {
 		totals := map[string]Usage{}
 		l.records.Scan(tx, "", func(_ recstore.Ref, scope, key string, v []byte, ok bool) bool {
 			if tenant, counts := countedTenant(scope); ok && counts {
-				k := string(usageKey(!l.db.Traits().SingleWriter, tenant, scope, key))
+				k := string(usageKey(tenant, scope, key))
 				u := totals[k]
 				u.Records, u.Bytes = u.Records+1, u.Bytes+int64(len(v))
 				totals[k] = u

@@ -135,11 +135,14 @@ func TestByteQuota(t *testing.T) {
 	}
 }
 
-// A file written before usage was counted gets its counters once, when a
-// ledger first opens it for writing.
-func TestUsageIsCountedForOlderFiles(t *testing.T) {
+// Where the records are in the log (bbolt), usage is counted from them
+// when a ledger opens the file, whatever counters are in the file: those
+// an older version kept (wrong ones here) are removed at the first
+// writable open, so that the older version, opening the file again, counts
+// afresh instead of trusting counters this version no longer keeps.
+func TestUsageIsCountedFromTheRecordsAtOpen(t *testing.T) {
 	t.Parallel()
-	kvtest.RequireLocal(t, "removes the counters from the bbolt file")
+	kvtest.RequireLocal(t, "writes counters into the bbolt file")
 	path := t.TempDir() + "/old.db"
 	db, err := kv.Open(path, &kv.Options{NoSync: true})
 	require.NoError(t, err)
@@ -150,11 +153,18 @@ func TestUsageIsCountedForOlderFiles(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, db.Close())
-	// Remove the counters, as a file from before they existed has none.
-	bdb, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(record.ReservedPrefix + "ledger.usage")) }))
-	require.NoError(t, bdb.Close())
+	usageBucket := []byte(record.ReservedPrefix + "ledger.usage")
+	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) error {
+		require.Nil(t, tx.Bucket(usageBucket), "no counter is written")
+		b, err := tx.CreateBucket(usageBucket)
+		if err != nil {
+			return err
+		}
+		if err := b.Put([]byte("acme"), []byte("an older version's counter, damaged")); err != nil {
+			return err
+		}
+		return b.Put([]byte("\x00complete"), []byte{1})
+	})
 
 	db = kvtest.OpenPath(t, path, &kv.Options{NoSync: true}, ledger.RecordKind)
 	l, err = ledger.New(db, nil)
@@ -162,4 +172,10 @@ func TestUsageIsCountedForOlderFiles(t *testing.T) {
 	u, err := l.Usage(ctx, "acme")
 	require.NoError(t, err)
 	require.Equal(t, int64(4), u.Records)
+	_, err = l.Do(ctx, tenantReq("acme", "after"), small)
+	require.NoError(t, err, "the damaged counter is not read")
+	require.NoError(t, db.Bolt().View(func(tx *bolt.Tx) error {
+		require.Nil(t, tx.Bucket(usageBucket), "the older version's counters are gone")
+		return nil
+	}))
 }

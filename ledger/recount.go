@@ -52,7 +52,7 @@ func RecountUsage(ctx context.Context, db *kv.DB) ([]UsageRecount, error) {
 		var more bool
 		err := db.Update(ctx, func(tx kv.Tx) error {
 			var err error
-			mended, more, err = recountUsageTx(tx, !db.Traits().SingleWriter, budget)
+			mended, more, err = recountUsageTx(tx, budget)
 			return err
 		})
 		if err != nil {
@@ -69,9 +69,13 @@ func RecountUsage(ctx context.Context, db *kv.DB) ([]UsageRecount, error) {
 // recountUsageTx is RecountUsage's transaction: it mends, in tenant
 // order, the tenants whose counters disagree with their records, until
 // their writes would pass budget (0: no bound; the first tenant is mended
-// whatever it costs), and reports whether some are left. sharded says
-// where a tenant's first counter is (adjustHome).
-func recountUsageTx(tx kv.Tx, sharded bool, budget int) (mended []UsageRecount, more bool, err error) {
+// whatever it costs), and reports whether some are left. In the log, it
+// mends this process's tally (recountTally).
+func recountUsageTx(tx kv.Tx, budget int) (mended []UsageRecount, more bool, err error) {
+	if usesLog(tx) {
+		mended, err := recountTally(tx)
+		return mended, false, err
+	}
 	b, err := usageNS.Create(tx)
 	if err != nil {
 		return nil, false, err
@@ -120,7 +124,7 @@ func recountUsageTx(tx kv.Tx, sharded bool, budget int) (mended []UsageRecount, 
 				return nil, false, err
 			}
 		}
-		if err := adjustHome(b, sharded, t, now.Records-was.Records, now.Bytes-was.Bytes); err != nil {
+		if err := addUsage(b, shardKey(t, 0), t, now.Records-was.Records, now.Bytes-was.Bytes); err != nil { // a tenant's counters matter only as a sum
 			return nil, false, err
 		}
 		mended = append(mended, UsageRecount{Tenant: t, Was: was, Damaged: len(damaged[t]), Now: now})
@@ -133,15 +137,38 @@ func recountUsageTx(tx kv.Tx, sharded bool, budget int) (mended []UsageRecount, 
 	return mended, false, nil
 }
 
-// adjustHome adds (records, bytes) to tenant's first counter: its bare key
-// with one writer, its shard 0 with several (a tenant's counters matter
-// only as a sum).
-func adjustHome(b kv.Bucket, sharded bool, tenant string, records, bytes int64) error {
-	k := []byte(tenant)
-	if sharded {
-		k = shardKey(tenant, 0)
+// recountTally is recountUsageTx in the log: it adds to this process's
+// tally, in tx, what each tenant's records and its count differ by (the
+// tally is exact in a write transaction). Without the ledger open in this
+// process there is no tally, and nothing to mend: the next open counts the
+// records.
+func recountTally(tx kv.Tx) ([]UsageRecount, error) {
+	if err := retireCounters(tx); err != nil {
+		return nil, err
 	}
-	return addUsage(b, k, tenant, records, bytes)
+	tally := recstore.TallyOf(tx, recordSpec)
+	if tally == nil {
+		return nil, nil
+	}
+	found := recordedUsage(tx)
+	counted, _ := tally.At(tx)
+	var mended []UsageRecount
+	for _, t := range slices.Sorted(maps.Keys(found)) {
+		if was, now := Usage(counted[t]), found[t]; was != now {
+			mended = append(mended, UsageRecount{Tenant: t, Was: was, Now: now})
+		}
+	}
+	for t, c := range counted {
+		if _, ok := found[t]; !ok {
+			mended = append(mended, UsageRecount{Tenant: t, Was: Usage(c)})
+		}
+	}
+	for _, m := range mended {
+		if err := tally.Add(tx, m.Tenant, m.Now.Records-m.Was.Records, m.Now.Bytes-m.Was.Bytes); err != nil {
+			return nil, err
+		}
+	}
+	return mended, nil
 }
 
 // DropDamaged removes the idempotency record at log position entry when it
@@ -164,7 +191,7 @@ func DropDamaged(ctx context.Context, db *kv.DB, entry uint64) (kv.DroppedEntry,
 		}
 		// A damaged entry was counted by what it says, perhaps under a
 		// damaged scope: counting again leaves usage exact.
-		_, _, err = recountUsageTx(tx, !db.Traits().SingleWriter, 0)
+		_, _, err = recountUsageTx(tx, 0)
 		return err
 	})
 	if err != nil {

@@ -35,6 +35,7 @@ var _ Store = (*keyed)(nil)
 
 func (s *keyed) Layout() string { return "keyed" }
 func (s *keyed) Stats() Stats   { return Stats{Layout: "keyed"} }
+func (s *keyed) Tally() *Tally  { return nil }
 
 func (s *keyed) Probe(string, string) (Probe, bool) { return Probe{}, true }
 

@@ -69,6 +69,9 @@ type logStore struct {
 	tailTx   *bolt.Tx
 	tailUsed int
 	dir      *directory
+	// tally counts the records by group (Spec.Group), nil when the spec
+	// counts none.
+	tally *Tally
 	// hints are the directory entries the Tx forms added in a caller's
 	// own transactions, whose outcome oncekv never sees: the next write
 	// removes those that came to nothing (settleHints).
@@ -103,8 +106,10 @@ func (s *logStore) Stats() Stats {
 	n, extra := s.dir.len()
 	cached, cachedBytes, hits, misses := s.dir.recentStats()
 	return Stats{Layout: "log", Positions: n, Extra: extra, Rebuilt: s.rebuilt, RebuildTime: s.rebuildTime, Unreadable: int(s.unreadable.Load()),
-		Cached: cached, CachedBytes: cachedBytes, CacheHits: hits, CacheMisses: misses}
+		Cached: cached, CachedBytes: cachedBytes, CacheHits: hits, CacheMisses: misses, Groups: s.tally.groups()}
 }
+
+func (s *logStore) Tally() *Tally { return s.tally }
 
 // ErrDamagedRecord is returned (wrapped) when a look-up meets a record whose
 // checksum fails where its key should be.
@@ -610,12 +615,15 @@ func (s *logStore) rebuild(tx kv.Tx) {
 			if c := pos & ctrMask; c > s.ctr.Load() {
 				s.ctr.Store(c)
 			}
-			sc, ky, _, ok := unwrap(v) // the checksum is the look-up's to check (at)
+			sc, ky, val, ok := unwrap(v) // the checksum is the look-up's to check (at)
 			if !ok {
 				s.unreadable.Add(1) // reported by the consistency check
 				if sc, ky, ok = identity(v); !ok {
 					continue
 				}
+			}
+			if ok && s.tally != nil {
+				s.tally.count(sc, len(val)) // counted by what it says, as Scan gives it
 			}
 			found.add(s.dir.hashBytes(sc, ky), pos)
 			if n++; n%rebuildChunk == 0 {
@@ -625,6 +633,9 @@ func (s *logStore) rebuild(tx kv.Tx) {
 		}
 	}
 	s.dir.load(&found)
+	if s.tally != nil {
+		s.tally.at = s.tally.stampIn(tx)
+	}
 	failpoint.Inject(failpoint.RecstoreRebuilt)
 	s.rebuilt, s.rebuildTime = n, time.Since(start)
 	s.wrapped.Store(s.ctr.Load() >= ctrMask) // the counter now starts above every position
@@ -728,6 +739,9 @@ func openLog(ctx context.Context, db *kv.DB, spec Spec, dir *directory) (*logSto
 	s := &logStore{spec: spec, log: spec.logNS(), tail: spec.tailNS(),
 		budget: tailBudget(db.PageSize()), dir: dir,
 		open: db.Attachment(openFlagKey{}, func() any { return new(openFlag) }).(*openFlag)}
+	if spec.Group != nil {
+		s.tally = newTally(spec)
+	}
 	dir.setRecentBytes(db.RecentCacheBytes())
 	// Until the rebuild has seen every counter in the log, a new position
 	// is looked up before it is used: a migration cut short by a crash left
@@ -762,6 +776,10 @@ func rebuildIn(db *kv.DB, s *logStore) error {
 	}
 	return err
 }
+
+// TallyBucket is the name of the bucket of spec's tally stamp (tally.go),
+// for tests and tools.
+func TallyBucket(spec Spec) []byte { return spec.tallyNS().Bytes() }
 
 // LogBucket is the name of spec's log bucket, for tests and tools.
 func LogBucket(spec Spec) []byte { return spec.logNS().Bytes() }

@@ -34,11 +34,18 @@ type Spec struct {
 	// Name names the buckets: the log Name+".log" and its tail
 	// Name+".tail", the keyed layout Name and Name+".expiry".
 	Name string
+	// Group, if set, names the group an entry's scope counts in (nil: in
+	// none), and the log layout keeps a Tally of the groups' records in
+	// memory, in a bucket Name+".tally" only the stamp that orders it.
+	Group func(scope []byte) []byte
 }
 
 // logNS and tailNS are the namespaces of spec's log and its tail.
 func (spec Spec) logNS() keyspace.Namespace  { return keyspace.New(spec.Name + ".log") }
 func (spec Spec) tailNS() keyspace.Namespace { return keyspace.New(spec.Name + ".tail") }
+
+// tallyNS is the namespace of the stamp of spec's tally (tally.go).
+func (spec Spec) tallyNS() keyspace.Namespace { return keyspace.New(spec.Name + ".tally") }
 
 // Ref locates a record found by Get, for the Put or Delete that replaces it
 // in the same transaction.
@@ -101,6 +108,9 @@ type Store interface {
 	List(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string, v []byte, ok bool) bool)
 	// Stats describes the store in this process.
 	Stats() Stats
+	// Tally returns the store's counts by group (log layout, Spec.Group
+	// set), or nil: the keyed layout counts nothing.
+	Tally() *Tally
 	// Probe reports whether (scope, key) may have a record. False is
 	// final; true means look (the keyed layout always says true), with
 	// GetProbed and the Probe returned, so that the look-up does not go
@@ -145,6 +155,9 @@ type Stats struct {
 	// it could not answer (they read the log).
 	Cached, CachedBytes    int
 	CacheHits, CacheMisses uint64
+	// Groups is how many groups the tally counts records of (log layout
+	// with Spec.Group).
+	Groups int
 }
 
 // splitKey splits a keyed-layout bucket key scope NUL key.

@@ -1,0 +1,293 @@
+package recstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/kv"
+)
+
+// A Tally counts a log store's records, and their bytes, by group
+// (Spec.Group: the ledger's tenants) in memory, where counters kept in the
+// file would cost each transaction a page per group leaf it touches (with
+// a thousand tenants, two pages more a one-request commit). The counts are
+// made by the directory's rebuild, which reads every entry anyway, and
+// kept exact after it by the writers (Add), under bbolt's writer lock.
+//
+// A transaction's changes are pending until it commits. bbolt runs OnCommit
+// after it releases the writer lock, and a caller's own transaction (the
+// Tx forms) may roll back without oncekv seeing it; so each transaction
+// that adds to the tally stamps the file with its ID (one 8-byte key in a
+// bucket of one key, inline in the root page every commit writes anyway).
+// The stamp the next transaction reads says whether the pending changes
+// committed: its own ID, or an older transaction's (rolled back, or
+// failed). A reader applies them the same way, when its snapshot holds
+// their stamp.
+//
+// The counts are the latest committed ones (and, in a write transaction,
+// its own changes): a read transaction that began before the last change
+// committed sees counts ahead of its snapshot, and At says so.
+type Tally struct {
+	spec Spec
+	mu   sync.Mutex
+	// counts are the committed counts, as of the transaction whose ID is
+	// at (the stamp); groups with nothing are removed.
+	counts map[string]*Count
+	at     uint64
+	// pending is the last write transaction's changes, until they are
+	// known committed (applied) or not (dropped).
+	pending *tallyTx
+}
+
+// Count is what one group keeps: its records and their bytes (the
+// records' values, as Scan gives them).
+type Count struct{ Records, Bytes int64 }
+
+type tallyTx struct {
+	tx      *bolt.Tx
+	id      uint64
+	stamp   []byte // the value Put in the file (stampValue): bbolt keeps it until the commit
+	changes []groupChange
+}
+
+type groupChange struct {
+	group string
+	Count
+}
+
+var tallyStampKey = []byte("at")
+
+func newTally(spec Spec) *Tally { return &Tally{spec: spec, counts: map[string]*Count{}} }
+
+// count adds an entry of scope with a value of n bytes, during the rebuild
+// (no other use of t yet).
+func (t *Tally) count(scope []byte, n int) {
+	g := t.spec.Group(scope)
+	if g == nil {
+		return
+	}
+	c := t.counts[string(g)]
+	if c == nil {
+		c = &Count{}
+		t.counts[string(g)] = c
+	}
+	c.Records++
+	c.Bytes += int64(n)
+}
+
+// stampValue is the stamp of the transaction id: the ID, big-endian, and
+// a CRC-32C of it (a damaged stamp reads as none, and the check reports it).
+func stampValue(id uint64) []byte {
+	return record.AppendChecksum(binary.BigEndian.AppendUint64(make([]byte, 0, 12), id))
+}
+
+// stampIn returns the stamp tx sees (0: none, or damaged).
+func (t *Tally) stampIn(tx kv.Tx) uint64 {
+	id, _ := readStamp(tx, t.spec)
+	return id
+}
+
+// readStamp returns the stamp of spec's tally that tx sees (0: none), or
+// an error when it is damaged.
+func readStamp(tx kv.Tx, spec Spec) (uint64, error) {
+	b := spec.tallyNS().Bucket(tx)
+	if b == nil {
+		return 0, nil
+	}
+	v := b.Get(tallyStampKey)
+	switch {
+	case v == nil:
+		return 0, nil
+	case len(v) != 12 || !intact(v):
+		return 0, fmt.Errorf("%s: the stamp that orders the in-memory usage counts is damaged (%d bytes, %x); the next write stamps it again, and a usage count it leaves wrong is mended by a recount", spec.tallyNS().Name(), len(v), v)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// CheckTally reports a damaged stamp of spec's tally.
+func CheckTally(tx kv.Tx, spec Spec, report func(string)) {
+	if _, err := readStamp(tx, spec); err != nil {
+		report(err.Error())
+	}
+}
+
+// settle decides the pending changes of a transaction other than bt, in a
+// write transaction tx of bt (bbolt has one writer: that one has ended):
+// applied if tx sees its stamp, dropped if not. t.mu is held.
+func (t *Tally) settle(tx kv.Tx, bt *bolt.Tx) {
+	p := t.pending
+	if p == nil || p.tx == bt {
+		return
+	}
+	t.pending = nil
+	if t.stampIn(tx) == p.id {
+		t.apply(p)
+	}
+}
+
+// apply makes p's changes committed. t.mu is held.
+func (t *Tally) apply(p *tallyTx) {
+	for _, ch := range p.changes {
+		c := t.counts[ch.group]
+		if c == nil {
+			c = &Count{}
+			t.counts[ch.group] = c
+		}
+		c.Records += ch.Records
+		c.Bytes += ch.Bytes
+		if *c == (Count{}) {
+			delete(t.counts, ch.group)
+		}
+	}
+	t.at = p.id
+}
+
+// errTallyNeedsBolt is Add's error in a transaction bbolt does not back.
+var errTallyNeedsBolt = errors.New("recstore: the tally counts bbolt transactions only")
+
+// Add adds (records, bytes) to group's count in the write transaction tx,
+// and stamps the file with tx's ID (once a transaction). The change counts
+// once tx commits.
+func (t *Tally) Add(tx kv.Tx, group string, records, bytes int64) error {
+	if records == 0 && bytes == 0 {
+		return nil
+	}
+	bt := kv.BoltTx(tx)
+	if bt == nil {
+		return errTallyNeedsBolt
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.settle(tx, bt)
+	p := t.pending
+	if p == nil {
+		p = &tallyTx{tx: bt, id: uint64(bt.ID())}
+		p.stamp = stampValue(p.id)
+		b, err := t.spec.tallyNS().Create(tx)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(tallyStampKey, p.stamp); err != nil {
+			return err
+		}
+		t.pending = p
+		bt.OnCommit(func() { t.committed(p) })
+	}
+	for i := range p.changes {
+		if ch := &p.changes[i]; ch.group == group {
+			ch.Records += records
+			ch.Bytes += bytes
+			return nil
+		}
+	}
+	p.changes = append(p.changes, groupChange{group, Count{records, bytes}})
+	return nil
+}
+
+// committed applies p, unless a later transaction has already decided it.
+func (t *Tally) committed(p *tallyTx) {
+	t.mu.Lock()
+	if t.pending == p {
+		t.pending = nil
+		t.apply(p)
+	}
+	t.mu.Unlock()
+}
+
+// view brings t up to what tx sees and calls fn with the counts under
+// t.mu: in a write transaction, the committed counts and own, tx's own
+// changes (exact); in a read transaction, the latest committed counts,
+// with exact reporting whether they are tx's snapshot's.
+func (t *Tally) view(tx kv.Tx, fn func(counts map[string]*Count, own []groupChange, exact bool)) {
+	bt := kv.BoltTx(tx)
+	var stamp uint64
+	if !tx.Writable() {
+		stamp = t.stampIn(tx)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tx.Writable() {
+		t.settle(tx, bt)
+		var own []groupChange
+		if p := t.pending; p != nil && p.tx == bt {
+			own = p.changes
+		}
+		fn(t.counts, own, true)
+		return
+	}
+	if p := t.pending; p != nil && p.id == stamp {
+		// Committed: tx sees its stamp (only the transaction that wrote it
+		// can be pending with its ID).
+		t.pending = nil
+		t.apply(p)
+	}
+	fn(t.counts, nil, t.at == stamp)
+}
+
+// Get returns group's count: in a write transaction, with its own changes;
+// in a read transaction, the latest committed (perhaps ahead of tx).
+func (t *Tally) Get(tx kv.Tx, group string) Count {
+	var out Count
+	t.view(tx, func(counts map[string]*Count, own []groupChange, _ bool) {
+		if c := counts[group]; c != nil {
+			out = *c
+		}
+		for _, ch := range own {
+			if ch.group == group {
+				out.Records += ch.Records
+				out.Bytes += ch.Bytes
+			}
+		}
+	})
+	return out
+}
+
+// At returns every group's count as tx sees it (groups with nothing left
+// out), or false when t cannot tell: tx is a read transaction that began
+// before the last change committed.
+func (t *Tally) At(tx kv.Tx) (map[string]Count, bool) {
+	var out map[string]Count
+	var ok bool
+	t.view(tx, func(counts map[string]*Count, own []groupChange, exact bool) {
+		if ok = exact; !ok {
+			return
+		}
+		out = make(map[string]Count, len(counts))
+		for g, c := range counts {
+			out[g] = *c
+		}
+		for _, ch := range own {
+			c := out[ch.group]
+			c.Records += ch.Records
+			c.Bytes += ch.Bytes
+			if out[ch.group] = c; c == (Count{}) {
+				delete(out, ch.group)
+			}
+		}
+	})
+	return out, ok
+}
+
+// groups returns how many groups have records (for Stats).
+func (t *Tally) groups() int {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.counts)
+}
+
+// TallyOf returns the tally of spec's log store in the database behind tx,
+// when this process has opened it and spec counts groups; nil otherwise.
+func TallyOf(tx kv.Tx, spec Spec) *Tally {
+	if s := logOf(tx, spec.Name); s != nil {
+		return s.tally
+	}
+	return nil
+}

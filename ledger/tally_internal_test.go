@@ -1,0 +1,254 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/recstore"
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+)
+
+// On bbolt the records are in the log and usage is counted in memory
+// (recstore.Tally). These tests hold it to what the counters in the file
+// gave: exact after every commit, whoever runs the transaction and however
+// it ends.
+
+func talliedLedger(t *testing.T, quota *Quota) (*kv.DB, *Ledger) {
+	t.Helper()
+	db := kvtest.Open(t, nil)
+	kvtest.RequireBolt(t, db)
+	l, err := New(db, &Config{Quota: quota})
+	require.NoError(t, err)
+	return db, l
+}
+
+func acmeReq(key string) Request {
+	return Request{Scope: "acme|POST /x", Key: key, Fingerprint: Fingerprint{1}}
+}
+
+func created(kv.Tx) (Response, error) { return Response{Status: 201, Body: []byte("ok")}, nil }
+
+func acmeUsage(t *testing.T, l *Ledger) Usage {
+	t.Helper()
+	u, err := l.Usage(context.Background(), "acme")
+	require.NoError(t, err)
+	return u
+}
+
+func requireChecked(t *testing.T, db *kv.DB) {
+	t.Helper()
+	problems, err := db.Check(context.Background(), RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+var errRolledBack = errors.New("the caller rolls back")
+
+// A caller's own transaction that runs DoTx and rolls back leaves no
+// trace in usage, although oncekv never sees the rollback: not when the
+// next transaction, with the same ID, commits without a record, nor at
+// the next write. The quota then admits what it should.
+func TestTallyIgnoresARolledBackCallerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, l := talliedLedger(t, &Quota{MaxRecords: 2})
+	err := db.Bolt().Update(func(btx *bolt.Tx) error {
+		_, err := l.DoTx(ctx, kv.WrapTx(btx), acmeReq("k1"), created)
+		require.NoError(t, err)
+		u, err := l.usage(kv.WrapTx(btx), "acme")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, u.Records, "the transaction sees its own record counted")
+		return errRolledBack
+	})
+	require.ErrorIs(t, err, errRolledBack)
+	require.Zero(t, acmeUsage(t, l).Records)
+
+	// The next write transaction gets the rolled-back one's ID.
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		_, err := btx.CreateBucketIfNotExists([]byte("app"))
+		return err
+	}))
+	require.Zero(t, acmeUsage(t, l).Records)
+
+	for _, k := range []string{"k2", "k3"} {
+		_, err = l.Do(ctx, acmeReq(k), created)
+		require.NoError(t, err, "the rolled-back record is not counted against the quota")
+	}
+	_, err = l.Do(ctx, acmeReq("k4"), created)
+	require.ErrorIs(t, err, ErrQuotaExceeded)
+	require.EqualValues(t, 2, acmeUsage(t, l).Records)
+	requireChecked(t, db)
+}
+
+// bbolt runs a commit's handlers after it releases the writer lock: the
+// next transaction can begin before the tally hears of the commit. It
+// must count the committed record all the same (the stamp the commit left
+// says so), in a write's quota check and in a read.
+func TestTallyCountsACommitBeforeItsHandlerRuns(t *testing.T) {
+	t.Parallel()
+	for _, next := range []string{"read", "write"} {
+		t.Run(next, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, l := talliedLedger(t, &Quota{MaxRecords: 1})
+			var read Usage
+			var wrote error
+			require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+				// Registered first, so it runs before the tally's handler.
+				btx.OnCommit(func() {
+					if next == "read" {
+						read = acmeUsage(t, l)
+					} else {
+						_, wrote = l.Do(ctx, acmeReq("k2"), created)
+					}
+				})
+				_, err := l.DoTx(ctx, kv.WrapTx(btx), acmeReq("k1"), created)
+				return err
+			}))
+			if next == "read" {
+				require.EqualValues(t, 1, read.Records, "a read after the commit counts its record")
+			} else {
+				require.ErrorIs(t, wrote, ErrQuotaExceeded, "the next write counts the committed record")
+			}
+			require.EqualValues(t, 1, acmeUsage(t, l).Records)
+			requireChecked(t, db)
+		})
+	}
+}
+
+// A read transaction that began before a change committed cannot have the
+// tally's counts (they are ahead of it): UsageTx then adds up the records
+// it sees, and the check compares nothing it cannot tell.
+func TestUsageTxIsTheSnapshots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, l := talliedLedger(t, nil)
+	_, err := l.Do(ctx, acmeReq("k1"), created)
+	require.NoError(t, err)
+	btx, err := db.Bolt().Begin(false)
+	require.NoError(t, err)
+	defer func() { _ = btx.Rollback() }()
+	tx := kv.WrapTx(btx)
+	_, exact := recstore.TallyOf(tx, recordSpec).At(tx)
+	require.True(t, exact)
+
+	_, err = l.Do(ctx, acmeReq("k2"), created)
+	require.NoError(t, err)
+	_, exact = recstore.TallyOf(tx, recordSpec).At(tx)
+	require.False(t, exact, "a record committed after the read began")
+	usage := map[string]Usage{}
+	for tenant, u := range UsageTx(tx) {
+		usage[tenant] = u
+	}
+	require.EqualValues(t, 1, usage["acme"].Records, "the snapshot's")
+	var problems []string
+	checkUsage(tx, recordedUsage(tx), func(m string) { problems = append(problems, m) })
+	require.Empty(t, problems)
+	require.EqualValues(t, 2, acmeUsage(t, l).Records)
+}
+
+// A database opened read-only (oncekv's commands) counts usage from the
+// records when the ledger opens, as a writable one does.
+func TestUsageOnAReadOnlyOpen(t *testing.T) {
+	t.Parallel()
+	kvtest.RequireLocal(t, "opens the bbolt file read-only")
+	ctx := context.Background()
+	path := t.TempDir() + "/ro.db"
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := l.Do(ctx, acmeReq(fmt.Sprint(i)), created)
+		require.NoError(t, err)
+	}
+	want := acmeUsage(t, l)
+	require.NoError(t, db.Close())
+
+	ro, err := kv.Open(path, &kv.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer ro.Close()
+	l, err = New(ro, nil)
+	require.NoError(t, err)
+	require.Equal(t, want, acmeUsage(t, l))
+	require.EqualValues(t, 3, want.Records)
+	requireChecked(t, ro)
+}
+
+// The stamp is checksummed: the check reports a damaged one (which could
+// make the tally drop a committed transaction's changes), and the next
+// write stamps it again.
+func TestCheckReportsADamagedStamp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, l := talliedLedger(t, nil)
+	_, err := l.Do(ctx, acmeReq("k1"), created)
+	require.NoError(t, err)
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		b := btx.Bucket(recstore.TallyBucket(recordSpec))
+		v := append([]byte(nil), b.Get([]byte("at"))...)
+		v[3] ^= 0x10
+		return b.Put([]byte("at"), v)
+	}))
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Len(t, problems, 1)
+	require.Contains(t, problems[0].Message, "ledger.tally: the stamp that orders the in-memory usage counts is damaged")
+	_, err = l.Do(ctx, acmeReq("k2"), created)
+	require.NoError(t, err)
+	requireChecked(t, db)
+	require.EqualValues(t, 2, acmeUsage(t, l).Records)
+}
+
+// Writes of many tenants from many goroutines, with reads of their usage
+// beside them, a sweep and a recount: usage matches the records at the
+// end, and the check agrees (run it under -race).
+func TestTallyUnderConcurrentWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, l := talliedLedger(t, &Quota{MaxRecords: 1 << 20})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 40 {
+				scope := fmt.Sprintf("t%02d|POST /x", (g*40+i)%25)
+				_, err := l.Do(ctx, Request{Scope: scope, Key: fmt.Sprint(g, "-", i), Fingerprint: Fingerprint{1}}, created)
+				require.NoError(t, err)
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 40 {
+			_, err := l.Usage(ctx, "t03")
+			require.NoError(t, err)
+			require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+				for range UsageTx(tx) {
+				}
+				return nil
+			}))
+		}
+	})
+	wg.Wait()
+	mended, err := RecountUsage(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, mended)
+	requireChecked(t, db)
+	var total int64
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		total = 0
+		for tenant, u := range UsageTx(tx) {
+			require.True(t, strings.HasPrefix(tenant, "t"))
+			total += u.Records
+		}
+		return nil
+	}))
+	require.EqualValues(t, 160, total)
+}
