@@ -361,6 +361,9 @@ type Stats struct {
 	// misses for retries mean the cache is too small for how long your
 	// clients take to retry: raise kv.Options.RecentCacheBytes.
 	CacheHits, CacheMisses uint64
+	// Tenants is the number of tenants with records whose usage this
+	// process counts in memory (log layout; Quota).
+	Tenants int
 }
 
 // DirectoryBytesPerRecord is the directory's measured heap per record: a Go
@@ -374,5 +377,6 @@ func (l *Ledger) Stats() Stats {
 	st := l.records.Stats()
 	return Stats{Layout: st.Layout, Records: st.Positions, DirectoryBytes: int64(st.Positions) * DirectoryBytesPerRecord,
 		Rebuilt: st.Rebuilt, RebuildTime: st.RebuildTime, Waited: l.waited.Load(),
-		Cached: st.Cached, CachedBytes: int64(st.CachedBytes), CacheHits: st.CacheHits, CacheMisses: st.CacheMisses}
+		Cached: st.Cached, CachedBytes: int64(st.CachedBytes), CacheHits: st.CacheHits, CacheMisses: st.CacheMisses,
+		Tenants: st.Groups}
 }

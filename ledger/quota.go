@@ -24,8 +24,9 @@ const DefaultQuotaRetryAfter = time.Minute
 
 // Quota bounds what one tenant may keep in the ledger: its records (live or
 // expired and not yet swept) and their stored bytes. Usage is counted
-// exactly, in the transaction that writes or deletes each record, so a
-// check costs one look-up and never a scan. A request that would start a
+// exactly, with the transaction that writes or deletes each record (in
+// memory on bbolt, in counters beside the records on etcd), so a check
+// costs one look-up and never a scan. A request that would start a
 // new record for a tenant at its limit is rejected with *QuotaError before
 // anything is written (HTTP 429); replays are always answered, and a claim
 // already made may always complete.

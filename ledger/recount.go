@@ -23,15 +23,21 @@ type UsageRecount struct {
 }
 
 // RecountUsage counts every tenant's usage again from the records
-// themselves and mends the counters that disagree with them: a counter
-// that does not decode (a damaged file: every write of its tenant fails
-// until it is mended) is removed, and the difference between the records
-// and what the remaining counters say is added to the tenant's first
-// counter. It returns the tenants it changed, in tenant order (none when
-// every counter was right), and marks usage as counted for a file that
-// never had counters. kv.DB.Check (oncekv check) reports what it mends;
-// oncekv recount runs it on a file or through a running service's admin
-// endpoint.
+// themselves and mends what disagrees with them. It returns the tenants it
+// changed, in tenant order (none when every count was right).
+// kv.DB.Check (oncekv check) reports what it mends; oncekv recount runs it
+// on a database or through a running service's admin endpoint.
+//
+// On bbolt usage is counted in memory, from the records, by the process
+// that opened the ledger (Quota): RecountUsage mends this process's
+// counts, and removes the counters an older version kept in the file.
+// Where no ledger is open in the process there is nothing to mend.
+//
+// On etcd usage is kept in counters: a counter that does not decode
+// (damage: every write of its tenant fails until it is mended) is
+// removed, and the difference between the records and what the remaining
+// counters say is added to the tenant's first counter; a database that
+// never had counters is marked counted.
 //
 // Each transaction reads every record and mends what it finds, so a
 // tenant's records and counters agree when it commits, whatever writes

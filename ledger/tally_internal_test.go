@@ -251,4 +251,5 @@ func TestTallyUnderConcurrentWrites(t *testing.T) {
 		return nil
 	}))
 	require.EqualValues(t, 160, total)
+	require.Equal(t, 25, l.Stats().Tenants)
 }

@@ -15,6 +15,8 @@
 //     log's tail, a bucket of one leaf page at most, and move to the log
 //     a page at a time at the same positions (tail.go): a transaction then
 //     writes one page for its record instead of the log's whole tail path.
+//     A kind that groups its records (Spec.Group: the ledger's tenants)
+//     has them counted in memory too (tally.go), by the same rebuild.
 //   - keyed (etcd: several writers). Records live under scope NUL key, with
 //     a separate expiry index, and are looked up directly. This is also the
 //     layout of files written before the log (format 1); Migrate moves them.

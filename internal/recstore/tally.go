@@ -22,8 +22,9 @@ import (
 // A transaction's changes are pending until it commits. bbolt runs OnCommit
 // after it releases the writer lock, and a caller's own transaction (the
 // Tx forms) may roll back without oncekv seeing it; so each transaction
-// that adds to the tally stamps the file with its ID (one 8-byte key in a
-// bucket of one key, inline in the root page every commit writes anyway).
+// that adds to the tally stamps the file with its ID (a 12-byte value, the
+// ID and its CRC-32C, in a bucket of one key, inline in the root page every
+// commit writes anyway).
 // The stamp the next transaction reads says whether the pending changes
 // committed: its own ID, or an older transaction's (rolled back, or
 // failed). A reader applies them the same way, when its snapshot holds

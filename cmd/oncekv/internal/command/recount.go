@@ -12,19 +12,25 @@ import (
 func newRecount(o *options) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "recount",
-		Short: "Count every tenant's usage again from its records and mend the counters",
+		Short: "Count every tenant's usage again from its records and mend what disagrees",
 		Long: `recount counts every tenant's usage (records and stored bytes, what quotas
-bound) again from the idempotency records themselves, and mends the
-counters that disagree: a counter that does not decode is removed (until
-then every write of its tenant fails), one that drifted is corrected, one
-kept for a tenant without records goes. "oncekv check" reports all three.
-On bbolt it is one transaction, which holds the writer while it reads
-every record (0.29 s for a million records on a 2-core machine); on etcd
-each transaction mends as many tenants as etcd's operation limit allows.
+bound) again from the idempotency records themselves, and mends what
+disagrees with them. "oncekv check" reports the same.
 
-It works on a stopped service's file (--db), or through a running
-service's admin endpoint (--addr with --token), which mends the counters
-without a restart.`,
+On a bbolt file usage is counted in memory, from the records, by the
+process that opens the ledger: recount mends a running service's counts
+(through --addr), and on a stopped service's file (--db) it only removes
+the counters an older version kept in the file. It is one transaction,
+which holds the writer while it reads every record (0.29 s for a million
+records on a 2-core machine).
+
+On etcd usage is kept in counters: a counter that does not decode is
+removed (until then every write of its tenant fails), one that drifted is
+corrected, one kept for a tenant without records goes. Each transaction
+mends as many tenants as etcd's operation limit allows.
+
+It works on a stopped service's database (--db), or through a running
+service's admin endpoint (--addr with --token), without a restart.`,
 		Example: `  oncekv recount --db payments.db
   oncekv recount --addr http://127.0.0.1:8081 --token "$TOKEN"`,
 		Args: noArgs,
