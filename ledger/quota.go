@@ -262,8 +262,12 @@ func (e *damagedUsageError) Error() string {
 func (e *damagedUsageError) Unwrap() error { return e.err }
 
 // usesLog reports whether the database behind tx keeps the records in the
-// log, where usage is counted in memory.
-func usesLog(tx kv.Tx) bool { return keyspace.New(recordSpec.Name+".log").Bucket(tx) != nil }
+// log, where usage is counted in memory: this process has the ledger open
+// on it with its tally (the log bucket itself comes with the first
+// record), or the log holds records.
+func usesLog(tx kv.Tx) bool {
+	return recstore.TallyOf(tx, recordSpec) != nil || keyspace.New(recordSpec.Name+".log").Bucket(tx) != nil
+}
 
 // accountAround is account for maintenance that removes or rewrites
 // records (the sweep, a rekey, the check's mending), which has only a

@@ -253,3 +253,23 @@ func TestTallyUnderConcurrentWrites(t *testing.T) {
 	require.EqualValues(t, 160, total)
 	require.Equal(t, 25, l.Stats().Tenants)
 }
+
+// A recount and a check on a file whose ledger has no record yet (its log
+// bucket comes with the first) count in memory as on any other: no
+// counters' bucket, which an older version would trust, is created.
+func TestRecountBeforeTheFirstRecordWritesNoCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, l := talliedLedger(t, nil)
+	mended, err := RecountUsage(ctx, db)
+	require.NoError(t, err)
+	require.Empty(t, mended)
+	requireChecked(t, db)
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		require.Nil(t, usageNS.Bucket(tx))
+		return nil
+	}))
+	_, err = l.Do(ctx, acmeReq("k1"), created)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, acmeUsage(t, l).Records)
+}
