@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/inbox"
+	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/outbox"
@@ -284,6 +285,15 @@ func child() int {
 			fmt.Fprintln(os.Stderr, "drain:", err)
 			return 7
 		}
+	}
+	// Every invariant, checked by the process that ran the work: its
+	// in-memory state too (the tenants' usage it counted since it opened
+	// the file, after taking over what the crash left, against the
+	// records).
+	problems, err := w.db.Check(ctx, inspect.Checkers()...)
+	if err != nil || len(problems) > 0 {
+		fmt.Fprintln(os.Stderr, "check:", err, problems)
+		return 9
 	}
 	_ = w.acklog.Close()
 	if err := w.db.Close(); err != nil {
