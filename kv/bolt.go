@@ -25,6 +25,10 @@ type boltBackend struct {
 	// a reader waits (settle).
 	syncing atomic.Int64
 	wake    func() // committed, as a value made once (newBoltBackend)
+	// writing is the last write transaction kv began (its function's):
+	// after a fault in one, whether bbolt closed it says whether its
+	// rollback gave the writer back (DB.catchWriteFault).
+	writing atomic.Pointer[bolt.Tx]
 	// unsynced is the commit whose sync failed after its meta page was
 	// written, for the readers that waited for it.
 	unsynced atomic.Pointer[unsyncedCommit]
@@ -45,6 +49,7 @@ func newBoltBackend(b *bolt.DB, owned bool) *boltBackend {
 func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
 	if rerun.Enabled { // a first run, rolled back (package internal/rerun)
 		err := b.db.Update(func(t *bolt.Tx) error {
+			b.writing.Store(t)
 			if err := fn((*boltTx)(t)); err != nil {
 				return err
 			}
@@ -81,6 +86,7 @@ func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
 		}
 	}()
 	err := b.db.Update(func(t *bolt.Tx) error {
+		b.writing.Store(t)
 		// The first of the commit's handlers, which run once its sync has
 		// returned: a handler that reads (a View) must not wait for the
 		// end of the Commit that runs it.

@@ -216,6 +216,11 @@ type DB struct {
 	// failed once its meta page was written (ErrSyncFailed), or a read of
 	// the file that faulted (ErrReadFailed); nil before (fail sets it).
 	failed atomic.Pointer[error]
+	// writerLost is set when a fault in a write transaction left bbolt's
+	// writer held: bbolt's rollback reads the file too (its free pages),
+	// faulted there as well and never closed the transaction, so Close
+	// does not wait for the writer (closeBackend).
+	writerLost atomic.Bool
 	// refusing is closed (once, refuseOnce) when Err first returns an
 	// error: at Close, or at the failure above (Done).
 	refusing   chan struct{}
@@ -399,7 +404,12 @@ func newBoltDB(b *bolt.DB, path string, o Options) (db *DB, err error) {
 // Close closes the database. Calls made after Close fail with ErrClosed.
 // Close waits for running transactions to finish: a write whose function
 // never returns (a handler blocked inside its transaction) keeps it
-// waiting for ever; CloseContext bounds the wait. A second Close waits
+// waiting for ever; CloseContext bounds the wait. After a read of the file
+// faulted in a write transaction (ErrReadFailed) whose rollback could not
+// read the file either (bbolt's rollback reads its free pages), bbolt's
+// writer is never given back: Close then returns at once with an error
+// matching ErrReadFailed, and the file stays open, and locked, until the
+// process ends. A second Close waits
 // for the first and returns its error.
 func (db *DB) Close() error { return db.CloseContext(context.Background()) }
 
@@ -452,6 +462,11 @@ func (db *DB) closeBackend() error {
 			err = db.writeFreelist()
 		}
 	}
+	if db.writerLost.Load() {
+		// bbolt's Close waits for its writer, which the rollback that
+		// faulted never gave back: it would wait for ever.
+		return fmt.Errorf("kv: %s stays open, and locked, until the process ends: the write transaction that met the read fault could not roll back (bbolt's rollback reads the file too) and holds bbolt's writer: %w", db.path, *db.failed.Load())
+	}
 	return errors.Join(err, db.backend.Close())
 }
 
@@ -501,6 +516,26 @@ func (db *DB) catchFault(err *error) {
 		return
 	}
 	if db.IsFault(r) {
+		*err = db.readFaulted(r.(runtime.Error))
+		return
+	}
+	panic(r)
+}
+
+// catchWriteFault is catchFault for a write transaction: it notes when
+// the fault left bbolt's writer held (writerLost), the transaction never
+// closed by its rollback.
+func (db *DB) catchWriteFault(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if db.IsFault(r) {
+		if b, ok := db.backend.(*boltBackend); ok {
+			if t := b.writing.Load(); t != nil && t.DB() != nil {
+				db.writerLost.Store(true)
+			}
+		}
 		*err = db.readFaulted(r.(runtime.Error))
 		return
 	}
@@ -696,6 +731,31 @@ func (db *DB) Update(ctx context.Context, fn func(Tx) error) error {
 	return closedErr(unreject(err))
 }
 
+// Hold runs fn in a write transaction that is always rolled back: fn
+// reads with the writer held, so that nothing commits while it reads (a
+// store rebuilding its in-memory index from the file). It is Update in
+// all else (faults are refused as there) but commits nothing, and the
+// Observer hears of no commit. fn must not write. Hold returns fn's error.
+func (db *DB) Hold(ctx context.Context, fn func(Tx) error) error {
+	if err := db.writable(ctx); err != nil {
+		return err
+	}
+	var fnErr error
+	err := db.commit(ctx, nil, func(t Tx) error {
+		if fnErr = fn(db.guard(t)); fnErr != nil {
+			return fnErr
+		}
+		return errHeld
+	})
+	if errors.Is(err, errHeld) || (fnErr != nil && errors.Is(err, fnErr)) {
+		return fnErr
+	}
+	return closedErr(err)
+}
+
+// errHeld rolls Hold's transaction back.
+var errHeld = errors.New("kv: held, rolled back")
+
 // View runs fn in a read-only transaction. Views run concurrently with each
 // other and with one writer.
 func (db *DB) View(ctx context.Context, fn func(Tx) error) (err error) {
@@ -713,7 +773,8 @@ func (db *DB) View(ctx context.Context, fn func(Tx) error) (err error) {
 // commit runs fn in one write transaction of the backend, reporting it to
 // the observer (Options.Observer) if one listens: calls is how many calls
 // group commit put in it (read once the transaction is over: a batch takes
-// in calls while it runs).
+// in calls while it runs), nil for Hold's transaction, which commits
+// nothing and is not reported.
 func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (err error) {
 	if db.turn != nil {
 		if err := db.takeTurn(ctx); err != nil {
@@ -737,10 +798,10 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (
 		// they run, runTx) or in bbolt's commit, caught before the turn
 		// is given: the refusal is set within it.
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer db.catchFault(&err)
+		defer db.catchWriteFault(&err)
 	}
 	o := db.opts.Observer
-	if o == nil || o.Commit == nil {
+	if o == nil || o.Commit == nil || calls == nil { // nil: Hold, no commit
 		return db.failure(db.backend.Update(ctx, fn))
 	}
 	var btx *bolt.Tx

@@ -125,3 +125,42 @@ func recovered(call func() error) (p any, err error) {
 	defer func() { p = recover() }()
 	return nil, call()
 }
+
+// cutShort returns a database whose file holds some 200 leaf pages of
+// orders, cut to its first four pages beneath the process.
+func cutShort(t *testing.T) *kv.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "orders.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		for i := 0; err == nil && i < 4000; i++ {
+			err = b.Put(fmt.Appendf(nil, "order-%05d", i), make([]byte, 200))
+		}
+		return err
+	}))
+	require.NoError(t, db.Close())
+	db, err = kv.Open(path, nil)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(path, 4*int64(db.PageSize())))
+	return db
+}
+
+// A fault in a write transaction is the database's refusal, and Close
+// still returns: bbolt's rollback of that transaction reads the file again
+// (its free pages), faults there too and never gives the writer back, and
+// Close, which waits for the writer, waited for ever.
+func TestCloseReturnsAfterAFaultInAWrite(t *testing.T) {
+	db := cutShort(t)
+	err := db.Update(ctx, func(tx kv.Tx) error {
+		c := tx.Bucket([]byte("orders")).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			faultSink += v[0]
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, kv.ErrReadFailed)
+	err = db.Close()
+	require.ErrorIs(t, err, kv.ErrReadFailed)
+}

@@ -600,6 +600,10 @@ func scanLog(tx kv.Tx, log, tail keyspace.Namespace, prefix string, verify bool,
 func (s *logStore) rebuild(tx kv.Tx) {
 	start := time.Now()
 	n := 0
+	if s.tally != nil {
+		s.tally.counts = map[string]*Count{} // a read run again (kv's rerun build) counts afresh
+	}
+	s.unreadable.Store(0)
 	var found gathered
 	if b := s.both(tx); b != nil {
 		c := b.Cursor()
@@ -751,30 +755,26 @@ func openLog(ctx context.Context, db *kv.DB, spec Spec, dir *directory) (*logSto
 	if err := migrateKeyed(ctx, db, s); err != nil {
 		return nil, err
 	}
-	if err := rebuildIn(db, s); err != nil {
+	if err := rebuildIn(ctx, db, s); err != nil {
 		return nil, fmt.Errorf("recstore: rebuild the %s directory: %w", spec.Name, err)
 	}
 	return s, nil
 }
 
-var errRollback = errors.New("recstore: rollback")
-
 // errBuildPanicked is the error of a store whose build panicked, for the
 // Open calls that waited for it; the next Open builds it again.
 var errBuildPanicked = errors.New("recstore: building the store panicked (see the first caller's panic); the next open tries again")
 
-func rebuildIn(db *kv.DB, s *logStore) error {
-	bdb := db.Bolt()
+// rebuildIn rebuilds s from the log in a kv transaction, where a page
+// the disk cannot read is kv.ErrReadFailed, not the end of the process.
+// On a writable database it holds the writer (kv.DB.Hold: a write
+// transaction rolled back), so no record is committed while the directory
+// and the tally are filled.
+func rebuildIn(ctx context.Context, db *kv.DB, s *logStore) error {
 	if db.ReadOnly() {
-		return bdb.View(func(btx *bolt.Tx) error { s.rebuild(kv.WrapTx(btx)); return nil })
+		return db.View(ctx, func(tx kv.Tx) error { s.rebuild(tx); return nil })
 	}
-	// Under the writer lock, written nothing and rolled back: no record
-	// can be committed while the directory is filled.
-	err := bdb.Update(func(btx *bolt.Tx) error { s.rebuild(kv.WrapTx(btx)); return errRollback })
-	if errors.Is(err, errRollback) {
-		err = nil
-	}
-	return err
+	return db.Hold(ctx, func(tx kv.Tx) error { s.rebuild(tx); return nil })
 }
 
 // TallyBucket is the name of the bucket of spec's tally stamp (tally.go),
