@@ -510,36 +510,27 @@ func (db *DB) fail(refusal error) error {
 // raised in it (DB.IsFault: a page the disk could not read) into *err, the
 // DB's refusal from then on (ErrReadFailed), instead of the runtime's end
 // of the process. Any other panic goes on, a fault elsewhere included.
-func (db *DB) catchFault(err *error) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	if db.IsFault(r) {
-		*err = db.readFaulted(r.(runtime.Error))
-		return
-	}
-	panic(r)
-}
+func (db *DB) catchFault(err *error) { db.caught(recover(), err, false) }
 
 // catchWriteFault is catchFault for a write transaction: it notes when
 // the fault left bbolt's writer held (writerLost), the transaction never
 // closed by its rollback.
-func (db *DB) catchWriteFault(err *error) {
-	r := recover()
+func (db *DB) catchWriteFault(err *error) { db.caught(recover(), err, true) }
+
+// caught is catchFault's work on r, what its recover returned.
+func (db *DB) caught(r any, err *error, write bool) {
 	if r == nil {
 		return
 	}
-	if db.IsFault(r) {
-		if b, ok := db.backend.(*boltBackend); ok {
-			if t := b.writing.Load(); t != nil && t.DB() != nil {
-				db.writerLost.Store(true)
-			}
-		}
-		*err = db.readFaulted(r.(runtime.Error))
-		return
+	if !db.IsFault(r) {
+		panic(r)
 	}
-	panic(r)
+	if b, ok := db.backend.(*boltBackend); ok && write {
+		if t := b.writing.Load(); t != nil && t.DB() != nil {
+			db.writerLost.Store(true)
+		}
+	}
+	*err = db.readFaulted(r.(runtime.Error))
 }
 
 // IsFault reports whether v, a value recover returned, is a memory fault
@@ -747,8 +738,11 @@ func (db *DB) Hold(ctx context.Context, fn func(Tx) error) error {
 		}
 		return errHeld
 	})
-	if errors.Is(err, errHeld) || (fnErr != nil && errors.Is(err, fnErr)) {
+	switch {
+	case fnErr != nil:
 		return fnErr
+	case errors.Is(err, errHeld):
+		return nil
 	}
 	return closedErr(err)
 }

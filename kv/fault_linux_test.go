@@ -65,24 +65,11 @@ func TestAFaultOnAMapOfYourOwnIsYourPanic(t *testing.T) {
 // (no powercut needed), is the file's: DB.IsFault says so, the call gets
 // ErrReadFailed, and the database refuses every call.
 func TestAFaultOnTheFileCutShortIsTheFiles(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "orders.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-		for i := 0; err == nil && i < 4000; i++ { // some 200 leaf pages
-			err = b.Put(fmt.Appendf(nil, "order-%05d", i), make([]byte, 200))
-		}
-		return err
-	}))
-	require.NoError(t, db.Close())
-	db, err = kv.Open(path, nil)
-	require.NoError(t, err)
+	db := cutShort(t)
 	t.Cleanup(func() { _ = db.Close() })
-	require.NoError(t, os.Truncate(path, 4*int64(db.PageSize())))
 
 	var fault any
-	err = db.View(ctx, func(tx kv.Tx) error {
+	err := db.View(ctx, func(tx kv.Tx) error {
 		defer func() {
 			if fault = recover(); fault != nil {
 				panic(fault) // as a recover of the caller's should: db.IsFault

@@ -38,7 +38,8 @@ type Spec struct {
 	Name string
 	// Group, if set, names the group an entry's scope counts in (nil: in
 	// none), and the log layout keeps a Tally of the groups' records in
-	// memory, in a bucket Name+".tally" only the stamp that orders it.
+	// memory; the file holds only the stamp that orders it, in a bucket
+	// Name+".tally".
 	Group func(scope []byte) []byte
 }
 

@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -35,6 +36,7 @@ import (
 // committed sees counts ahead of its snapshot, and At says so.
 type Tally struct {
 	spec Spec
+	ns   keyspace.Namespace // the stamp's bucket (spec.tallyNS)
 	mu   sync.Mutex
 	// counts are the committed counts, as of the transaction whose ID is
 	// at (the stamp); groups with nothing are removed.
@@ -52,7 +54,7 @@ type Count struct{ Records, Bytes int64 }
 type tallyTx struct {
 	tx      *bolt.Tx
 	id      uint64
-	stamp   []byte // the value Put in the file (stampValue): bbolt keeps it until the commit
+	stamp   [12]byte // the value Put in the file (stampValue): bbolt keeps it until the commit
 	changes []groupChange
 }
 
@@ -63,7 +65,9 @@ type groupChange struct {
 
 var tallyStampKey = []byte("at")
 
-func newTally(spec Spec) *Tally { return &Tally{spec: spec, counts: map[string]*Count{}} }
+func newTally(spec Spec) *Tally {
+	return &Tally{spec: spec, ns: spec.tallyNS(), counts: map[string]*Count{}}
+}
 
 // count adds an entry of scope with a value of n bytes, during the rebuild
 // (no other use of t yet).
@@ -81,22 +85,23 @@ func (t *Tally) count(scope []byte, n int) {
 	c.Bytes += int64(n)
 }
 
-// stampValue is the stamp of the transaction id: the ID, big-endian, and
-// a CRC-32C of it (a damaged stamp reads as none, and the check reports it).
-func stampValue(id uint64) []byte {
-	return record.AppendChecksum(binary.BigEndian.AppendUint64(make([]byte, 0, 12), id))
+// stampValue appends to buf the stamp of the transaction id: the ID,
+// big-endian, and a CRC-32C of it (a damaged stamp reads as none, and the
+// check reports it).
+func stampValue(buf []byte, id uint64) []byte {
+	return record.AppendChecksum(binary.BigEndian.AppendUint64(buf, id))
 }
 
 // stampIn returns the stamp tx sees (0: none, or damaged).
 func (t *Tally) stampIn(tx kv.Tx) uint64 {
-	id, _ := readStamp(tx, t.spec)
+	id, _ := readStamp(tx, t.ns)
 	return id
 }
 
-// readStamp returns the stamp of spec's tally that tx sees (0: none), or
+// readStamp returns the stamp in the bucket ns that tx sees (0: none), or
 // an error when it is damaged.
-func readStamp(tx kv.Tx, spec Spec) (uint64, error) {
-	b := spec.tallyNS().Bucket(tx)
+func readStamp(tx kv.Tx, ns keyspace.Namespace) (uint64, error) {
+	b := ns.Bucket(tx)
 	if b == nil {
 		return 0, nil
 	}
@@ -105,14 +110,14 @@ func readStamp(tx kv.Tx, spec Spec) (uint64, error) {
 	case v == nil:
 		return 0, nil
 	case len(v) != 12 || !intact(v):
-		return 0, fmt.Errorf("%s: the stamp that orders the in-memory usage counts is damaged (%d bytes, %x); the next write stamps it again, and a usage count it leaves wrong is mended by a recount", spec.tallyNS().Name(), len(v), v)
+		return 0, fmt.Errorf("%s: the stamp that orders the in-memory usage counts is damaged (%d bytes, %x); the next write stamps it again, and a usage count it leaves wrong is mended by a recount", ns.Name(), len(v), v)
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
 
 // CheckTally reports a damaged stamp of spec's tally.
 func CheckTally(tx kv.Tx, spec Spec, report func(string)) {
-	if _, err := readStamp(tx, spec); err != nil {
+	if _, err := readStamp(tx, spec.tallyNS()); err != nil {
 		report(err.Error())
 	}
 }
@@ -168,12 +173,11 @@ func (t *Tally) Add(tx kv.Tx, group string, records, bytes int64) error {
 	p := t.pending
 	if p == nil {
 		p = &tallyTx{tx: bt, id: uint64(bt.ID())}
-		p.stamp = stampValue(p.id)
-		b, err := t.spec.tallyNS().Create(tx)
+		b, err := t.ns.Create(tx)
 		if err != nil {
 			return err
 		}
-		if err := b.Put(tallyStampKey, p.stamp); err != nil {
+		if err := b.Put(tallyStampKey, stampValue(p.stamp[:0], p.id)); err != nil {
 			return err
 		}
 		t.pending = p
