@@ -71,9 +71,9 @@ const mends = " (ledger.RecountUsage, or oncekv recount, mends it)"
 // checkUsage compares the usage counters with the records counted: in the
 // log, this process's tally, when it counts tx's snapshot.
 func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
-	if usesLog(tx) {
+	if tally, logged := logTally(tx); logged {
 		recstore.CheckTally(tx, recordSpec, report)
-		if counted, ok := loggedUsage(tx); ok {
+		if counted, ok := loggedUsage(tx, tally); ok {
 			compareUsage(counted, totals, "this process counts", report)
 		}
 		return

@@ -261,12 +261,13 @@ func (e *damagedUsageError) Error() string {
 
 func (e *damagedUsageError) Unwrap() error { return e.err }
 
-// usesLog reports whether the database behind tx keeps the records in the
-// log, where usage is counted in memory: this process has the ledger open
-// on it with its tally (the log bucket itself comes with the first
-// record), or the log holds records.
-func usesLog(tx kv.Tx) bool {
-	return recstore.TallyOf(tx, recordSpec) != nil || keyspace.New(recordSpec.Name+".log").Bucket(tx) != nil
+// logTally returns this process's tally of the records behind tx (nil
+// when it has not opened the ledger on them), and whether they are in the
+// log, where usage is counted in memory: the tally exists (the log bucket
+// itself comes with the first record), or the log holds records.
+func logTally(tx kv.Tx) (tally *recstore.Tally, logged bool) {
+	tally = recstore.TallyOf(tx, recordSpec)
+	return tally, tally != nil || recstore.InLog(tx, recordSpec)
 }
 
 // accountAround is account for maintenance that removes or rewrites
@@ -280,10 +281,9 @@ func usesLog(tx kv.Tx) bool {
 // must not stop every tenant's retention. The tenant's own writes still
 // fail on it, and the check reports it.
 func accountAround(tx kv.Tx, scope, key string, records, bytes int64) error {
-	if tally := recstore.TallyOf(tx, recordSpec); tally != nil {
+	if tally, logged := logTally(tx); tally != nil {
 		return account(tx, tally, scope, key, records, bytes)
-	}
-	if usesLog(tx) {
+	} else if logged {
 		return retireCounters(tx)
 	}
 	err := account(tx, nil, scope, key, records, bytes)
@@ -339,11 +339,11 @@ func (l *Ledger) checkQuota(tx kv.Tx, scope string) error {
 }
 
 // loggedUsage returns every tenant's usage as tx sees it, where the
-// records are in the log: this process's tally when it can tell (counted
-// says so), else the records counted (a read that began before the last
-// change committed, or a process without the ledger open).
-func loggedUsage(tx kv.Tx) (usage map[string]Usage, counted bool) {
-	if tally := recstore.TallyOf(tx, recordSpec); tally != nil {
+// records are in the log: tally's (this process's) when it can tell
+// (counted says so), else the records counted (a read that began before
+// the last change committed, or a process without the ledger open: nil).
+func loggedUsage(tx kv.Tx, tally *recstore.Tally) (usage map[string]Usage, counted bool) {
+	if tally != nil {
 		if at, ok := tally.At(tx); ok {
 			usage = make(map[string]Usage, len(at))
 			for tenant, c := range at {
@@ -361,8 +361,8 @@ func loggedUsage(tx kv.Tx) (usage map[string]Usage, counted bool) {
 // the ledger, what the records in tx add up to: a read of every record).
 func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
 	return func(yield func(string, Usage) bool) {
-		if usesLog(tx) {
-			usage, _ := loggedUsage(tx)
+		if tally, logged := logTally(tx); logged {
+			usage, _ := loggedUsage(tx, tally)
 			for _, tenant := range slices.Sorted(maps.Keys(usage)) {
 				if !yield(tenant, usage[tenant].clamped()) {
 					return

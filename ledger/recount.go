@@ -78,8 +78,8 @@ func RecountUsage(ctx context.Context, db *kv.DB) ([]UsageRecount, error) {
 // whatever it costs), and reports whether some are left. In the log, it
 // mends this process's tally (recountTally).
 func recountUsageTx(tx kv.Tx, budget int) (mended []UsageRecount, more bool, err error) {
-	if usesLog(tx) {
-		mended, err := recountTally(tx)
+	if tally, logged := logTally(tx); logged {
+		mended, err := recountTally(tx, tally)
 		return mended, false, err
 	}
 	b, err := usageNS.Create(tx)
@@ -143,16 +143,15 @@ func recountUsageTx(tx kv.Tx, budget int) (mended []UsageRecount, more bool, err
 	return mended, false, nil
 }
 
-// recountTally is recountUsageTx in the log: it adds to this process's
-// tally, in tx, what each tenant's records and its count differ by (the
+// recountTally is recountUsageTx in the log: it adds to tally (this
+// process's), in tx, what each tenant's records and its count differ by (the
 // tally is exact in a write transaction). Without the ledger open in this
 // process there is no tally, and nothing to mend: the next open counts the
 // records.
-func recountTally(tx kv.Tx) ([]UsageRecount, error) {
+func recountTally(tx kv.Tx, tally *recstore.Tally) ([]UsageRecount, error) {
 	if err := retireCounters(tx); err != nil {
 		return nil, err
 	}
-	tally := recstore.TallyOf(tx, recordSpec)
 	if tally == nil {
 		return nil, nil
 	}

@@ -53,7 +53,11 @@ func (k *Kind[R]) both(tx kv.Tx) kv.Bucket {
 }
 
 // usesLog reports whether tx's database keeps this kind in the log.
-func (k *Kind[R]) usesLog(tx kv.Tx) bool { return k.logNS().Bucket(tx) != nil }
+func (k *Kind[R]) usesLog(tx kv.Tx) bool { return InLog(tx, k.Spec) }
+
+// InLog reports whether tx's database keeps spec's records in the log (it
+// has the log bucket, which comes with the first record).
+func InLog(tx kv.Tx, spec Spec) bool { return spec.logNS().Bucket(tx) != nil }
 
 // keyedKind is the generic keyed-layout sweeper and checker for the kind.
 func (k *Kind[R]) keyedKind() *keyspace.Kind[R] {
