@@ -25,10 +25,17 @@ type boltBackend struct {
 	// a reader waits (settle).
 	syncing atomic.Int64
 	wake    func() // committed, as a value made once (newBoltBackend)
-	// writing is the last write transaction kv began (its function's):
-	// after a fault in one, whether bbolt closed it says whether its
-	// rollback gave the writer back (DB.catchWriteFault).
-	writing atomic.Pointer[bolt.Tx]
+	// freelistShort is set when a panic in bbolt's Commit left its list
+	// of free pages in memory short of the pages that commit had taken
+	// (write): Close then leaves the list out of the file, and the next
+	// open builds it from the file's pages. (With Options.SyncFreelist
+	// the next commit writes the short list: those pages stay unused.)
+	freelistShort atomic.Bool
+	// locked is set when a read fault as bbolt began a transaction (it
+	// reads the meta pages then) left a lock of bbolt's held for ever: the
+	// writer's, or the one a read transaction holds while it begins,
+	// which bbolt's Close waits for (begin).
+	locked atomic.Bool
 	// unsynced is the commit whose sync failed after its meta page was
 	// written, for the readers that waited for it.
 	unsynced atomic.Pointer[unsyncedCommit]
@@ -48,8 +55,7 @@ func newBoltBackend(b *bolt.DB, owned bool) *boltBackend {
 
 func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
 	if rerun.Enabled { // a first run, rolled back (package internal/rerun)
-		err := b.db.Update(func(t *bolt.Tx) error {
-			b.writing.Store(t)
+		err := b.write(func(t *bolt.Tx) error {
 			if err := fn((*boltTx)(t)); err != nil {
 				return err
 			}
@@ -63,7 +69,7 @@ func (b *boltBackend) Update(_ context.Context, fn func(Tx) error) error {
 	return b.update(func(t *bolt.Tx) error { return fn((*boltTx)(t)) })
 }
 
-// update is bbolt's Update, telling apart a commit that failed once its
+// update is write (bbolt's Update), telling apart a commit that failed once its
 // meta page was written (*unsyncedCommit).
 //
 // bbolt writes a commit's pages, syncs them, writes the meta page into
@@ -85,8 +91,7 @@ func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
 			b.committed()
 		}
 	}()
-	err := b.db.Update(func(t *bolt.Tx) error {
-		b.writing.Store(t)
+	err := b.write(func(t *bolt.Tx) error {
 		// The first of the commit's handlers, which run once its sync has
 		// returned: a handler that reads (a View) must not wait for the
 		// end of the Commit that runs it.
@@ -105,6 +110,73 @@ func (b *boltBackend) update(fn func(*bolt.Tx) error) error {
 	}
 	return err
 }
+
+// write is bbolt's Update, its transaction begun and ended by hand, so
+// that a panic in fn or in bbolt's Commit rolls it back without reading
+// the file.
+//
+// bbolt's Update rolls back a transaction that a panic leaves open as it
+// does after a failed commit: it rebuilds its list of free pages, from the
+// list's page if the last commit wrote one and, if it did not (kv keeps
+// the list out of commits, NoFreelistSync), by walking every page of the
+// file in a goroutine of its own. After a read fault (a page the disk
+// cannot read) that walk meets the fault again where nothing can recover
+// it, and the process ends; on a sound file it costs a walk of the whole
+// file with the writer held. The Rollback a caller calls gives back what
+// the transaction freed and reads nothing. That is exact after a panic in
+// fn, which takes no page (bbolt allocates in Commit). A panic in Commit
+// may come after it took pages: they stay out of bbolt's list in memory
+// until the file is opened again, and freelistShort keeps Close from
+// writing that list into the file.
+//
+// bbolt's own failures in Commit (a write or a sync that fails) still roll
+// back bbolt's way, inside Commit.
+func (b *boltBackend) write(fn func(*bolt.Tx) error) error {
+	t, err := b.begin(true)
+	if err != nil {
+		return err
+	}
+	committing := false
+	defer func() {
+		if t.DB() == nil {
+			return // committed, or rolled back
+		}
+		// A panic, going on once this returns (kv's fault catcher takes
+		// a read fault).
+		if committing {
+			b.freelistShort.Store(true)
+		}
+		_ = t.Rollback()
+	}()
+	if err := fn(t); err != nil {
+		_ = t.Rollback() // ErrTxClosed when fn closed it itself
+		return err
+	}
+	if t.DB() == nil {
+		panic(errClosedByFn) // as bbolt's Update does, at the call
+	}
+	committing = true
+	return t.Commit()
+}
+
+// begin is bbolt's Begin, noting in b.locked a panic raised in it: a read
+// fault on a meta page, which bbolt reads after it has taken its locks and
+// before it can give them back (the writer's lock for a write; for a read,
+// the lock that every Begin and Close takes next). Such a lock stays held
+// for ever, so Close must not wait for it.
+func (b *boltBackend) begin(writable bool) (t *bolt.Tx, err error) {
+	defer func() {
+		if t == nil && err == nil { // a panic, going on
+			b.locked.Store(true)
+		}
+	}()
+	return b.db.Begin(writable)
+}
+
+// errClosedByFn is the panic of a write transaction whose function
+// committed or rolled back bbolt's transaction itself (kv.BoltTx), a
+// misuse that bbolt's Update refuses at the call.
+var errClosedByFn = errors.New("kv: a write transaction's function committed or rolled back its bbolt.Tx itself; kv commits the transaction when the function returns nil and rolls it back otherwise")
 
 // committed ends a commit's wait (settle): its sync has returned (the
 // commit's first handler), or its Commit has failed.
@@ -171,7 +243,7 @@ func (b *boltBackend) awaitCommit(ctx context.Context, id int64) error {
 // read runs fn in a read transaction that settle let through, and rolls
 // it back however fn returns.
 func (b *boltBackend) read(ctx context.Context, fn func(*bolt.Tx) error) error {
-	t, err := b.db.Begin(false)
+	t, err := b.begin(false)
 	if err != nil {
 		return closedErr(err)
 	}
@@ -185,7 +257,7 @@ func (b *boltBackend) read(ctx context.Context, fn func(*bolt.Tx) error) error {
 // liveTx returns the ID of the transaction a reader starts from now (the
 // last commit), -1 if none can start.
 func (b *boltBackend) liveTx() int {
-	t, err := b.db.Begin(false)
+	t, err := b.begin(false)
 	if err != nil {
 		return -1
 	}
@@ -235,7 +307,7 @@ func (b *boltBackend) view(ctx context.Context, fn func(Tx) error) error {
 		_ = b.read(ctx, func(t *bolt.Tx) error { return fn((*guardedBolt)(t)) })
 		return b.read(ctx, func(t *bolt.Tx) error { return again(fn, (*guardedBolt)(t)) })
 	}
-	t, err := b.db.Begin(false)
+	t, err := b.begin(false)
 	if err != nil {
 		return closedErr(err)
 	}
@@ -254,8 +326,15 @@ func (b *boltBackend) Close() error {
 	if !b.owned {
 		return nil
 	}
+	if b.locked.Load() {
+		return errLocked
+	}
 	return b.db.Close()
 }
+
+// errLocked is Close's error once a read fault as bbolt began a
+// transaction left one of its locks held (begin).
+var errLocked = errors.New("the file stays open, and locked, until the process ends: a read of it faulted as bbolt began a transaction, after bbolt had taken a lock that it now never gives back")
 
 // boltTx, boltBucket and boltCursor are conversions of bbolt's own types, so
 // handing them out as interfaces costs no allocation.

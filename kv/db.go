@@ -216,11 +216,6 @@ type DB struct {
 	// failed once its meta page was written (ErrSyncFailed), or a read of
 	// the file that faulted (ErrReadFailed); nil before (fail sets it).
 	failed atomic.Pointer[error]
-	// writerLost is set when a fault in a write transaction left bbolt's
-	// writer held: bbolt's rollback reads the file too (its free pages),
-	// faulted there as well and never closed the transaction, so Close
-	// does not wait for the writer (closeBackend).
-	writerLost atomic.Bool
 	// refusing is closed (once, refuseOnce) when Err first returns an
 	// error: at Close, or at the failure above (Done).
 	refusing   chan struct{}
@@ -404,12 +399,7 @@ func newBoltDB(b *bolt.DB, path string, o Options) (db *DB, err error) {
 // Close closes the database. Calls made after Close fail with ErrClosed.
 // Close waits for running transactions to finish: a write whose function
 // never returns (a handler blocked inside its transaction) keeps it
-// waiting for ever; CloseContext bounds the wait. After a read of the file
-// faulted in a write transaction (ErrReadFailed) whose rollback could not
-// read the file either (bbolt's rollback reads its free pages), bbolt's
-// writer is never given back: Close then returns at once with an error
-// matching ErrReadFailed, and the file stays open, and locked, until the
-// process ends. A second Close waits
+// waiting for ever; CloseContext bounds the wait. A second Close waits
 // for the first and returns its error.
 func (db *DB) Close() error { return db.CloseContext(context.Background()) }
 
@@ -462,12 +452,14 @@ func (db *DB) closeBackend() error {
 			err = db.writeFreelist()
 		}
 	}
-	if db.writerLost.Load() {
-		// bbolt's Close waits for its writer, which the rollback that
-		// faulted never gave back: it would wait for ever.
-		return fmt.Errorf("kv: %s stays open, and locked, until the process ends: the write transaction that met the read fault could not roll back (bbolt's rollback reads the file too) and holds bbolt's writer: %w", db.path, *db.failed.Load())
+	cerr := db.backend.Close()
+	if f := db.failed.Load(); f != nil && errors.Is(cerr, errLocked) {
+		cerr = fmt.Errorf("%w: %w", cerr, *f)
 	}
-	return errors.Join(err, db.backend.Close())
+	if cerr != nil {
+		cerr = fmt.Errorf("kv: close %s: %w", db.path, cerr)
+	}
+	return errors.Join(err, cerr)
 }
 
 // detach closes the attached values that are io.Closers, once, so that
@@ -510,25 +502,13 @@ func (db *DB) fail(refusal error) error {
 // raised in it (DB.IsFault: a page the disk could not read) into *err, the
 // DB's refusal from then on (ErrReadFailed), instead of the runtime's end
 // of the process. Any other panic goes on, a fault elsewhere included.
-func (db *DB) catchFault(err *error) { db.caught(recover(), err, false) }
-
-// catchWriteFault is catchFault for a write transaction: it notes when
-// the fault left bbolt's writer held (writerLost), the transaction never
-// closed by its rollback.
-func (db *DB) catchWriteFault(err *error) { db.caught(recover(), err, true) }
-
-// caught is catchFault's work on r, what its recover returned.
-func (db *DB) caught(r any, err *error, write bool) {
+func (db *DB) catchFault(err *error) {
+	r := recover()
 	if r == nil {
 		return
 	}
 	if !db.IsFault(r) {
 		panic(r)
-	}
-	if b, ok := db.backend.(*boltBackend); ok && write {
-		if t := b.writing.Load(); t != nil && t.DB() != nil {
-			db.writerLost.Store(true)
-		}
 	}
 	*err = db.readFaulted(r.(runtime.Error))
 }
@@ -628,10 +608,12 @@ func (e *syncError) Unwrap() []error {
 // writing without it (Options.SyncFreelist false), in one last commit, so
 // that the next open reads the list instead of walking the file. It flips
 // bbolt's setting inside the transaction, under the writer lock that every
-// commit reading it holds.
+// commit reading it holds. After a panic in a commit, whose list in
+// memory may lack pages (boltBackend.write), it writes nothing: the next
+// open builds the list from the file's pages.
 func (db *DB) writeFreelist() error {
 	b, ok := db.backend.(*boltBackend)
-	if !ok || !b.owned || db.bolt.IsReadOnly() || db.opts.SyncFreelist {
+	if !ok || !b.owned || db.bolt.IsReadOnly() || db.opts.SyncFreelist || b.freelistShort.Load() {
 		return nil
 	}
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
@@ -792,7 +774,7 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (
 		// they run, runTx) or in bbolt's commit, caught before the turn
 		// is given: the refusal is set within it.
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer db.catchWriteFault(&err)
+		defer db.catchFault(&err)
 	}
 	o := db.opts.Observer
 	if o == nil || o.Commit == nil || calls == nil { // nil: Hold, no commit

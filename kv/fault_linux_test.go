@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -117,6 +118,16 @@ func recovered(call func() error) (p any, err error) {
 // orders, cut to its first four pages beneath the process.
 func cutShort(t *testing.T) *kv.DB {
 	t.Helper()
+	db, path := ordersFile(t)
+	require.NoError(t, os.Truncate(path, 4*int64(db.PageSize())))
+	return db
+}
+
+// ordersFile returns a database whose file holds some 200 leaf pages of
+// orders, just opened (bbolt's freelist read from its page), and the
+// file's path.
+func ordersFile(t *testing.T) (*kv.DB, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "orders.db")
 	db, err := kv.Open(path, &kv.Options{NoSync: true})
 	require.NoError(t, err)
@@ -130,24 +141,115 @@ func cutShort(t *testing.T) *kv.DB {
 	require.NoError(t, db.Close())
 	db, err = kv.Open(path, nil)
 	require.NoError(t, err)
-	require.NoError(t, os.Truncate(path, 4*int64(db.PageSize())))
-	return db
+	return db, path
 }
 
-// A fault in a write transaction is the database's refusal, and Close
-// still returns: bbolt's rollback of that transaction reads the file again
-// (its free pages), faults there too and never gives the writer back, and
-// Close, which waits for the writer, waited for ever.
-func TestCloseReturnsAfterAFaultInAWrite(t *testing.T) {
-	db := cutShort(t)
-	err := db.Update(ctx, func(tx kv.Tx) error {
+// A fault in a write transaction, in its function or in bbolt's commit,
+// is the database's refusal, and the transaction rolls back without
+// reading the file: Close closes it. bbolt's Update rolled it back as
+// after a failed commit, reading its list of free pages again: from the
+// list's page in a process's first write, which faulted too and never
+// gave the writer back (Close waited for it for ever, then returned with
+// the file left open and locked); after a commit, by walking every page
+// of the file in a goroutine of bbolt's own, where the fault ended the
+// process ("unexpected fault address" in bbolt's freepages, as make
+// powerloss met it).
+func TestAFaultInAWriteRollsBackWithoutReadingTheFile(t *testing.T) {
+	readAll := func(tx kv.Tx) error {
 		c := tx.Bucket([]byte("orders")).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			faultSink += v[0]
 		}
 		return nil
+	}
+	for _, tc := range []struct {
+		name        string
+		afterCommit bool // a commit in this process first: bbolt's list of free pages is no longer in the file
+		inCommit    bool // the fault in bbolt's Commit, not in the function
+	}{
+		{name: "first write/in its function"},
+		{name: "first write/in the commit", inCommit: true},
+		{name: "after a commit/in its function", afterCommit: true},
+		{name: "after a commit/in the commit", afterCommit: true, inCommit: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, path := ordersFile(t)
+			if tc.afterCommit {
+				require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+					return tx.Bucket([]byte("orders")).Put([]byte("order-00000"), []byte("paid"))
+				}))
+			}
+			cut := func() error { return os.Truncate(path, 4*int64(db.PageSize())) }
+			fn := readAll
+			if tc.inCommit {
+				fn = func(tx kv.Tx) error {
+					// The Put reads its leaf; the commit frees the leaf's
+					// page, reading its header, after the cut.
+					if err := tx.Bucket([]byte("orders")).Put([]byte("order-03999"), []byte("paid")); err != nil {
+						return err
+					}
+					return cut()
+				}
+			} else {
+				require.NoError(t, cut())
+			}
+			err := db.Update(ctx, fn)
+			require.ErrorIs(t, err, kv.ErrReadFailed)
+			require.ErrorIs(t, db.Err(), kv.ErrReadFailed)
+			require.NoError(t, db.Close(), "the writer was not given back")
+			// Closed: the file's lock is free, and this process no longer
+			// holds it open. Opening it again walks the file cut short.
+			_, err = kv.Open(path, &kv.Options{LockTimeout: 100 * time.Millisecond})
+			var fe *kv.FileError
+			require.ErrorAs(t, err, &fe)
+			require.ErrorIs(t, err, kv.ErrDamaged)
+		})
+	}
+}
+
+// A write transaction's function that commits its bbolt.Tx itself is a
+// misuse, a panic at the transaction's end as bbolt's own Update's is.
+func TestAFunctionThatCommitsItsTransactionPanics(t *testing.T) {
+	db, err := kv.Open(filepath.Join(t.TempDir(), "orders.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := recovered(func() error {
+		return db.Update(ctx, func(tx kv.Tx) error { return kv.BoltTx(tx).Commit() })
 	})
-	require.ErrorIs(t, err, kv.ErrReadFailed)
-	err = db.Close()
-	require.ErrorIs(t, err, kv.ErrReadFailed)
+	require.NoError(t, err)
+	require.ErrorContains(t, p.(error), "committed or rolled back its bbolt.Tx itself")
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		_, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		return err
+	}), "the writer was given back")
+}
+
+// A fault as bbolt begins a transaction (it reads the meta pages then,
+// here cut from the file beneath the process) is the database's refusal
+// too. bbolt has taken a lock by then that it never gives back (a
+// write's, the writer's; a read's, the one every Begin and Close takes
+// next), so Close returns at once, saying the file stays open until the
+// process ends, instead of waiting for that lock for ever.
+func TestAFaultAsATransactionBeginsIsRefusedAndCloseReturns(t *testing.T) {
+	read := func(kv.Tx) error { return nil }
+	for name, call := range map[string]func(db *kv.DB) error{
+		"view":   func(db *kv.DB) error { return db.View(ctx, read) },
+		"update": func(db *kv.DB) error { return db.Update(ctx, read) },
+		"batch":  func(db *kv.DB) error { return db.Batch(ctx, read) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			db, path := ordersFile(t)
+			require.NoError(t, os.Truncate(path, 0))
+			require.ErrorIs(t, call(db), kv.ErrReadFailed)
+			closed := make(chan error, 1)
+			go func() { closed <- db.Close() }()
+			select {
+			case err := <-closed:
+				require.ErrorIs(t, err, kv.ErrReadFailed)
+				require.ErrorContains(t, err, "stays open, and locked, until the process ends")
+			case <-time.After(30 * time.Second):
+				t.Fatal("Close waits for a lock bbolt never gives back")
+			}
+		})
+	}
 }
