@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/internal/atomicfile"
 	"github.com/oncekv/oncekv/kv"
 )
@@ -43,8 +41,13 @@ func (h *backupHandler) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		// What a GET would send, without making the copy: its headers,
 		// and the file's size as of now.
+		// Read in kv's View: a page the disk cannot read is then the
+		// database's refusal, not the end of the process.
 		var size int64
-		_ = h.db.Bolt().View(func(tx *bolt.Tx) error { size = tx.Size(); return nil })
+		if err := h.db.View(r.Context(), func(tx kv.Tx) error { size = kv.BoltTx(tx).Size(); return nil }); err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("inspect: backup: %v", err)})
+			return
+		}
 		h.headers(w, size)
 		w.WriteHeader(http.StatusOK)
 		return

@@ -99,6 +99,19 @@ func TestHandlerServesABackupThatReplays(t *testing.T) {
 	entries, err := os.ReadDir(spool)
 	require.NoError(t, err)
 	require.Empty(t, entries, "the spooled copy is removed")
+
+	// A database that refuses calls (closed here) has no copy to
+	// describe: HEAD answers as a GET does, not 200 with a length of 0.
+	require.NoError(t, db.Close())
+	for _, method := range []string{http.MethodHead, http.MethodGet} {
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/backup", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err = srv.Client().Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusInternalServerError, resp.StatusCode, method)
+	}
 }
 
 // One backup at a time: while a copy is being sent (its client has not
