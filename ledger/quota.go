@@ -341,7 +341,8 @@ func (l *Ledger) checkQuota(tx kv.Tx, scope string) error {
 // loggedUsage returns every tenant's usage as tx sees it, where the
 // records are in the log: tally's (this process's) when it can tell
 // (counted says so), else the records counted (a read that began before
-// the last change committed, or a process without the ledger open: nil).
+// more changes committed than the tally keeps, or a process without the
+// ledger open: nil).
 func loggedUsage(tx kv.Tx, tally *recstore.Tally) (usage map[string]Usage, counted bool) {
 	if tally != nil {
 		if at, ok := tally.At(tx); ok {
@@ -356,9 +357,10 @@ func loggedUsage(tx kv.Tx, tally *recstore.Tally) (usage map[string]Usage, count
 }
 
 // UsageTx iterates every tenant's usage inside tx, in tenant order. Where
-// the records are in the log (bbolt) it is what this process counts (or,
-// when a change committed after tx began, or this process has not opened
-// the ledger, what the records in tx add up to: a read of every record).
+// the records are in the log (bbolt) it is what this process counts, as
+// of tx's snapshot (or, when more than 64 changes to usage committed after
+// tx began, or this process has not opened the ledger, what the records in
+// tx add up to: a read of every record).
 func UsageTx(tx kv.Tx) iter.Seq2[string, Usage] {
 	return func(yield func(string, Usage) bool) {
 		if tally, logged := logTally(tx); logged {

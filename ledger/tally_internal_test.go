@@ -125,35 +125,66 @@ func TestTallyCountsACommitBeforeItsHandlerRuns(t *testing.T) {
 	}
 }
 
-// A read transaction that began before a change committed cannot have the
-// tally's counts (they are ahead of it): UsageTx then adds up the records
-// it sees, and the check compares nothing it cannot tell.
+// A read gets usage as of its snapshot. While the changes committed since
+// it began are among the last 64 the tally keeps, it takes them back out
+// of the counts (a record more, another tenant's first, a released
+// claim's record gone); older ones, it counts the records. The check,
+// which compares the two in the read's snapshot, agrees either way.
 func TestUsageTxIsTheSnapshots(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, l := talliedLedger(t, nil)
-	_, err := l.Do(ctx, acmeReq("k1"), created)
+	// The read below stays open while 65 writes commit: a map as large
+	// as the file will be, for bbolt's remap waits for every reader.
+	db := kvtest.Open(t, &kv.Options{InitialMmapSize: 16 << 20})
+	kvtest.RequireBolt(t, db)
+	l, err := New(db, nil)
 	require.NoError(t, err)
+	_, err = l.Do(ctx, acmeReq("k1"), created)
+	require.NoError(t, err)
+	claimed, err := l.Claim(ctx, acmeReq("claimed"))
+	require.NoError(t, err)
+	snapshot := map[string]Usage{"acme": acmeUsage(t, l)}
+	require.EqualValues(t, 2, snapshot["acme"].Records)
+
 	btx, err := db.Bolt().Begin(false)
 	require.NoError(t, err)
 	defer func() { _ = btx.Rollback() }()
 	tx := kv.WrapTx(btx)
-	_, exact := recstore.TallyOf(tx, recordSpec).At(tx)
+	usageIn := func() map[string]Usage {
+		usage := map[string]Usage{}
+		for tenant, u := range UsageTx(tx) {
+			usage[tenant] = u
+		}
+		var problems []string
+		checkUsage(tx, recordedUsage(tx), func(m string) { problems = append(problems, m) })
+		require.Empty(t, problems)
+		return usage
+	}
+	at, exact := recstore.TallyOf(tx, recordSpec).At(tx)
 	require.True(t, exact)
+	require.EqualValues(t, 2, at["acme"].Records)
 
 	_, err = l.Do(ctx, acmeReq("k2"), created)
 	require.NoError(t, err)
-	_, exact = recstore.TallyOf(tx, recordSpec).At(tx)
-	require.False(t, exact, "a record committed after the read began")
-	usage := map[string]Usage{}
-	for tenant, u := range UsageTx(tx) {
-		usage[tenant] = u
+	_, err = l.Do(ctx, Request{Scope: "globex|POST /x", Key: "g1", Fingerprint: Fingerprint{1}}, created)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx, claimed.Claim))
+	n := 3 // changes committed since the read began
+	for ; n < 64; n++ {
+		_, err = l.Do(ctx, acmeReq(fmt.Sprint("later-", n)), created)
+		require.NoError(t, err)
 	}
-	require.EqualValues(t, 1, usage["acme"].Records, "the snapshot's")
-	var problems []string
-	checkUsage(tx, recordedUsage(tx), func(m string) { problems = append(problems, m) })
-	require.Empty(t, problems)
-	require.EqualValues(t, 2, acmeUsage(t, l).Records)
+	at, exact = recstore.TallyOf(tx, recordSpec).At(tx)
+	require.True(t, exact, "64 changes since the read began: all kept")
+	require.Equal(t, map[string]recstore.Count{"acme": recstore.Count(snapshot["acme"])}, at)
+	require.Equal(t, snapshot, usageIn())
+
+	_, err = l.Do(ctx, acmeReq("one-too-many"), created)
+	require.NoError(t, err)
+	_, exact = recstore.TallyOf(tx, recordSpec).At(tx)
+	require.False(t, exact, "65 changes since the read began: the first no longer kept")
+	require.Equal(t, snapshot, usageIn(), "the records counted")
+	require.EqualValues(t, 64, acmeUsage(t, l).Records, "the latest: 2 + 63 - 1")
 }
 
 // A database opened read-only (oncekv's commands) counts usage from the

@@ -602,6 +602,7 @@ func (s *logStore) rebuild(tx kv.Tx) {
 	n := 0
 	if s.tally != nil {
 		s.tally.counts = map[string]*Count{} // a read run again (kv's rerun build) counts afresh
+		s.tally.nRecent = 0
 	}
 	s.unreadable.Store(0)
 	var found gathered

@@ -32,8 +32,10 @@ import (
 // their stamp.
 //
 // The counts are the latest committed ones (and, in a write transaction,
-// its own changes): a read transaction that began before the last change
-// committed sees counts ahead of its snapshot, and At says so.
+// its own changes). A read transaction that began before the last change
+// committed gets its snapshot's counts from At, which takes the changes
+// committed since back out, as long as the tally still keeps them (the
+// last tallyRecent), and says so when it does not.
 type Tally struct {
 	spec Spec
 	ns   keyspace.Namespace // the stamp's bucket (spec.tallyNS)
@@ -45,6 +47,26 @@ type Tally struct {
 	// pending is the last write transaction's changes, until they are
 	// known committed (applied) or not (dropped).
 	pending *tallyTx
+	// recent holds the last tallyRecent transactions applied, a ring
+	// whose newest is at recent[(next+tallyRecent-1)%tallyRecent]: a read
+	// that began up to that many changes back gets its snapshot's counts
+	// by taking them back out (At), where it would count the records.
+	recent  [tallyRecent]appliedTx
+	next    int
+	nRecent int
+}
+
+// tallyRecent is how many applied transactions a Tally keeps. The console
+// and the check read the counts in a transaction that, under a steady
+// group commit of some 400 commits a second, has seen a few commits go by
+// before it asks; 64 reach back some 150 ms there.
+const tallyRecent = 64
+
+// appliedTx is a transaction's changes once applied: the stamp they took
+// the counts from (prev) and to (id).
+type appliedTx struct {
+	prev, id uint64
+	changes  []groupChange
 }
 
 // Count is what one group keeps: its records and their bytes (the
@@ -136,8 +158,12 @@ func (t *Tally) settle(tx kv.Tx, bt *bolt.Tx) {
 	}
 }
 
-// apply makes p's changes committed. t.mu is held.
+// apply makes p's changes committed, and keeps them among the recent.
+// t.mu is held.
 func (t *Tally) apply(p *tallyTx) {
+	t.recent[t.next] = appliedTx{prev: t.at, id: p.id, changes: p.changes}
+	t.next = (t.next + 1) % tallyRecent
+	t.nRecent = min(t.nRecent+1, tallyRecent)
 	for _, ch := range p.changes {
 		c := t.counts[ch.group]
 		if c == nil {
@@ -206,13 +232,16 @@ func (t *Tally) committed(p *tallyTx) {
 
 // view brings t up to what tx sees and calls fn with the counts under
 // t.mu: in a write transaction, the committed counts and own, tx's own
-// changes (exact); in a read transaction, the latest committed counts,
-// with exact reporting whether they are tx's snapshot's.
-func (t *Tally) view(tx kv.Tx, fn func(counts map[string]*Count, own []groupChange, exact bool)) {
+// changes (exact); in a read transaction, the latest committed counts
+// and back, the changes committed since tx's snapshot (newest first), with
+// exact reporting whether taking those back out gives the snapshot's
+// counts (false when tx began more than tallyRecent changes back).
+func (t *Tally) view(tx kv.Tx, fn func(counts map[string]*Count, own []groupChange, back []*appliedTx, exact bool)) {
 	bt := kv.BoltTx(tx)
 	var stamp uint64
+	var damaged error
 	if !tx.Writable() {
-		stamp = t.stampIn(tx)
+		stamp, damaged = readStamp(tx, t.ns)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -222,7 +251,7 @@ func (t *Tally) view(tx kv.Tx, fn func(counts map[string]*Count, own []groupChan
 		if p := t.pending; p != nil && p.tx == bt {
 			own = p.changes
 		}
-		fn(t.counts, own, true)
+		fn(t.counts, own, nil, true)
 		return
 	}
 	if p := t.pending; p != nil && p.id == stamp {
@@ -231,14 +260,39 @@ func (t *Tally) view(tx kv.Tx, fn func(counts map[string]*Count, own []groupChan
 		t.pending = nil
 		t.apply(p)
 	}
-	fn(t.counts, nil, t.at == stamp)
+	if damaged != nil { // it reads as none: no way back to it (the check reports it)
+		fn(t.counts, nil, nil, false)
+		return
+	}
+	back, exact := t.since(stamp)
+	fn(t.counts, nil, back, exact)
+}
+
+// since returns the applied changes that took the counts from stamp to
+// t.at, newest first, or false when the recent ones do not reach back to
+// stamp. t.mu is held.
+func (t *Tally) since(stamp uint64) ([]*appliedTx, bool) {
+	var back []*appliedTx
+	at := t.at
+	for i := 0; at != stamp; i++ {
+		if i == t.nRecent {
+			return nil, false
+		}
+		a := &t.recent[(t.next-1-i+2*tallyRecent)%tallyRecent]
+		if a.id != at {
+			return nil, false
+		}
+		back = append(back, a)
+		at = a.prev
+	}
+	return back, true
 }
 
 // Get returns group's count: in a write transaction, with its own changes;
 // in a read transaction, the latest committed (perhaps ahead of tx).
 func (t *Tally) Get(tx kv.Tx, group string) Count {
 	var out Count
-	t.view(tx, func(counts map[string]*Count, own []groupChange, _ bool) {
+	t.view(tx, func(counts map[string]*Count, own []groupChange, _ []*appliedTx, _ bool) {
 		if c := counts[group]; c != nil {
 			out = *c
 		}
@@ -254,11 +308,11 @@ func (t *Tally) Get(tx kv.Tx, group string) Count {
 
 // At returns every group's count as tx sees it (groups with nothing left
 // out), or false when t cannot tell: tx is a read transaction that began
-// before the last change committed.
+// before more changes committed than t keeps (tallyRecent).
 func (t *Tally) At(tx kv.Tx) (map[string]Count, bool) {
 	var out map[string]Count
 	var ok bool
-	t.view(tx, func(counts map[string]*Count, own []groupChange, exact bool) {
+	t.view(tx, func(counts map[string]*Count, own []groupChange, back []*appliedTx, exact bool) {
 		if ok = exact; !ok {
 			return
 		}
@@ -266,13 +320,19 @@ func (t *Tally) At(tx kv.Tx) (map[string]Count, bool) {
 		for g, c := range counts {
 			out[g] = *c
 		}
-		for _, ch := range own {
-			c := out[ch.group]
-			c.Records += ch.Records
-			c.Bytes += ch.Bytes
-			if out[ch.group] = c; c == (Count{}) {
-				delete(out, ch.group)
+		add := func(changes []groupChange, sign int64) {
+			for _, ch := range changes {
+				c := out[ch.group]
+				c.Records += sign * ch.Records
+				c.Bytes += sign * ch.Bytes
+				if out[ch.group] = c; c == (Count{}) {
+					delete(out, ch.group)
+				}
 			}
+		}
+		add(own, 1)
+		for _, a := range back {
+			add(a.changes, -1)
 		}
 	})
 	return out, ok
