@@ -399,8 +399,12 @@ func newBoltDB(b *bolt.DB, path string, o Options) (db *DB, err error) {
 // Close closes the database. Calls made after Close fail with ErrClosed.
 // Close waits for running transactions to finish: a write whose function
 // never returns (a handler blocked inside its transaction) keeps it
-// waiting for ever; CloseContext bounds the wait. A second Close waits
-// for the first and returns its error.
+// waiting for ever; CloseContext bounds the wait. After a read of the
+// file faulted as bbolt began a transaction (ErrReadFailed; bbolt reads
+// its meta pages then, holding a lock it never gives back), Close returns
+// at once with an error matching ErrReadFailed, and the file stays open,
+// and locked, until the process ends. A second Close waits for the first
+// and returns its error.
 func (db *DB) Close() error { return db.CloseContext(context.Background()) }
 
 // CloseContext is Close with the wait for running transactions bounded

@@ -233,10 +233,11 @@ func (t *Tally) committed(p *tallyTx) {
 // view brings t up to what tx sees and calls fn with the counts under
 // t.mu: in a write transaction, the committed counts and own, tx's own
 // changes (exact); in a read transaction, the latest committed counts
-// and back, the changes committed since tx's snapshot (newest first), with
-// exact reporting whether taking those back out gives the snapshot's
-// counts (false when tx began more than tallyRecent changes back).
-func (t *Tally) view(tx kv.Tx, fn func(counts map[string]*Count, own []groupChange, back []*appliedTx, exact bool)) {
+// and, with walk, back, the changes committed since tx's snapshot (newest
+// first), exact reporting whether taking those back out gives the
+// snapshot's counts (false when tx began more than tallyRecent changes
+// back).
+func (t *Tally) view(tx kv.Tx, walk bool, fn func(counts map[string]*Count, own []groupChange, back []*appliedTx, exact bool)) {
 	bt := kv.BoltTx(tx)
 	var stamp uint64
 	var damaged error
@@ -260,11 +261,11 @@ func (t *Tally) view(tx kv.Tx, fn func(counts map[string]*Count, own []groupChan
 		t.pending = nil
 		t.apply(p)
 	}
-	if damaged != nil { // it reads as none: no way back to it (the check reports it)
-		fn(t.counts, nil, nil, false)
-		return
+	var back []*appliedTx
+	exact := false
+	if walk && damaged == nil { // a damaged stamp reads as none: no way back to it (the check reports it)
+		back, exact = t.since(stamp)
 	}
-	back, exact := t.since(stamp)
 	fn(t.counts, nil, back, exact)
 }
 
@@ -292,7 +293,7 @@ func (t *Tally) since(stamp uint64) ([]*appliedTx, bool) {
 // in a read transaction, the latest committed (perhaps ahead of tx).
 func (t *Tally) Get(tx kv.Tx, group string) Count {
 	var out Count
-	t.view(tx, func(counts map[string]*Count, own []groupChange, _ []*appliedTx, _ bool) {
+	t.view(tx, false, func(counts map[string]*Count, own []groupChange, _ []*appliedTx, _ bool) {
 		if c := counts[group]; c != nil {
 			out = *c
 		}
@@ -312,7 +313,7 @@ func (t *Tally) Get(tx kv.Tx, group string) Count {
 func (t *Tally) At(tx kv.Tx) (map[string]Count, bool) {
 	var out map[string]Count
 	var ok bool
-	t.view(tx, func(counts map[string]*Count, own []groupChange, back []*appliedTx, exact bool) {
+	t.view(tx, true, func(counts map[string]*Count, own []groupChange, back []*appliedTx, exact bool) {
 		if ok = exact; !ok {
 			return
 		}
