@@ -107,7 +107,15 @@
 // on (DB.IsFault). A fault on other memory (a map of your own, in a
 // transaction's function) is not the file's: on Linux kv tells them apart
 // by the address, and that one goes on as the panic it is, the database
-// serving on.
+// serving on. A write transaction that faulted is rolled back without
+// reading the file (bbolt's own rollback after a panic walks the whole
+// file for its free pages, in a goroutine where the fault would end the
+// process), and Close closes the file. Two cases stay bbolt's: a fault
+// as bbolt begins a transaction leaves a lock of its own held, and Close
+// then returns at once, the file left open until the process ends; and a
+// commit whose write or sync fails is rolled back inside bbolt, by that
+// walk, which a disk that fails reads as well can still end the process
+// in.
 //
 // # What a reader sees
 //
