@@ -76,11 +76,7 @@ func TestAFaultOnTheFileCutShortIsTheFiles(t *testing.T) {
 				panic(fault) // as a recover of the caller's should: db.IsFault
 			}
 		}()
-		c := tx.Bucket([]byte("orders")).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			faultSink += v[0]
-		}
-		return nil
+		return readOrders(tx)
 	})
 	require.ErrorIs(t, err, kv.ErrReadFailed)
 	require.True(t, db.IsFault(fault), "a fault on the file cut short was not taken for the file's: %v", fault)
@@ -123,6 +119,16 @@ func cutShort(t *testing.T) *kv.DB {
 	return db
 }
 
+// readOrders reads every order of ordersFile's file (a fault, once it is
+// cut short).
+func readOrders(tx kv.Tx) error {
+	c := tx.Bucket([]byte("orders")).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		faultSink += v[0]
+	}
+	return nil
+}
+
 // ordersFile returns a database whose file holds some 200 leaf pages of
 // orders, just opened (bbolt's freelist read from its page), and the
 // file's path.
@@ -155,13 +161,6 @@ func ordersFile(t *testing.T) (*kv.DB, string) {
 // process ("unexpected fault address" in bbolt's freepages, as make
 // powerloss met it).
 func TestAFaultInAWriteRollsBackWithoutReadingTheFile(t *testing.T) {
-	readAll := func(tx kv.Tx) error {
-		c := tx.Bucket([]byte("orders")).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			faultSink += v[0]
-		}
-		return nil
-	}
 	for _, tc := range []struct {
 		name        string
 		afterCommit bool // a commit in this process first: bbolt's list of free pages is no longer in the file
@@ -180,7 +179,7 @@ func TestAFaultInAWriteRollsBackWithoutReadingTheFile(t *testing.T) {
 				}))
 			}
 			cut := func() error { return os.Truncate(path, 4*int64(db.PageSize())) }
-			fn := readAll
+			fn := readOrders
 			if tc.inCommit {
 				fn = func(tx kv.Tx) error {
 					// The Put reads its leaf; the commit frees the leaf's
@@ -217,7 +216,9 @@ func TestAFunctionThatCommitsItsTransactionPanics(t *testing.T) {
 		return db.Update(ctx, func(tx kv.Tx) error { return kv.BoltTx(tx).Commit() })
 	})
 	require.NoError(t, err)
-	require.ErrorContains(t, p.(error), "committed or rolled back its bbolt.Tx itself")
+	perr, ok := p.(error)
+	require.True(t, ok, "the call did not panic with an error: %v", p)
+	require.ErrorContains(t, perr, "committed or rolled back its bbolt.Tx itself")
 	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
 		_, err := tx.CreateBucketIfNotExists([]byte("orders"))
 		return err
