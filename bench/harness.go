@@ -144,6 +144,15 @@ type Result struct {
 	// CacheBytes is the workload's Workload.CacheBytes: which ledger, the
 	// cache of recent records on or off, the figures are of.
 	CacheBytes int `json:"cache_bytes,omitempty"`
+	// CPUus is the CPU time (user and system) the process used while
+	// the workload's rounds ran, per operation: its clients, the group
+	// commit, the runtime and the garbage collector, and the kernel's
+	// side of its writes and fsyncs. Where the CPUs are saturated (on
+	// two cores, from some 32 clients on), a workload's throughput is
+	// about the CPUs' seconds per second over this, so two workloads'
+	// CPUus say how much of their ratio is CPU. 0 where the system does
+	// not report CPU time (Windows).
+	CPUus float64 `json:"cpu_us,omitempty"`
 }
 
 // Report is a harness run: the bare workload first, then oncekv, then the
@@ -370,6 +379,7 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 	}
 	recs := make([]recorder, len(workloads))
 	took := make([]time.Duration, len(workloads))
+	cpu := make([]time.Duration, len(workloads))
 	per := cfg.Duration / time.Duration(cfg.Rounds)
 	total := time.Duration(len(workloads)) * cfg.Duration
 	var elapsed time.Duration
@@ -384,6 +394,7 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 			i := (r + j) % len(workloads)
 			w := workloads[i]
 			before := recs[i].ops.Load()
+			cpu0, _ := processCPU()
 			var d time.Duration
 			var err error
 			// The label lets a CPU profile be split by workload
@@ -399,6 +410,9 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 				return Report{}, fmt.Errorf("bench: %s: %w", w.Name, err)
 			}
 			took[i] += d
+			if cpu1, ok := processCPU(); ok {
+				cpu[i] += cpu1 - cpu0
+			}
 			if d > 0 {
 				rate[r][i] = float64(recs[i].ops.Load()-before) / d.Seconds()
 			}
@@ -414,6 +428,9 @@ func RunHarness(ctx context.Context, cfg HarnessConfig) (Report, error) {
 		res.OpsPerSec = meanRate(rate, i)
 		res.RatioToBare, res.RatioMin, res.RatioMax = roundRatios(rate, i)
 		res.CacheBytes = w.CacheBytes
+		if res.Ops > 0 {
+			res.CPUus = cpu[i].Seconds() * 1e6 / float64(res.Ops)
+		}
 		if cs := commits[w.Name]; cs != nil {
 			cs.fill(&res)
 		}

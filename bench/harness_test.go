@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"path/filepath"
 	"runtime/pprof"
@@ -208,4 +209,33 @@ func TestRunRatioLiesBetweenItsRounds(t *testing.T) {
 	ratio, lo, hi = roundRatios([][]float64{{0, 5}}, 1)
 	require.Zero(t, ratio+lo+hi, "no round in which bare did something")
 	require.Zero(t, meanRate(nil, 0))
+}
+
+// Each workload's CPU per operation is the process's CPU time while its
+// own rounds ran: a workload that hashes 4 MiB an operation reports
+// many times the CPU of one that sleeps, round after round, whatever
+// order the rounds run in.
+func TestCPUPerOperationIsTheWorkloadsOwn(t *testing.T) {
+	if _, ok := processCPU(); !ok {
+		t.Skip("no CPU time from this system: the harness reports 0")
+	}
+	block := make([]byte, 4<<20)
+	burn := Workload{Name: "burn", Op: func(context.Context, []byte, []byte, []byte) error {
+		_ = sha256.Sum256(block)
+		return nil
+	}}
+	idle := Workload{Name: "idle", Op: func(context.Context, []byte, []byte, []byte) error {
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	}}
+	rep, err := RunHarness(context.Background(), HarnessConfig{Duration: 300 * time.Millisecond, Rounds: 3, Clients: 2,
+		PayloadBytes: 10, ResponseSize: 10, Commit: "batch", Extra: []Workload{burn, idle}})
+	require.NoError(t, err)
+	for _, r := range rep.Results {
+		require.Positive(t, r.CPUus, r.Name)
+	}
+	b, i := rep.Get("burn"), rep.Get("idle")
+	require.Positive(t, b.Ops)
+	require.Positive(t, i.Ops)
+	require.Greater(t, b.CPUus, 10*i.CPUus, "burn %.1f µs an operation, idle %.1f", b.CPUus, i.CPUus)
 }

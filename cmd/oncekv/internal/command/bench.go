@@ -185,16 +185,19 @@ workload at each client count.`,
 				fmt.Fprintf(w, "%s per workload, sync=%t, commit=%s, payload %dB, response %dB, preload %d, tenants %d, %d CPUs\n",
 					cfg.Duration, cfg.Sync, cfg.Commit, cfg.PayloadBytes, cfg.ResponseSize, cfg.Preload, max(cfg.Tenants, 1), runtime.NumCPU())
 				for _, r := range out.Runs {
-					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\tROUNDS\tBATCH\tCOMMIT\tWRITE\tPAGES\n", r.Clients)
+					fmt.Fprintf(w, "\n%d clients\nWORKLOAD\tOPS\tOPS/S\tP50\tP99\tP99.9\tRATIO\tROUNDS\tCPU/OP\tBATCH\tCOMMIT\tWRITE\tPAGES\n", r.Clients)
 					var plain, sealed float64
 					for _, res := range r.Results {
-						batch, commit, write, pages := "-", "-", "-", "-"
+						batch, commit, write, pages, cpu := "-", "-", "-", "-", "-"
+						if res.CPUus > 0 {
+							cpu = fmt.Sprintf("%.1fµs", res.CPUus)
+						}
 						if res.Batch > 0 {
 							batch = fmt.Sprintf("%.1f", res.Batch)
 							commit, write = us(res.CommitUs), us(res.WriteUs)
 							pages = fmt.Sprintf("%.1f", res.Pages)
 						}
-						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\t%.2f-%.2f\t%s\t%s\t%s\t%s\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare, res.RatioMin, res.RatioMax, batch, commit, write, pages)
+						fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.2f\t%.2f-%.2f\t%s\t%s\t%s\t%s\t%s\n", res.Name, res.Ops, res.OpsPerSec, us(res.P50us), us(res.P99us), us(res.P999us), res.RatioToBare, res.RatioMin, res.RatioMax, cpu, batch, commit, write, pages)
 						switch res.Name {
 						case "oncekv":
 							plain = res.OpsPerSec
@@ -254,8 +257,8 @@ func writeGobench(w io.Writer, cfg bench.HarnessConfig, out benchOutput) error {
 			if r.OpsPerSec > 0 {
 				nsPerOp = 1e9 / r.OpsPerSec
 			}
-			fmt.Fprintf(w, "BenchmarkHarness/%s/%s-%d\t%d\t%.0f ns/op\t%.0f ops/s\t%.0f p50-us\t%.0f p99-us\t%.0f p99.9-us\n",
-				r.Name, name, runtime.GOMAXPROCS(0), r.Ops, nsPerOp, r.OpsPerSec, r.P50us, r.P99us, r.P999us)
+			fmt.Fprintf(w, "BenchmarkHarness/%s/%s-%d\t%d\t%.0f ns/op\t%.0f ops/s\t%.0f p50-us\t%.0f p99-us\t%.0f p99.9-us\t%.2f cpu-us/op\n",
+				r.Name, name, runtime.GOMAXPROCS(0), r.Ops, nsPerOp, r.OpsPerSec, r.P50us, r.P99us, r.P999us, r.CPUus)
 		}
 		if _, err := fmt.Fprintf(w, "BenchmarkHarness/ratio/%s-%d\t1\t%.3f oncekv/bare\n", name, runtime.GOMAXPROCS(0), run.Ratio); err != nil {
 			return err

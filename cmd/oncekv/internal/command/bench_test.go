@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ func TestBench(t *testing.T) {
 			RatioMin  float64 `json:"ratio_min"`
 			RatioMax  float64 `json:"ratio_max"`
 			Cache     int     `json:"cache_bytes"`
+			CPUus     float64 `json:"cpu_us"`
 		} `json:"results"`
 		Ratio float64 `json:"ratio"`
 	}
@@ -59,6 +61,9 @@ func TestBench(t *testing.T) {
 		require.GreaterOrEqual(t, r.RatioMax, r.RatioMin, r.Name)
 		require.GreaterOrEqual(t, r.Ratio, r.RatioMin*(1-1e-12), r.Name)
 		require.LessOrEqual(t, r.Ratio, r.RatioMax*(1+1e-12), r.Name)
+		if runtime.GOOS != "windows" { // no getrusage there
+			require.Positive(t, r.CPUus, r.Name)
+		}
 	}
 	require.Positive(t, res.Ratio)
 
@@ -90,6 +95,7 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "BenchmarkHarness/bare/clients=2/sync=false/commit=update/preload=0-")
 	require.Contains(t, out, " ns/op")
+	require.Contains(t, out, " cpu-us/op")
 	require.Equal(t, 3, strings.Count(out, "BenchmarkHarness/"))
 
 	table, _, code := run("bench", "--duration", "200ms", "--clients", "2", "--sync=false")
@@ -98,6 +104,7 @@ func TestBench(t *testing.T) {
 	require.Contains(t, table, "BATCH")
 	require.Contains(t, table, "ROUNDS")
 	require.Contains(t, table, "PAGES")
+	require.Contains(t, table, "CPU/OP")
 	require.Contains(t, table, "oncekv")
 	_, _, code = run("bench", "--commit", "nope")
 	require.Equal(t, 2, code)
