@@ -147,11 +147,10 @@ type Result struct {
 	// CPUus is the CPU time (user and system) the process used while
 	// the workload's rounds ran, per operation: its clients, the group
 	// commit, the runtime and the garbage collector, and the kernel's
-	// side of its writes and fsyncs. Where the CPUs are saturated (on
-	// two cores, from some 32 clients on), a workload's throughput is
-	// about the CPUs' seconds per second over this, so two workloads'
-	// CPUus say how much of their ratio is CPU. 0 where the system does
-	// not report CPU time (Windows).
+	// side of its writes and fsyncs. OpsPerSec * CPUus is the cores the
+	// workload kept busy: where that is short of the machine's, the CPU
+	// is not what bounds its throughput (durable, the writer's commit
+	// cycle is). 0 where the system does not report CPU time (Windows).
 	CPUus float64 `json:"cpu_us,omitempty"`
 }
 
