@@ -257,8 +257,12 @@ func writeGobench(w io.Writer, cfg bench.HarnessConfig, out benchOutput) error {
 			if r.OpsPerSec > 0 {
 				nsPerOp = 1e9 / r.OpsPerSec
 			}
-			fmt.Fprintf(w, "BenchmarkHarness/%s/%s-%d\t%d\t%.0f ns/op\t%.0f ops/s\t%.0f p50-us\t%.0f p99-us\t%.0f p99.9-us\t%.2f cpu-us/op\n",
-				r.Name, name, runtime.GOMAXPROCS(0), r.Ops, nsPerOp, r.OpsPerSec, r.P50us, r.P99us, r.P999us, r.CPUus)
+			cpu := "" // none where the system does not report CPU time: benchstat would compare a 0
+			if r.CPUus > 0 {
+				cpu = fmt.Sprintf("\t%.2f cpu-us/op", r.CPUus)
+			}
+			fmt.Fprintf(w, "BenchmarkHarness/%s/%s-%d\t%d\t%.0f ns/op\t%.0f ops/s\t%.0f p50-us\t%.0f p99-us\t%.0f p99.9-us%s\n",
+				r.Name, name, runtime.GOMAXPROCS(0), r.Ops, nsPerOp, r.OpsPerSec, r.P50us, r.P99us, r.P999us, cpu)
 		}
 		if _, err := fmt.Fprintf(w, "BenchmarkHarness/ratio/%s-%d\t1\t%.3f oncekv/bare\n", name, runtime.GOMAXPROCS(0), run.Ratio); err != nil {
 			return err
