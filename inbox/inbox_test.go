@@ -427,10 +427,10 @@ func TestDropDamagedMarkLetsTheMessageRunAgain(t *testing.T) {
 
 	var damaged, intact string
 	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
-		if intact, err = kvtest.DamageLogEntry(tx, "inbox", kvtest.Holding("msg-2"), func(v []byte) []byte { return v }); err != nil {
+		if intact, err = kvtest.DamageLogEntry(tx, "inbox", kvtest.Naming("", "msg-2"), func(v []byte) []byte { return v }); err != nil {
 			return err
 		}
-		damaged, err = kvtest.DamageLogEntry(tx, "inbox", kvtest.Holding("msg-1"), func(v []byte) []byte {
+		damaged, err = kvtest.DamageLogEntry(tx, "inbox", kvtest.Naming("", "msg-1"), func(v []byte) []byte {
 			v[len(v)-6] ^= 0xff
 			return v
 		})

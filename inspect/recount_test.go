@@ -131,10 +131,10 @@ func startDamaged(t *testing.T) *damagedService {
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
-		if s.intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("other"), func(v []byte) []byte { return v }); err != nil {
+		if s.intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Naming("acme|POST /x", "other"), func(v []byte) []byte { return v }); err != nil {
 			return err
 		}
-		s.damaged, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("d1"), func(v []byte) []byte {
+		s.damaged, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Naming("acme|POST /x", "d1"), func(v []byte) []byte {
 			v[len(v)-5] ^= 1
 			return v
 		})

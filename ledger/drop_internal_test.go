@@ -20,7 +20,7 @@ func damageEntry(t *testing.T, path, key string, garble func([]byte) []byte) uin
 	t.Helper()
 	var pos string
 	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
-		pos, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding(key), garble)
+		pos, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Naming("", key), garble)
 		return err
 	})
 	n, err := strconv.ParseUint(pos, 16, 64)

@@ -2,6 +2,7 @@ package kvtest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"iter"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // Damage returns a damaged copy of the stored value v, for fuzz targets
@@ -101,16 +103,27 @@ func DamageLogEntry(tx *bolt.Tx, kind string, match func(v []byte) bool, garble 
 	return pos, nil
 }
 
-// Holding returns a match for DamageLogEntry: the entries whose stored
-// bytes contain every one of parts.
-func Holding(parts ...string) func(v []byte) bool {
+// Naming returns a match for DamageLogEntry: the entries whose record is
+// stored under key, in scope ("": in any scope), exactly as the entry's
+// framing names them. It reads them where the entry keeps them, after the
+// header, each length-prefixed: a search of the stored bytes for key would
+// also match an entry whose other bytes (a timestamp, an incarnation ID)
+// hold it by chance, and damage that entry too.
+func Naming(scope, key string) func(v []byte) bool {
 	return func(v []byte) bool {
-		for _, p := range parts {
-			if !bytes.Contains(v, []byte(p)) {
+		if len(v) < 3 || v[0] != record.Magic || v[1] != byte(record.KindLogEntry) {
+			return false
+		}
+		body := v[3:] // after the header: magic, kind, layout
+		var fields [2][]byte
+		for i := range fields {
+			n, w := binary.Uvarint(body)
+			if w <= 0 || n > uint64(len(body)-w) {
 				return false
 			}
+			fields[i], body = body[w:w+int(n)], body[w+int(n):]
 		}
-		return true
+		return (scope == "" || string(fields[0]) == scope) && string(fields[1]) == key
 	}
 }
 

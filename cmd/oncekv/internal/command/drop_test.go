@@ -22,10 +22,10 @@ func TestDropADamagedRecord(t *testing.T) {
 	path := fixture(t)
 	var intact, entry string
 	kvtest.RawUpdate(t, path, func(tx *bolt.Tx) (err error) {
-		if intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("pay-1"), func(v []byte) []byte { return v }); err != nil {
+		if intact, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Naming("", "pay-1"), func(v []byte) []byte { return v }); err != nil {
 			return err
 		}
-		entry, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Holding("acme|POST /v1/orders", "create-1"), func(v []byte) []byte {
+		entry, err = kvtest.DamageLogEntry(tx, "idempotency", kvtest.Naming("acme|POST /v1/orders", "create-1"), func(v []byte) []byte {
 			v[len(v)-8] ^= 0x55
 			return v
 		})
