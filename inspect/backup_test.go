@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,7 +32,13 @@ func TestHandlerServesABackupThatReplays(t *testing.T) {
 	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	_, id := fixtureOn(t, db)
 	spool := t.TempDir()
-	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, BackupDir: spool})))
+	h := must(inspect.Handler(db, inspect.HandlerOptions{Token: token, BackupDir: spool}))
+	var handling sync.WaitGroup // handlers that have not returned: a client may read a whole copy first
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handling.Add(1)
+		defer handling.Done()
+		h.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
 	open := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{})))
 	defer open.Close()
@@ -102,6 +109,9 @@ func TestHandlerServesABackupThatReplays(t *testing.T) {
 
 	// A database that refuses calls (closed here) has no copy to
 	// describe: HEAD answers as a GET does, not 200 with a length of 0.
+	// (The copy's handler returns after its client has read it all, and
+	// until then a GET is the next backup, refused with 409.)
+	handling.Wait()
 	require.NoError(t, db.Close())
 	for _, method := range []string{http.MethodHead, http.MethodGet} {
 		req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/backup", nil)
