@@ -32,13 +32,8 @@ func TestHandlerServesABackupThatReplays(t *testing.T) {
 	db := kvtest.Open(t, &kv.Options{NoSync: true})
 	_, id := fixtureOn(t, db)
 	spool := t.TempDir()
-	h := must(inspect.Handler(db, inspect.HandlerOptions{Token: token, BackupDir: spool}))
-	var handling sync.WaitGroup // handlers that have not returned: a client may read a whole copy first
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		handling.Add(1)
-		defer handling.Done()
-		h.ServeHTTP(w, r)
-	}))
+	h, returned := waiting(must(inspect.Handler(db, inspect.HandlerOptions{Token: token, BackupDir: spool})))
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	open := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{})))
 	defer open.Close()
@@ -111,7 +106,7 @@ func TestHandlerServesABackupThatReplays(t *testing.T) {
 	// describe: HEAD answers as a GET does, not 200 with a length of 0.
 	// (The copy's handler returns after its client has read it all, and
 	// until then a GET is the next backup, refused with 409.)
-	handling.Wait()
+	returned()
 	require.NoError(t, db.Close())
 	for _, method := range []string{http.MethodHead, http.MethodGet} {
 		req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/backup", nil)
@@ -226,11 +221,13 @@ func TestHandlerBackupDir(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &answer), body)
 	require.Contains(t, answer.Error, missing) // decoded: JSON doubles a Windows path's backslashes
 
-	def := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	h, returned := waiting(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	def := httptest.NewServer(h)
 	defer def.Close()
 	n, err := (&inspect.Client{BaseURL: def.URL, Token: token}).Backup(ctx, io.Discard)
 	require.NoError(t, err)
 	require.Positive(t, n)
+	returned() // where the copy cannot be unlinked while open (Windows), its handler removes it as it returns
 	entries, err := os.ReadDir(filepath.Dir(db.Path()))
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "only the database: the spooled copy is gone")
@@ -256,4 +253,17 @@ func TestClientBackupFromAnEndpointWithoutOne(t *testing.T) {
 	_, err = (&inspect.Client{BaseURL: chunked.URL, Token: token}).Backup(ctx, &w)
 	require.ErrorContains(t, err, "without a Content-Length")
 	require.Zero(t, w.Len())
+}
+
+// waiting wraps h, and returned waits until every request h began has
+// returned: a handler may still run after its client has read the whole
+// answer (a backup's handler gives the next backup its turn, and removes
+// its spooled copy, only then).
+func waiting(h http.Handler) (wrapped http.Handler, returned func()) {
+	var running sync.WaitGroup
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		running.Add(1)
+		defer running.Done()
+		h.ServeHTTP(w, r)
+	}), running.Wait
 }
