@@ -53,8 +53,9 @@ settings: one doing a bare business write (a Put of --payload bytes), the
 other the same write through the idempotency ledger (look-up, business
 write, record with a --response-byte stored response, one commit). Rounds
 alternate between the workloads so all see the same machine. It prints
-ops/s, latency percentiles and each workload's throughput ratio to bare;
---json for scripts (and bench/chart), --gobench for benchstat;
+ops/s, latency percentiles, each workload's throughput ratio to bare and
+its CPU per operation (the process's, while the workload ran: times ops/s,
+the cores it kept busy); --json for scripts (and bench/chart), --gobench for benchstat;
 --cpuprofile (samples labelled by workload) and --trace (an execution
 trace of the measured rounds, go tool trace) show where the time goes.
 
