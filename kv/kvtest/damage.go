@@ -2,7 +2,6 @@ package kvtest
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/hex"
 	"iter"
 	"testing"
@@ -103,27 +102,20 @@ func DamageLogEntry(tx *bolt.Tx, kind string, match func(v []byte) bool, garble 
 	return pos, nil
 }
 
-// Naming returns a match for DamageLogEntry: the entries whose record is
-// stored under key, in scope ("": in any scope), exactly as the entry's
-// framing names them. It reads them where the entry keeps them, after the
-// header, each length-prefixed: a search of the stored bytes for key would
-// also match an entry whose other bytes (a timestamp, an incarnation ID)
-// hold it by chance, and damage that entry too.
+// Naming returns a match for DamageLogEntry: the intact entries whose
+// record is stored under key, in scope ("": in any scope), as the entry's
+// framing names them (read with the record decoder that frames them). A
+// search of the stored bytes for key would also match an entry whose other
+// bytes (a timestamp, an incarnation ID) hold it by chance, and damage
+// that entry too.
 func Naming(scope, key string) func(v []byte) bool {
 	return func(v []byte) bool {
-		if len(v) < 3 || v[0] != record.Magic || v[1] != byte(record.KindLogEntry) {
+		var d record.Decoder
+		if _, err := d.Reset(record.KindLogEntry, v); err != nil {
 			return false
 		}
-		body := v[3:] // after the header: magic, kind, layout
-		var fields [2][]byte
-		for i := range fields {
-			n, w := binary.Uvarint(body)
-			if w <= 0 || n > uint64(len(body)-w) {
-				return false
-			}
-			fields[i], body = body[w:w+int(n)], body[w+int(n):]
-		}
-		return (scope == "" || string(fields[0]) == scope) && string(fields[1]) == key
+		sc, k := d.Bytes(), d.Bytes()
+		return d.Err() == nil && (scope == "" || string(sc) == scope) && string(k) == key
 	}
 }
 
