@@ -1,5 +1,3 @@
-// Command oncekv inspects, checks, sweeps and compacts oncekv databases, and
-// runs the demo and the benchmark harness. Run `oncekv --help`.
 package main
 
 import (

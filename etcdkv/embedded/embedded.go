@@ -1,15 +1,3 @@
-// Package embedded runs a real etcd cluster on loopback ports for demos,
-// examples and tests: members embedded in this process (server/v3/embed),
-// or members in processes of their own that can be killed with SIGKILL.
-//
-// It is not a way to run etcd in production: members listen on plain
-// HTTP on 127.0.0.1, and fsync is off unless Options.Fsync asks for it.
-// Production runs an etcd cluster of its own and passes its endpoints to
-// etcdkv.Open.
-//
-// A program that asks for process members (Options.Process) is
-// re-executed as each of them: it must call RunMemberIfAsked first thing
-// in main (or TestMain).
 package embedded
 
 import (

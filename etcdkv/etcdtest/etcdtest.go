@@ -1,7 +1,3 @@
-// Package etcdtest runs real etcd clusters for tests (package embedded,
-// stopped when the test ends): members embedded in the test process on
-// loopback ports, or members in processes of their own that a test can
-// SIGKILL.
 package etcdtest
 
 import (

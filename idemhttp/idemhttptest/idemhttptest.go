@@ -1,25 +1,3 @@
-// Package idemhttptest lets a team prove its own idempotent endpoints under
-// the failures that matter: a storm of concurrent duplicates, responses lost
-// on the way back, and a crash and restart in the middle. Each helper drives
-// a real http.Handler (the service's, middleware included) on a loopback
-// server and asserts single execution from the service's own state.
-//
-// KillRestart is the real crash: it runs the service in a child process
-// (the test binary re-executed), kills it with SIGKILL where the service's
-// code calls Crashpoint with the chosen name, restarts it on the same file
-// and retries with the same key:
-//
-//	func TestPayCrash(t *testing.T) {
-//		idemhttptest.KillRestart(t, idemhttptest.Service{Open: openService, Request: payRequest, Executions: countCharges}, "after-charge")
-//	}
-//	// in the service, where a crash matters:
-//	idemhttptest.Crashpoint("after-charge") // does nothing outside such a test
-//
-//	idemhttptest.Storm(t, idemhttptest.Target{
-//		Handler:    svc.Handler,
-//		Request:    func() *http.Request { return newCreateOrder("key-1") },
-//		Executions: func() int { return countOrders(svc.DB) },
-//	}, 50)
 package idemhttptest
 
 import (

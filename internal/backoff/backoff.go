@@ -1,5 +1,3 @@
-// Package backoff computes retry delays: capped exponential growth with full
-// jitter. The sideeffect and outbox packages re-export Backoff.
 package backoff
 
 import (

@@ -1,10 +1,3 @@
-// Package failpoint names the points where oncekv's crash tests kill the
-// process: every commit boundary and every call to the outside world.
-//
-// In a normal build Inject is an empty function the compiler removes: the
-// points cost nothing. Built with -tags failpoints, Inject kills the process
-// with SIGKILL when it reaches the point named by the ONCEKV_FAILPOINT
-// environment variable for the n-th time ("name@n"; n defaults to 1).
 package failpoint
 
 // The failpoints, in the order a request meets them.

@@ -1,7 +1,3 @@
-// Package keyspace is the plumbing oncekv's packages share on top of the kv
-// port: the reserved namespace of oncekv's own buckets, time indexes
-// (expiry and due-time indexes), and the record-kind abstraction with its
-// one generic sweeper and one generic record↔index checker.
 package keyspace
 
 import (

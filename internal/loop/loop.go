@@ -1,6 +1,3 @@
-// Package loop is the one background run loop of oncekv's workers (the
-// retention sweeper, the outbox relay, the intent reconciler): run a pass,
-// report it, wait for a wake-up, a timer or the end of the context.
 package loop
 
 import (

@@ -1,6 +1,3 @@
-// Package oldformat writes databases the way earlier oncekv formats did, so
-// tests can prove that a file written by older code is migrated, never
-// misread.
 package oldformat
 
 import (

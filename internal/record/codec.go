@@ -1,8 +1,3 @@
-// Package record encodes oncekv's stored records: a magic byte, the record
-// kind, a layout version, varint and length-prefixed fields, and a CRC-32C.
-// A Decoder never panics: truncated, bit-flipped or foreign input yields a
-// *CorruptError (kv.CorruptError is the same type). Large values are
-// compressed with zstd by Compress; Decompress bounds its output.
 package record
 
 import (

@@ -1,6 +1,3 @@
-// Package sealing holds what oncekv's packages share to seal their values
-// (package seal): the associated data that binds a sealed value to where it
-// lives, and a bounded, resumable rewrite of a bucket's values (rekey).
 package sealing
 
 import (

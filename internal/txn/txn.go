@@ -1,6 +1,3 @@
-// Package txn holds the small generic helpers behind oncekv's two-form API:
-// every call X(ctx, ...) is its XTx(tx, ...) form run in a transaction the
-// call opens itself.
 package txn
 
 import (

@@ -1,11 +1,3 @@
-// Package kvtest is the test kit of package kv: it opens databases for
-// tests (a fresh file under t.TempDir, checked for consistency and closed
-// when the test ends) and holds the conformance suite every kv backend must
-// pass (RunConformance). Counts, RunsTwice and RequireOneRun let a test
-// pass in the rerun build (-tags oncekv_rerun, package internal/rerun),
-// where every bbolt transaction runs its function twice. MountPowerDisk
-// runs a service's files on the powercut program's filesystem, whose
-// power a test cuts (CutWhile): what was not synced is lost.
 package kvtest
 
 import (

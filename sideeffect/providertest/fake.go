@@ -1,7 +1,3 @@
-// Package providertest is a fake side-effect provider for tests and
-// examples: it honours downstream keys, records every charge and every call,
-// answers status by key, and injects the failures that matter — failing
-// before charging, and charging then losing the response.
 package providertest
 
 import (

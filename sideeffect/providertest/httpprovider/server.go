@@ -1,8 +1,3 @@
-// Package httpprovider is a payment provider for tests and examples: an
-// HTTP API that charges once per Idempotency-Key, persists charges in its
-// own bbolt file, answers status by key, and injects the faults that
-// matter — failing before charging, and charging then dropping the
-// connection without answering.
 package httpprovider
 
 import (

@@ -1,4 +1,3 @@
-// Package command implements the oncekv CLI, one file per command.
 package command
 
 import (
