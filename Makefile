@@ -43,10 +43,12 @@ fuzz-rerun: ## run every fuzz target for 2m in the rerun build (every transactio
 bench: ## run the paired benchmarks (oncekv vs bare bbolt)
 	go test ./bench -run '^$$' -bench . -benchtime 20000x
 
-lint: ## gofmt, go vet and golangci-lint (staticcheck, errcheck, unused, gosec)
+lint: ## gofmt, go vet, golangci-lint (staticcheck, errcheck, unused, gosec), goleak in every test package, doc.go and examples
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	go vet $(MODULES)
 	golangci-lint run $(MODULES)
+	./scripts/leakcheck.sh
+	./scripts/doccheck.sh
 
 wine: ## run the library's and the CLI's tests as Windows programs under Wine (installs wine64 and MinGW; about 2.5 minutes after that)
 	./scripts/wine.sh
