@@ -100,7 +100,10 @@ type Config struct {
 	Logger *slog.Logger
 
 	// OnEvent, if set, is called once per request that hit the ledger, for
-	// metrics.
+	// metrics. It is called on the request's goroutine before the answer
+	// is written (as Stats counts it and the database's observer hears
+	// it), so a client that has its answer finds it counted, whatever the
+	// answer's size; keep it quick, as the answer waits for it.
 	OnEvent func(Event)
 }
 

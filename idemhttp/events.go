@@ -9,7 +9,9 @@ import (
 	"github.com/oncekv/oncekv/observe"
 )
 
-// Event is what happened to one request.
+// Event is what happened to one request. Its Duration runs from the
+// request's arrival at the middleware to its answer, the answer's writing
+// left out.
 type Event struct {
 	Kind     EventKind
 	Scope    string

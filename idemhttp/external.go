@@ -36,9 +36,9 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 	}
 	switch {
 	case replay != nil:
-		ev.Kind, ev.Status = EventReplayed, writeStored(w, replay.Response, true)
-		ev.Duration = time.Since(start)
-		m.event(ev)
+		ev.Kind, ev.Status = EventReplayed, storedStatus(replay.Response)
+		m.answered(ev, start)
+		writeStored(w, replay.Response, true)
 		return
 	case err != nil:
 		ev.Kind, ev.Status = m.writeLedgerError(w, err, start)
@@ -131,18 +131,18 @@ func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respo
 		defer ps.mark.End()
 		return respond(tx, in)
 	})
-	switch {
-	case err == nil && res.Replayed:
-		ev.Kind, ev.Status = EventReplayed, writeStored(w, res.Response, true)
-	case err == nil:
-		ev.Kind, ev.Status = EventExecuted, writeStored(w, res.Response, false)
-		if res.Takeover {
-			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
-		}
-	default:
+	if err != nil {
 		ev.Kind, ev.Status = m.writeLedgerError(w, err, ps.start)
+		m.answered(ev, ps.start) // a problem: a few hundred bytes, sent as the handler returns
+		return false
 	}
-	ev.Duration = time.Since(ps.start)
-	m.event(ev)
-	return err == nil
+	ev.Kind, ev.Status = EventExecuted, storedStatus(res.Response)
+	if res.Replayed {
+		ev.Kind = EventReplayed
+	} else if res.Takeover {
+		m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
+	}
+	m.answered(ev, ps.start)
+	writeStored(w, res.Response, res.Replayed)
+	return true
 }

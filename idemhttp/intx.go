@@ -68,51 +68,71 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 	var ns *notStored
 	switch {
 	case err == nil && res.Replayed:
-		ev.Kind, ev.Status = EventReplayed, writeStored(w, res.Response, true)
+		ev.Kind, ev.Status = EventReplayed, storedStatus(res.Response)
+		m.answered(ev, start)
+		writeStored(w, res.Response, true)
 	case err == nil:
-		last.writeTo(w) // the full response, not only the kept headers
 		ev.Kind, ev.Status = EventExecuted, res.Response.Status
 		if res.Takeover {
 			m.event(Event{Kind: EventTakeover, Scope: ev.Scope, Key: ev.Key, Status: ev.Status})
 		}
+		m.answered(ev, start)
+		last.writeTo(w) // the full response, not only the kept headers
 	case errors.As(err, &ns):
 		ev.Kind = EventNotStored
 		if ns.release {
 			m.event(ev)
 			panic(ns.panic)
 		}
-		ev.Status = m.answerNotStored(w, ns, "scope", req.Scope, "key", req.Key)
 		if ns.rejected {
 			ev.Kind = EventRejected
 		}
+		m.answerNotStored(w, ns, func(status int) { ev.Status = status; m.answered(ev, start) }, "scope", req.Scope, "key", req.Key)
 	default:
 		ev.Kind, ev.Status = m.writeLedgerError(w, err, start)
+		m.answered(ev, start) // a problem: a few hundred bytes, sent as the handler returns
 	}
+}
+
+// answered reports ev, its duration counted until now, before its answer
+// is written: a client that has the whole answer finds it counted
+// (Stats, Config.OnEvent, the observer) whatever its size. A small answer
+// leaves only as the handler returns; a large one, with its
+// Content-Length, leaves as it is written.
+func (m *Middleware) answered(ev Event, start time.Time) {
 	ev.Duration = time.Since(start)
 	m.event(ev)
 }
 
 // answerNotStored answers a run of a handler whose response was not
-// stored, and returns the status sent. A panic, a status that cannot be
-// stored and a response too large are the service's errors: a 500 problem,
-// the first two logged with attrs (the request's scope and key, or its
-// method and route). Any other response (a 5xx, a 4xx that wrote nothing)
-// is sent as the handler wrote it.
-func (m *Middleware) answerNotStored(w http.ResponseWriter, ns *notStored, attrs ...any) int {
+// stored, calling before (if not nil) with the status just before it
+// writes anything. A panic, a status that cannot be stored and a response
+// too large are the service's errors: a 500 problem, the first two logged
+// with attrs (the request's scope and key, or its method and route). Any
+// other response (a 5xx, a 4xx that wrote nothing) is sent as the handler
+// wrote it.
+func (m *Middleware) answerNotStored(w http.ResponseWriter, ns *notStored, before func(status int), attrs ...any) {
+	var problem Problem
 	switch {
 	case ns.panic != nil:
 		m.log.Error("handler panicked; transaction rolled back", append(attrs, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))...)
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
+		problem = Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}
 	case ns.badStatus != 0:
 		m.log.Error("handler wrote an invalid status; transaction rolled back", append(attrs, "status", ns.badStatus)...)
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
-			Detail: fmt.Sprintf("the handler answered status %d, which cannot be stored: a stored answer's status is 200-999", ns.badStatus)}, 0)
+		problem = Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+			Detail: fmt.Sprintf("the handler answered status %d, which cannot be stored: a stored answer's status is 200-999", ns.badStatus)}
 	case ns.tooBig:
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
-			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
+		problem = Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
+			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}
 	default:
+		if before != nil {
+			before(ns.c.statusCode())
+		}
 		ns.c.writeTo(w)
-		return ns.c.statusCode()
+		return
 	}
-	return http.StatusInternalServerError
+	if before != nil {
+		before(problem.Status)
+	}
+	WriteProblem(w, problem, 0)
 }

@@ -268,7 +268,7 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 		panic(ns.panic)
 	case errors.As(err, &ns):
 		route, _ := m.route(r)
-		m.answerNotStored(w, ns, "method", r.Method, "route", route)
+		m.answerNotStored(w, ns, nil, "method", r.Method, "route", route)
 	default:
 		m.writeLedgerError(w, err, waitFrom)
 	}
@@ -310,19 +310,22 @@ func (m *Middleware) kept(h http.Header) http.Header {
 }
 
 // writeStored writes a response the ledger holds (replayed: with
-// HeaderReplayed) and returns the status sent. Status 0, which the ledger
-// allows for responses that are not HTTP, is a 200, as a handler that
-// writes no status gets.
-func writeStored(w http.ResponseWriter, resp ledger.Response, replayed bool) int {
+// HeaderReplayed), with its status (storedStatus).
+func writeStored(w http.ResponseWriter, resp ledger.Response, replayed bool) {
 	if replayed {
 		w.Header().Set(HeaderReplayed, "true")
 	}
-	status := resp.Status
-	if status == 0 {
-		status = http.StatusOK
+	send(w, resp.Header, storedStatus(resp), resp.Body)
+}
+
+// storedStatus is the status a stored response is sent with. Status 0,
+// which the ledger allows for responses that are not HTTP, is a 200, as
+// a handler that writes no status gets.
+func storedStatus(resp ledger.Response) int {
+	if resp.Status == 0 {
+		return http.StatusOK
 	}
-	send(w, resp.Header, status, resp.Body)
-	return status
+	return resp.Status
 }
 
 // writeLedgerError answers the error of a request that did not run to a
