@@ -41,9 +41,7 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 		writeStored(w, replay.Response, true)
 		return
 	case err != nil:
-		ev.Kind, ev.Status = m.writeLedgerError(w, err, start)
-		ev.Duration = time.Since(start)
-		m.event(ev)
+		m.respond(w, ev, start, m.ledgerAnswer(err, start))
 		return
 	}
 	mark := m.cfg.Ledger.DB().WithinTx(r.Context())
@@ -63,9 +61,7 @@ func (m *Middleware) serveExternal(w http.ResponseWriter, r *http.Request, h htt
 		// Perform's answer (or the handler's own) the response stands.
 		m.log.Error("handler panicked", "scope", req.Scope, "key", req.Key, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		if !tw.wrote {
-			WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
-			ev.Kind, ev.Status, ev.Duration = EventNotStored, http.StatusInternalServerError, time.Since(start)
-			m.event(ev)
+			m.respond(w, ev, start, problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0))
 		}
 	}()
 	h.ServeHTTP(tw, withBody(context.WithValue(mark, performKey, ps), r, body))
@@ -132,8 +128,7 @@ func Perform(w http.ResponseWriter, r *http.Request, spec sideeffect.Spec, respo
 		return respond(tx, in)
 	})
 	if err != nil {
-		ev.Kind, ev.Status = m.writeLedgerError(w, err, ps.start)
-		m.answered(ev, ps.start) // a problem: a few hundred bytes, sent as the handler returns
+		m.respond(w, ev, ps.start, m.ledgerAnswer(err, ps.start))
 		return false
 	}
 	ev.Kind, ev.Status = EventExecuted, storedStatus(res.Response)

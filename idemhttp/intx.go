@@ -78,61 +78,56 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, h http.Hand
 		}
 		m.answered(ev, start)
 		last.writeTo(w) // the full response, not only the kept headers
-	case errors.As(err, &ns):
+	case errors.As(err, &ns) && ns.release:
 		ev.Kind = EventNotStored
-		if ns.release {
-			m.event(ev)
-			panic(ns.panic)
-		}
-		if ns.rejected {
-			ev.Kind = EventRejected
-		}
-		m.answerNotStored(w, ns, func(status int) { ev.Status = status; m.answered(ev, start) }, "scope", req.Scope, "key", req.Key)
+		m.event(ev)
+		panic(ns.panic)
+	case errors.As(err, &ns):
+		m.respond(w, ev, start, m.notStoredAnswer(ns, "scope", req.Scope, "key", req.Key))
 	default:
-		ev.Kind, ev.Status = m.writeLedgerError(w, err, start)
-		m.answered(ev, start) // a problem: a few hundred bytes, sent as the handler returns
+		m.respond(w, ev, start, m.ledgerAnswer(err, start))
 	}
 }
 
 // answered reports ev, its duration counted until now, before its answer
 // is written: a client that has the whole answer finds it counted
-// (Stats, Config.OnEvent, the observer) whatever its size. A small answer
-// leaves only as the handler returns; a large one, with its
-// Content-Length, leaves as it is written.
+// (Stats, Config.OnEvent, the observer) whatever its size, where a large
+// answer with its Content-Length leaves as it is written.
 func (m *Middleware) answered(ev Event, start time.Time) {
 	ev.Duration = time.Since(start)
 	m.event(ev)
 }
 
-// answerNotStored answers a run of a handler whose response was not
-// stored, calling before (if not nil) with the status just before it
-// writes anything. A panic, a status that cannot be stored and a response
-// too large are the service's errors: a 500 problem, the first two logged
-// with attrs (the request's scope and key, or its method and route). Any
-// other response (a 5xx, a 4xx that wrote nothing) is sent as the handler
-// wrote it.
-func (m *Middleware) answerNotStored(w http.ResponseWriter, ns *notStored, before func(status int), attrs ...any) {
-	var problem Problem
+// respond reports ev with a's kind and status (answered), then writes a.
+func (m *Middleware) respond(w http.ResponseWriter, ev Event, start time.Time, a answer) {
+	ev.Kind, ev.Status = a.kind, a.status
+	m.answered(ev, start)
+	a.write(w)
+}
+
+// notStoredAnswer is the answer to a run of a handler whose response was
+// not stored: rejected (a 4xx that wrote nothing, or DoNotStore), or not
+// stored. A panic, a status that cannot be stored and a response too large
+// are the service's errors: a 500 problem, the first two logged with attrs
+// (the request's scope and key, or its method and route). Any other
+// response (a 5xx, a 4xx that wrote nothing) is sent as the handler wrote
+// it.
+func (m *Middleware) notStoredAnswer(ns *notStored, attrs ...any) answer {
 	switch {
 	case ns.panic != nil:
 		m.log.Error("handler panicked; transaction rolled back", append(attrs, "panic", fmt.Sprint(ns.panic), "stack", string(ns.stack))...)
-		problem = Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}
+		return problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
 	case ns.badStatus != 0:
 		m.log.Error("handler wrote an invalid status; transaction rolled back", append(attrs, "status", ns.badStatus)...)
-		problem = Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
-			Detail: fmt.Sprintf("the handler answered status %d, which cannot be stored: a stored answer's status is 200-999", ns.badStatus)}
+		return problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+			Detail: fmt.Sprintf("the handler answered status %d, which cannot be stored: a stored answer's status is 200-999", ns.badStatus)}, 0)
 	case ns.tooBig:
-		problem = Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
-			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}
-	default:
-		if before != nil {
-			before(ns.c.statusCode())
-		}
-		ns.c.writeTo(w)
-		return
+		return problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
+			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
 	}
-	if before != nil {
-		before(problem.Status)
+	kind := EventNotStored
+	if ns.rejected {
+		kind = EventRejected
 	}
-	WriteProblem(w, problem, 0)
+	return answer{kind: kind, status: ns.c.statusCode(), write: ns.c.writeTo}
 }

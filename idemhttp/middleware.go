@@ -94,8 +94,7 @@ func (m *Middleware) route(r *http.Request) (route string, fromPath bool) {
 }
 
 func (m *Middleware) reject(w http.ResponseWriter, start time.Time, status int, typ, title, detail string) {
-	WriteProblem(w, Problem{Type: typ, Title: title, Status: status, Detail: detail}, 0)
-	m.event(Event{Kind: EventRejected, Status: status, Duration: time.Since(start)})
+	m.respond(w, Event{}, start, problemAnswer(EventRejected, Problem{Type: typ, Title: title, Status: status, Detail: detail}, 0))
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, h http.Handler, external bool) {
@@ -268,9 +267,9 @@ func (m *Middleware) serveUnkeyed(w http.ResponseWriter, r *http.Request, h http
 		panic(ns.panic)
 	case errors.As(err, &ns):
 		route, _ := m.route(r)
-		m.answerNotStored(w, ns, nil, "method", r.Method, "route", route)
+		m.notStoredAnswer(ns, "method", r.Method, "route", route).write(w)
 	default:
-		m.writeLedgerError(w, err, waitFrom)
+		m.ledgerAnswer(err, waitFrom).write(w)
 	}
 }
 
@@ -328,10 +327,25 @@ func storedStatus(resp ledger.Response) int {
 	return resp.Status
 }
 
-// writeLedgerError answers the error of a request that did not run to a
-// stored answer: the ledger's rejections, a side effect's state, a closed
-// database, or an unexpected failure (500, logged).
-func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom time.Time) (EventKind, int) {
+// answer is a response decided before it is written, so that its event
+// is reported first (Middleware.answered): its kind, its status, and what
+// writes it.
+type answer struct {
+	kind   EventKind
+	status int
+	write  func(http.ResponseWriter)
+}
+
+// problemAnswer is the answer that writes problem p (with Retry-After
+// when retryAfter is positive).
+func problemAnswer(kind EventKind, p Problem, retryAfter time.Duration) answer {
+	return answer{kind: kind, status: p.Status, write: func(w http.ResponseWriter) { WriteProblem(w, p, retryAfter) }}
+}
+
+// ledgerAnswer decides the answer to the error of a request that did not
+// run to a stored answer: the ledger's rejections, a side effect's state,
+// a closed database, or an unexpected failure (500, logged).
+func (m *Middleware) ledgerAnswer(err error, waitFrom time.Time) answer {
 	var me *ledger.MismatchError
 	var ip *ledger.InProgressError
 	var pe *sideeffect.PendingError
@@ -339,31 +353,25 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom
 	var qe *ledger.QuotaError
 	switch {
 	case errors.As(err, &qe):
-		WriteProblem(w, Problem{Type: ProblemQuota, Title: "Quota of stored requests exceeded", Status: http.StatusTooManyRequests,
+		return problemAnswer(EventQuota, Problem{Type: ProblemQuota, Title: "Quota of stored requests exceeded", Status: http.StatusTooManyRequests,
 			Detail: fmt.Sprintf("this tenant keeps %d idempotency records (%d bytes), at its limit; they expire with their retention", qe.Usage.Records, qe.Usage.Bytes)}, qe.RetryAfter)
-		return EventQuota, http.StatusTooManyRequests
 	case errors.As(err, &me):
-		WriteProblem(w, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with a different request", Status: http.StatusUnprocessableEntity,
+		return problemAnswer(EventMismatched, Problem{Type: ProblemKeyReused, Title: "Idempotency-Key reused with a different request", Status: http.StatusUnprocessableEntity,
 			Detail: fmt.Sprintf("this key was first used with request %s; this request is %s", me.Stored.Short(), me.Got.Short())}, 0)
-		return EventMismatched, http.StatusUnprocessableEntity
 	case errors.As(err, &ip):
-		WriteProblem(w, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
+		return problemAnswer(EventInProgress, Problem{Type: ProblemInProgress, Title: "A request with this Idempotency-Key is in progress", Status: http.StatusConflict,
 			Detail: "retry after the indicated delay"}, max(ip.RetryAfter, time.Second))
-		return EventInProgress, http.StatusConflict
 	case errors.As(err, &pe):
-		WriteProblem(w, Problem{Type: ProblemOutcomePending, Title: "Upstream outcome not known yet", Status: http.StatusBadGateway,
+		return problemAnswer(EventPending, Problem{Type: ProblemOutcomePending, Title: "Upstream outcome not known yet", Status: http.StatusBadGateway,
 			Detail: "the upstream call failed or its answer was lost; retry with the same Idempotency-Key"}, max(pe.RetryAfter, time.Second))
-		return EventPending, http.StatusBadGateway
 	case errors.As(err, &be) && errors.Is(err, sideeffect.ErrBackoff):
-		WriteProblem(w, Problem{Type: ProblemBackoff, Title: "Upstream call backing off", Status: http.StatusServiceUnavailable,
+		return problemAnswer(EventPending, Problem{Type: ProblemBackoff, Title: "Upstream call backing off", Status: http.StatusServiceUnavailable,
 			Detail: "the last upstream attempt had an unknown outcome; retry with the same Idempotency-Key after the indicated delay"}, max(be.RetryAfter, time.Second))
-		return EventPending, http.StatusServiceUnavailable
 	case errors.Is(err, sideeffect.ErrNeedsAttention):
-		WriteProblem(w, Problem{Type: ProblemNeedsAttention, Title: "Side effect needs attention", Status: http.StatusConflict,
+		return problemAnswer(EventPending, Problem{Type: ProblemNeedsAttention, Title: "Side effect needs attention", Status: http.StatusConflict,
 			Detail: "the upstream call is in state needs_attention after repeated unknown outcomes; an operator must requeue or resolve it (oncekv intents)"}, 0)
-		return EventPending, http.StatusConflict
 	case errors.Is(err, context.Canceled):
-		return EventNotStored, 499
+		return answer{kind: EventNotStored, status: 499, write: func(http.ResponseWriter) {}} // the client has gone: nothing to send
 	case errors.Is(err, kv.ErrSyncFailed):
 		// A commit's sync failed after its meta page was written: the
 		// database refuses every call until it is reopened, and this
@@ -371,37 +379,34 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom
 		// the disk. A retry after the reopen (a restart) is answered
 		// either way.
 		m.log.Error("idempotent request refused: the database's sync failed; close and reopen it (restart the service)", "error", err)
-		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
-			Detail: "the store could not sync a write to its disk and takes no request until it is reopened; retry with the same Idempotency-Key: the retry is answered either way"}, time.Second)
+		kind := EventNotStored
 		if errors.Is(err, kv.ErrCommitUnknown) {
-			return EventPending, http.StatusServiceUnavailable
+			kind = EventPending
 		}
-		return EventNotStored, http.StatusServiceUnavailable
+		return problemAnswer(kind, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the store could not sync a write to its disk and takes no request until it is reopened; retry with the same Idempotency-Key: the retry is answered either way"}, time.Second)
 	case errors.Is(err, kv.ErrReadFailed):
 		// A page of the file could not be read (the disk failed it): the
 		// database refuses every call until it is reopened. Nothing of
 		// this request was committed.
 		m.log.Error("idempotent request refused: the database's file could not be read; close and reopen it (restart the service)", "error", err)
-		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+		return problemAnswer(EventNotStored, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "the store could not read its disk and takes no request until it is reopened; retry with the same Idempotency-Key"}, time.Second)
-		return EventNotStored, http.StatusServiceUnavailable
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		// The database's disk is full, or its user's quota: a write
 		// refused (not a sync failed after the commit: the case above).
 		// Nothing was stored, and the same key runs once space returns,
 		// with no restart.
 		m.log.Error("idempotent request not stored: the database's disk is full", "error", err)
-		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+		return problemAnswer(EventNotStored, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "the store's disk is full; nothing was stored: retry with the same Idempotency-Key after the indicated delay"}, time.Second)
-		return EventNotStored, http.StatusServiceUnavailable
 	case errors.Is(err, kv.ErrCommitUnknown):
 		// The store (etcd) took the commit and could not say whether it
 		// applied: the retry finds out, and is answered either way (the
 		// stored answer if it applied).
 		m.log.Warn("idempotent request's commit outcome unknown", "error", err)
-		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+		return problemAnswer(EventPending, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "the store could not confirm whether this request was saved; retry with the same Idempotency-Key: the retry is answered either way"}, time.Second)
-		return EventPending, http.StatusServiceUnavailable
 	case errors.Is(err, kv.ErrClosed), errors.Is(err, context.DeadlineExceeded):
 		if errors.Is(err, context.DeadlineExceeded) {
 			m.reportHolder(waitFrom)
@@ -411,31 +416,26 @@ func (m *Middleware) writeLedgerError(w http.ResponseWriter, err error, waitFrom
 		// for a transaction. A side effect it started (external routes) is
 		// recorded by its intent; the same key may be sent again.
 		m.log.Warn("idempotent request not finished", "error", err)
-		WriteProblem(w, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+		return problemAnswer(EventNotStored, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "the service is shutting down, or the request's deadline passed before it finished; retry with the same Idempotency-Key"}, time.Second)
-		return EventNotStored, http.StatusServiceUnavailable
 	case errors.Is(err, ledger.ErrInvalidResponse):
 		// A Respond (external route) or work answered a status the ledger
 		// does not store: the log has the status.
 		m.log.Error("idempotent request's answer cannot be stored", "error", err)
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
+		return problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError,
 			Detail: "the service's answer has a status that cannot be stored (a stored answer's status is 200-999); nothing was stored"}, 0)
-		return EventNotStored, http.StatusInternalServerError
 	case errors.Is(err, ledger.ErrResponseTooLarge):
 		m.log.Error("idempotent request's answer cannot be stored", "error", err)
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
+		return problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Response too large to store", Status: http.StatusInternalServerError,
 			Detail: fmt.Sprintf("the response exceeds %d bytes", m.maxResp)}, 0)
-		return EventNotStored, http.StatusInternalServerError
 	case errors.Is(err, kv.ErrTxTooLarge):
 		// The handler's writes and the stored answer do not fit in one
 		// transaction of the store (etcd's 1.5 MiB and 128 operations).
 		// Nothing was stored, and a retry fails the same way.
 		m.log.Error("idempotent request's transaction too large for the store", "error", err)
-		WriteProblem(w, Problem{Type: ProblemInternal, Title: "Too large to store", Status: http.StatusInternalServerError,
+		return problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Too large to store", Status: http.StatusInternalServerError,
 			Detail: "the request's writes and its answer do not fit in one transaction of the store; nothing was stored, and a retry fails the same way"}, 0)
-		return EventNotStored, http.StatusInternalServerError
 	}
 	m.log.Error("idempotent request failed", "error", err)
-	WriteProblem(w, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
-	return EventNotStored, http.StatusInternalServerError
+	return problemAnswer(EventNotStored, Problem{Type: ProblemInternal, Title: "Internal error", Status: http.StatusInternalServerError}, 0)
 }

@@ -5,20 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/retention"
 )
-
-// clock is a clock the example moves by hand (kv.Options.Clock); a
-// service uses the wall clock, the default.
-type clock struct{ now atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()) }
-func (c *clock) advance(d time.Duration) { c.now.Add(int64(d)) }
 
 // A policy keeps one tenant's idempotency records three days and the rest
 // one; the ledger stamps each record's expiry as it writes it, and a sweep
@@ -27,9 +20,10 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "oncekv-example")
 	defer os.RemoveAll(dir)
-	c := &clock{}
-	c.now.Store(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC).UnixNano())
-	db, err := kv.Open(filepath.Join(dir, "app.db"), &kv.Options{Clock: c})
+	// A clock the example moves by hand; a service keeps the wall clock,
+	// the default.
+	clock := kvtest.NewManualClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	db, err := kv.Open(filepath.Join(dir, "app.db"), &kv.Options{Clock: clock})
 	if err != nil {
 		panic(err)
 	}
@@ -65,7 +59,7 @@ func Example() {
 	}
 	fmt.Println("acme:", pay("acme"), "globex:", pay("globex"))
 
-	c.advance(48 * time.Hour)
+	clock.Advance(48 * time.Hour)
 	st, err := retention.Sweep(ctx, db, nil, ledger.RecordKind)
 	if err != nil {
 		panic(err)
