@@ -95,6 +95,14 @@
 // that panics is logged with its stack and, if it had written nothing, gets
 // the 500 problem an in-transaction handler's panic gets.
 //
+// # Counting
+//
+// Every request that reaches the ledger is reported once, with its Event
+// (what happened, its status, its duration): counted in Stats, passed to
+// Config.OnEvent, and heard by the database's observer (package observe,
+// and the otel module), before its answer is written. A client (or a
+// test) that has its answer finds it counted, however large the answer.
+//
 // # Caveats
 //
 //   - An in-transaction handler may run more than once per request (group
