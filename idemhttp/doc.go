@@ -97,10 +97,12 @@
 //
 // # Counting
 //
-// Every request that reaches the ledger is reported once, with its Event
-// (what happened, its status, its duration): counted in Stats, passed to
-// Config.OnEvent, and heard by the database's observer (package observe,
-// and the otel module), before its answer is written. A client (or a
+// Every request of a protected method is reported once, rejections
+// included (a request without a key that Config.KeyOptional lets through
+// aside), with its Event (what happened, its status, its duration):
+// counted in Stats, passed to Config.OnEvent, and heard by the database's
+// observer (package observe, and the otel module), before its answer is
+// written. A client (or a
 // test) that has its answer finds it counted, however large the answer.
 //
 // # Caveats
