@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lists the packages of every module without a doc.go (where the package
 # comment explains its model), and the library packages without a runnable
-# example (a func Example in a _test.go file): every package outside
+# example (a func Example in a _test.go file, with its // Output: checked,
+# or go test never runs it): every package outside
 # internal/ and examples/ (programs that are examples themselves) that is
 # not a command, test kits (*test) excepted, as they take a *testing.T.
 # Fails if there is one. CI runs it.
@@ -18,6 +19,10 @@ while read -r dir name import; do
   case "$name" in main | *test) continue ;; esac
   if ! grep -qs '^func Example' "$dir"/*_test.go; then
     echo "no runnable example (func Example...) in $rel"
+    missing=1
+  elif ! grep -qsE '^[[:space:]]*// (Unordered output|Output):' "$dir"/*_test.go; then
+    # Without an output comment go test compiles an example but never runs it.
+    echo "no example with its output checked (// Output:) in $rel"
     missing=1
   fi
 done < <(go list -f '{{.Dir}} {{.Name}} {{.ImportPath}}' ./... ./cmd/oncekv/... ./examples/... ./etcdkv/... ./otel/... ./bench/chart/... ./internal/powercut/...)
