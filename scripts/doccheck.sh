@@ -8,6 +8,7 @@
 # Fails if there is one. CI runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/modules.sh
 missing=0
 while read -r dir name import; do
   rel=${dir#"$PWD"/}
@@ -25,5 +26,5 @@ while read -r dir name import; do
     echo "no example with its output checked (// Output:) in $rel"
     missing=1
   fi
-done < <(go list -f '{{.Dir}} {{.Name}} {{.ImportPath}}' ./... ./cmd/oncekv/... ./examples/... ./etcdkv/... ./otel/... ./bench/chart/... ./internal/powercut/...)
+done < <(go list -f '{{.Dir}} {{.Name}} {{.ImportPath}}' "${MODULES[@]}")
 exit $missing

@@ -4,8 +4,9 @@
 # kvtest.RunWithoutLeaks), and fails if there is one. CI runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/modules.sh
 missing=0
-for dir in $(go list -f '{{.Dir}}' ./... ./cmd/oncekv/... ./examples/... ./etcdkv/... ./otel/... ./bench/chart/... ./internal/powercut/...); do
+for dir in $(go list -f '{{.Dir}}' "${MODULES[@]}"); do
   ls "$dir"/*_test.go >/dev/null 2>&1 || continue
   if ! grep -qE 'goleak\.(VerifyTestMain|Find)|RunWithoutLeaks' "$dir"/*_test.go; then
     echo "no goroutine leak check in ${dir#"$PWD"/}"
