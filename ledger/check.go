@@ -72,7 +72,6 @@ const mends = " (ledger.RecountUsage, or oncekv recount, mends it)"
 // log, this process's tally, when it counts tx's snapshot.
 func checkUsage(tx kv.Tx, totals map[string]Usage, report func(string)) {
 	if tally, logged := logTally(tx); logged {
-		recstore.CheckTally(tx, recordSpec, report)
 		if counted, ok := loggedUsage(tx, tally); ok {
 			compareUsage(counted, totals, "this process counts", report)
 		}

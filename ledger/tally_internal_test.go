@@ -95,8 +95,12 @@ func TestTallyIgnoresARolledBackCallerTransaction(t *testing.T) {
 // says so), in a write's quota check and in a read.
 func TestTallyCountsACommitBeforeItsHandlerRuns(t *testing.T) {
 	t.Parallel()
-	for _, next := range []string{"read", "write"} {
-		t.Run(next, func(t *testing.T) {
+	for _, tc := range []struct {
+		next string
+		body []byte
+	}{{"read", []byte("ok")}, {"write", []byte("ok")}, {"read", largeBody(3000)}, {"write", largeBody(3000)}} {
+		next := tc.next
+		t.Run(fmt.Sprintf("%s/%d", next, len(tc.body)), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db, l := talliedLedger(t, &Quota{MaxRecords: 1})
@@ -111,7 +115,7 @@ func TestTallyCountsACommitBeforeItsHandlerRuns(t *testing.T) {
 						_, wrote = l.Do(ctx, acmeReq("k2"), created)
 					}
 				})
-				_, err := l.DoTx(ctx, kv.WrapTx(btx), acmeReq("k1"), created)
+				_, err := l.DoTx(ctx, kv.WrapTx(btx), acmeReq("k1"), func(kv.Tx) (Response, error) { return Response{Status: 201, Body: tc.body}, nil })
 				return err
 			}))
 			if next == "read" {
@@ -215,29 +219,80 @@ func TestUsageOnAReadOnlyOpen(t *testing.T) {
 	requireChecked(t, ro)
 }
 
-// The stamp is checksummed: the check reports a damaged one (which could
-// make the tally drop a committed transaction's changes), and the next
-// write stamps it again.
-func TestCheckReportsADamagedStamp(t *testing.T) {
+// The stamp that orders the tally is the sequence of the log's tail
+// bucket, set by each transaction that changes a count to its own ID,
+// whether its record went to the tail or, large, to the log itself. A
+// file an earlier build wrote keeps it in a bucket "ledger.tally" of its
+// own: the first writable open removes that bucket, and counts what the
+// records say.
+func TestTallyStampIsTheTailsSequence(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireLocal(t, "reopens the bbolt file")
 	ctx := context.Background()
-	db, l := talliedLedger(t, nil)
-	_, err := l.Do(ctx, acmeReq("k1"), created)
+	path := t.TempDir() + "/stamp.db"
+	db := kvtest.OpenPath(t, path, nil)
+	kvtest.RequireBolt(t, db)
+	l, err := New(db, nil)
 	require.NoError(t, err)
+	tailSeq := func() (seq, lastTx uint64) {
+		require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
+			seq, lastTx = btx.Bucket(recstore.TailBucket(recordSpec)).Sequence(), uint64(btx.ID())
+			return nil
+		}))
+		return seq, lastTx
+	}
+	for _, body := range [][]byte{largeBody(3000), []byte("ok")} { // the first makes no tail: its stamp does
+		_, err := l.Do(ctx, acmeReq(fmt.Sprint(len(body))), func(kv.Tx) (Response, error) { return Response{Status: 201, Body: body}, nil })
+		require.NoError(t, err)
+		seq, lastTx := tailSeq()
+		require.Equal(t, lastTx, seq, "a %d-byte answer's commit stamps the tail with its ID", len(body))
+	}
+	// A transaction that changes no count leaves the stamp as it was.
+	before, _ := tailSeq()
 	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
-		b := btx.Bucket(recstore.TallyBucket(recordSpec))
-		v := append([]byte(nil), b.Get([]byte("at"))...)
-		v[3] ^= 0x10
-		return b.Put([]byte("at"), v)
+		_, err := btx.CreateBucketIfNotExists([]byte("app"))
+		return err
 	}))
-	problems, err := db.Check(ctx, RecordKind)
+	after, lastTx := tailSeq()
+	require.Equal(t, before, after)
+	require.Greater(t, lastTx, after)
+
+	// An earlier build's file: its stamp bucket, with a stamp that
+	// matches nothing.
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		b, err := btx.CreateBucket(recstore.OldTallyBucket(recordSpec))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("at"), []byte("0123456789ab"))
+	}))
+	require.NoError(t, db.Close())
+	db = kvtest.OpenPath(t, path, nil)
+	l, err = New(db, nil)
 	require.NoError(t, err)
-	require.Len(t, problems, 1)
-	require.Contains(t, problems[0].Message, "ledger.tally: the stamp that orders the in-memory usage counts is damaged")
-	_, err = l.Do(ctx, acmeReq("k2"), created)
+	require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
+		require.Nil(t, btx.Bucket(recstore.OldTallyBucket(recordSpec)), "the open removed the old stamp's bucket")
+		return nil
+	}))
+	require.Equal(t, Usage{Records: 2, Bytes: acmeUsage(t, l).Bytes}, acmeUsage(t, l))
+	_, err = l.Do(ctx, acmeReq("k3"), created)
 	require.NoError(t, err)
+	require.EqualValues(t, 3, acmeUsage(t, l).Records)
 	requireChecked(t, db)
-	require.EqualValues(t, 2, acmeUsage(t, l).Records)
+}
+
+// largeBody returns n bytes that do not compress: a record that big goes
+// to the log itself, past the tail.
+func largeBody(n int) []byte {
+	b := make([]byte, n)
+	x := uint64(0x9E3779B97F4A7C15)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+	return b
 }
 
 // Writes of many tenants from many goroutines, with reads of their usage

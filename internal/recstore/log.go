@@ -778,9 +778,9 @@ func rebuildIn(ctx context.Context, db *kv.DB, s *logStore) error {
 	return db.Hold(ctx, func(tx kv.Tx) error { s.rebuild(tx); return nil })
 }
 
-// TallyBucket is the name of the bucket of spec's tally stamp (tally.go),
-// for tests and tools.
-func TallyBucket(spec Spec) []byte { return spec.tallyNS().Bytes() }
+// OldTallyBucket is the name of the bucket where earlier builds kept
+// spec's tally stamp (tally.go), for tests.
+func OldTallyBucket(spec Spec) []byte { return spec.oldTallyNS().Bytes() }
 
 // LogBucket is the name of spec's log bucket, for tests and tools.
 func LogBucket(spec Spec) []byte { return spec.logNS().Bytes() }

@@ -31,13 +31,14 @@ var ErrNeedsMigration = errors.New("recstore: records are in the format-1 layout
 // batches, before the directory is built.
 func migrateKeyed(ctx context.Context, db *kv.DB, s *logStore) error {
 	k := Keyed(s.spec).(*keyed)
-	var pending bool
+	var pending, oldStamp bool
 	var format uint32
 	err := db.View(ctx, func(tx kv.Tx) error {
 		var err error
 		if format, err = keyspace.StoredFormat(tx); err != nil {
 			return err
 		}
+		oldStamp = kv.BoltTx(tx).Bucket(s.spec.oldTallyNS().Bytes()) != nil
 		if b := k.records.Bucket(tx); b != nil {
 			first, _ := b.Cursor().First()
 			pending = first != nil
@@ -60,6 +61,20 @@ func migrateKeyed(ctx context.Context, db *kv.DB, s *logStore) error {
 	if format < TailFormat {
 		if err := db.Update(ctx, func(tx kv.Tx) error { return keyspace.StampFormat(tx, TailFormat) }); err != nil {
 			return err
+		}
+	}
+	if oldStamp {
+		// The tally's stamp is the tail's sequence now (tally.go): the
+		// bucket that held it would only mislead a reader of the file.
+		err := db.Update(ctx, func(tx kv.Tx) error {
+			bt := kv.BoltTx(tx)
+			if bt.Bucket(s.spec.oldTallyNS().Bytes()) == nil {
+				return nil
+			}
+			return bt.DeleteBucket(s.spec.oldTallyNS().Bytes())
+		})
+		if err != nil {
+			return fmt.Errorf("recstore: remove the %s bucket of an older version: %w", s.spec.oldTallyNS().Name(), err)
 		}
 	}
 	for pending {

@@ -16,8 +16,8 @@ type Spec struct {
 	Name string
 	// Group, if set, names the group an entry's scope counts in (nil: in
 	// none), and the log layout keeps a Tally of the groups' records in
-	// memory; the file holds only the stamp that orders it, in a bucket
-	// Name+".tally".
+	// memory; the file holds only the stamp that orders it, the sequence
+	// of the tail bucket.
 	Group func(scope []byte) []byte
 }
 
@@ -25,8 +25,9 @@ type Spec struct {
 func (spec Spec) logNS() keyspace.Namespace  { return keyspace.New(spec.Name + ".log") }
 func (spec Spec) tailNS() keyspace.Namespace { return keyspace.New(spec.Name + ".tail") }
 
-// tallyNS is the namespace of the stamp of spec's tally (tally.go).
-func (spec Spec) tallyNS() keyspace.Namespace { return keyspace.New(spec.Name + ".tally") }
+// oldTallyNS is the bucket where earlier builds kept the stamp of spec's
+// tally (tally.go), which the first writable open removes.
+func (spec Spec) oldTallyNS() keyspace.Namespace { return keyspace.New(spec.Name + ".tally") }
 
 // Ref locates a record found by Get, for the Put or Delete that replaces it
 // in the same transaction.
