@@ -376,9 +376,7 @@ func TestTailBoundaries(t *testing.T) {
 	appendRaw := func(t *testing.T, db *kv.DB, s *logStore, pos uint64, n int) {
 		t.Helper()
 		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-			log, err := packedLog(tx, s.log)
-			require.NoError(t, err)
-			return s.appendEntry(tx, log, pos, bytes.Repeat([]byte{'e'}, n))
+			return s.appendEntry(tx, pos, bytes.Repeat([]byte{'e'}, n))
 		}))
 	}
 	// A leaf page's room, from bbolt's page size and its 16-byte page
