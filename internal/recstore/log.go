@@ -68,14 +68,7 @@ type logStore struct {
 	// decides when the tail moves: a page early or late, never a record.
 	tailTx   *bolt.Tx
 	tailUsed int
-	// logCommitted is set once the log bucket is known to be in the file
-	// (the rebuild saw it, or a transaction that made it committed): the
-	// tail may only hold entries beside a log (union reads neither
-	// without it), and until then each append that goes to the tail
-	// makes sure of it, which costs a one-record transaction the opening
-	// of a bucket it does not write. oncekv never deletes the log.
-	logCommitted atomic.Bool
-	dir          *directory
+	dir      *directory
 	// tally counts the records by group (Spec.Group), nil when the spec
 	// counts none.
 	tally *Tally
@@ -247,9 +240,7 @@ func (s *logStore) newPos(tx kv.Tx, expiry time.Time) uint64 {
 			return pos
 		}
 		if b == nil {
-			if b = s.both(tx); b == nil {
-				return pos // no log yet: no entry anywhere
-			}
+			b = s.both(tx) // the log exists: Put created it
 		}
 		if b.Get(posKey(pos)) == nil {
 			return pos
@@ -296,13 +287,16 @@ func (s *logStore) PutFramed(ctx context.Context, tx kv.Tx, scope, key string, p
 	if s.hints.n.Load() > 0 {
 		s.settleHints(tx)
 	}
+	b, err := packedLog(tx, s.log)
+	if err != nil {
+		return Ref{}, err
+	}
 	h := s.dir.hash(scope, key)
 	entry := record.AppendChecksum(framed)
 	pos := prev.pos // same place in expiry order: overwritten in place
-	var err error
 	if prev.IsZero() || posSec(prev.pos) != expirySec(expiry) {
 		pos = s.newPos(tx, expiry)
-		err = s.appendEntry(tx, pos, entry)
+		err = s.appendEntry(tx, b, pos, entry)
 	} else {
 		err = s.both(tx).Put(posKey(pos), entry) // where it is, log or tail
 	}
@@ -613,7 +607,6 @@ func (s *logStore) rebuild(tx kv.Tx) {
 	s.unreadable.Store(0)
 	var found gathered
 	if b := s.both(tx); b != nil {
-		s.logCommitted.Store(true) // the snapshot is committed: the rebuild writes nothing
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if len(k) != 8 {

@@ -45,29 +45,18 @@ func inLeaf(k, v []byte) int { return leafElement + len(k) + len(v) }
 // them; in the log itself when entry alone fills half a page or more (it
 // would only push out the others), and when this transaction has moved
 // the tail already: the log's tail path is written by this commit anyway,
-// so a group commit's later entries cost no page there and no move. The
-// log bucket is opened only to be written (or, until it is known to be in
-// the file, made sure of): an entry that goes to the tail costs no opening
-// of a bucket it does not change.
-func (s *logStore) appendEntry(tx kv.Tx, pos uint64, entry []byte) error {
+// so a group commit's later entries cost no page there and no move.
+func (s *logStore) appendEntry(tx kv.Tx, log kv.Bucket, pos uint64, entry []byte) error {
 	key := posKey(pos)
 	bt := kv.BoltTx(tx)
-	if bt == nil || 2*inLeaf(key, entry) >= s.budget || s.movedIn == bt {
-		log, err := packedLog(tx, s.log)
-		if err != nil {
-			return err
-		}
+	if bt == nil {
 		return log.Put(key, entry)
-	}
-	if !s.logCommitted.Load() {
-		// The tail's entries need the log beside them (union).
-		if _, err := packedLog(tx, s.log); err != nil {
-			return err
-		}
-		bt.OnCommit(func() { s.logCommitted.Store(true) })
 	}
 	budget := s.budget
 	cost := inLeaf(key, entry)
+	if 2*cost >= budget || s.movedIn == bt {
+		return log.Put(key, entry)
+	}
 	tail := bt.Bucket(s.tail.Bytes()) // CreateBucketIfNotExists would copy the name each time
 	if tail == nil {
 		var err error
@@ -84,11 +73,6 @@ func (s *logStore) appendEntry(tx kv.Tx, pos uint64, entry []byte) error {
 		}
 	}
 	if used+cost > budget {
-		log, err := packedLog(tx, s.log)
-		if err != nil {
-			s.tailTx = nil
-			return err
-		}
 		if err := flushTail(s.spec.Name, tail, log); err != nil {
 			s.tailTx = nil
 			return err

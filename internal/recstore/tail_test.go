@@ -376,7 +376,9 @@ func TestTailBoundaries(t *testing.T) {
 	appendRaw := func(t *testing.T, db *kv.DB, s *logStore, pos uint64, n int) {
 		t.Helper()
 		require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
-			return s.appendEntry(tx, pos, bytes.Repeat([]byte{'e'}, n))
+			log, err := packedLog(tx, s.log)
+			require.NoError(t, err)
+			return s.appendEntry(tx, log, pos, bytes.Repeat([]byte{'e'}, n))
 		}))
 	}
 	// A leaf page's room, from bbolt's page size and its 16-byte page
