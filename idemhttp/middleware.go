@@ -396,10 +396,18 @@ func (m *Middleware) ledgerAnswer(err error, waitFrom time.Time) answer {
 		// The database's disk is full, or its user's quota: a write
 		// refused (not a sync failed after the commit: the case above).
 		// Nothing was stored, and the same key runs once space returns,
-		// with no restart.
-		m.log.Error("idempotent request not stored: the database's disk is full", "error", err)
+		// with no restart. A write refused during the pause that follows
+		// a failed commit (kv.NoSpaceError) is logged at debug level: the
+		// failed commit was logged, once.
+		retry := time.Second
+		if nse, paused := errors.AsType[*kv.NoSpaceError](err); paused {
+			m.log.Debug("idempotent request not stored: the database's disk is full (a write refused during the pause after a failed commit)", "error", err)
+			retry = max(retry, min(time.Until(nse.Until), 5*time.Second))
+		} else {
+			m.log.Error("idempotent request not stored: the database's disk is full", "error", err)
+		}
 		return problemAnswer(EventNotStored, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
-			Detail: "the store's disk is full; nothing was stored: retry with the same Idempotency-Key after the indicated delay"}, time.Second)
+			Detail: "the store's disk is full; nothing was stored: retry with the same Idempotency-Key after the indicated delay"}, retry)
 	case errors.Is(err, kv.ErrCommitUnknown):
 		// The store (etcd) took the commit and could not say whether it
 		// applied: the retry finds out, and is answered either way (the

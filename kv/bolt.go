@@ -156,7 +156,13 @@ func (b *boltBackend) write(fn func(*bolt.Tx) error) error {
 		panic(errClosedByFn) // as bbolt's Update does, at the call
 	}
 	committing = true
-	return t.Commit()
+	if err := t.Commit(); err != nil {
+		if isNoSpace(err) {
+			return &noSpaceCommit{err} // the commit's, not fn's: it pauses the next (space.go)
+		}
+		return err
+	}
+	return nil
 }
 
 // begin is bbolt's Begin, noting in b.locked a panic raised in it: a read

@@ -216,6 +216,9 @@ type DB struct {
 	// failed once its meta page was written (ErrSyncFailed), or a read of
 	// the file that faulted (ErrReadFailed); nil before (fail sets it).
 	failed atomic.Pointer[error]
+	// space pauses the commits of a bbolt file after one failed for lack
+	// of space (space.go).
+	space noSpace
 	// refusing is closed (once, refuseOnce) when Err first returns an
 	// error: at Close, or at the failure above (Done).
 	refusing   chan struct{}
@@ -360,6 +363,7 @@ func New(b Backend, opts *Options) (*DB, error) {
 
 func newDB(b Backend, bdb *bolt.DB, path string, o Options) (*DB, error) {
 	db := &DB{backend: b, traits: b.Traits(), bolt: bdb, path: path, opts: o, incarnation: uuid.New(), closeDone: make(chan struct{}), refusing: make(chan struct{})}
+	db.space.minWait, db.space.maxWait = noSpaceMinWait, noSpaceMaxWait
 	if bdb != nil {
 		db.pageSize = bdb.Info().PageSize // nothing else uses bdb yet: see PageSize
 		db.file, _ = os.Stat(path)        // nil: IsFault takes every fault as the file's
@@ -781,8 +785,22 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (
 		defer db.catchFault(&err)
 	}
 	o := db.opts.Observer
-	if o == nil || o.Commit == nil || calls == nil { // nil: Hold, no commit
+	if calls == nil { // Hold: no commit
 		return db.failure(db.backend.Update(ctx, fn))
+	}
+	if db.bolt != nil {
+		// Within the turn: the pause is set and ended within the turns of
+		// the commits that decide it.
+		if err := db.space.refusal(db.path); err != nil {
+			return err
+		}
+	}
+	if o == nil || o.Commit == nil {
+		err = db.failure(db.backend.Update(ctx, fn))
+		if db.bolt != nil {
+			db.space.record(db.path, err, &db.writerSince)
+		}
+		return err
 	}
 	var btx *bolt.Tx
 	start := time.Now()
@@ -790,6 +808,9 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (
 		btx = BoltTx(t)
 		return fn(t)
 	}))
+	if db.bolt != nil {
+		db.space.record(db.path, err, &db.writerSince)
+	}
 	e := observe.Commit{Calls: calls(), Duration: time.Since(start), Err: err != nil}
 	if btx != nil {
 		st := btx.Stats() // this transaction's own: its write and fsync time

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -116,6 +117,99 @@ func TestDiskFull(t *testing.T) {
 	for _, key := range refused {
 		require.NoError(t, put(key))
 	}
+}
+
+// After a commit fails for lack of space, bbolt rebuilds its list of free
+// pages by reading the whole file. The commits that follow are refused
+// without trying, their functions never run, with an error that matches
+// ENOSPC and says until when (kv.NoSpaceError), so that a full disk does
+// not keep the writer failing; reads go on. A commit is tried again as
+// soon as space returns, or once the pause has passed; one that commits
+// ends the pause.
+func TestFullDiskPausesCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := diskfull.Mount(t, 1<<20)
+	db, err := kv.Open(filepath.Join(dir, "full.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	kv.SetNoSpaceWait(db, time.Hour, time.Hour) // until space returns
+	value := make([]byte, 8<<10)
+	ran := 0
+	write := func(tx kv.Tx, key string) error {
+		ran++
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(key), value)
+	}
+	put := func(key string) error { return db.Update(ctx, func(tx kv.Tx) error { return write(tx, key) }) }
+	// fillUp fills the disk and writes until a commit fails for lack of
+	// space, which it returns.
+	fillUp := func() (free func(), failed error) {
+		free = diskfull.Fill(t, dir, 0)
+		for i := 0; ; i++ {
+			require.Less(t, i, 64, "a full disk took 64 writes of 8 KiB")
+			if err := put(fmt.Sprintf("fill-%p-%03d", &free, i)); err != nil {
+				return free, err
+			}
+		}
+	}
+	require.NoError(t, put("before"))
+	free, failed := fillUp()
+	require.ErrorIs(t, failed, syscall.ENOSPC)
+	require.NotErrorAs(t, failed, new(*kv.NoSpaceError), "the first is the commit's own failure")
+
+	ran = 0
+	for i := range 3 {
+		err := put(fmt.Sprint("paused-", i))
+		require.ErrorIs(t, err, syscall.ENOSPC)
+		var nse *kv.NoSpaceError
+		require.ErrorAs(t, err, &nse)
+		require.ErrorContains(t, err, "write refused without trying")
+		require.WithinDuration(t, time.Now().Add(time.Hour), nse.Until, time.Minute)
+	}
+	err = db.Batch(ctx, func(tx kv.Tx) error { return write(tx, "paused-batch") })
+	require.ErrorAs(t, err, new(*kv.NoSpaceError))
+	require.Zero(t, ran, "a refused write's function never ran")
+	require.True(t, stored(t, db)["before"], "reads go on")
+	require.NoError(t, db.Err(), "a full disk is no failure of the database")
+
+	free()
+	require.NoError(t, put("after"), "space returned: the next commit is tried")
+	require.Positive(t, ran)
+	require.NoError(t, put("after-2"), "and it ended the pause")
+
+	// A pause that has passed: the next commit is tried, and fails on
+	// the disk, full again, with its own error.
+	kv.SetNoSpaceWait(db, 0, 0)
+	free, failed = fillUp()
+	require.NotErrorAs(t, failed, new(*kv.NoSpaceError))
+	ran = 0
+	err = put("tried")
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.NotErrorAs(t, err, new(*kv.NoSpaceError), "tried, not refused")
+	require.Positive(t, ran)
+	free()
+	require.NoError(t, put("last"))
+	kvtest.MustCheck(t, db)
+}
+
+// A transaction function's own ENOSPC (a file it wrote on another disk)
+// begins no pause: only a commit's does.
+func TestFunctionsNoSpaceIsNotTheCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := kvtest.Open(t, nil)
+	kvtest.RequireBolt(t, db)
+	kv.SetNoSpaceWait(db, time.Hour, time.Hour)
+	theirs := &os.PathError{Op: "write", Path: "/elsewhere/report.csv", Err: syscall.ENOSPC}
+	require.ErrorIs(t, db.Update(ctx, func(kv.Tx) error { return theirs }), theirs)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		_, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		return err
+	}))
 }
 
 // stored returns the keys of the orders bucket.

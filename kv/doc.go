@@ -87,6 +87,13 @@
 // A commit that fails before its meta page is written leaves the file as
 // it was: the call gets the error (a full disk's matches syscall.ENOSPC),
 // and the DB goes on serving, the next write too once the cause is gone.
+// A full disk (ENOSPC, or EDQUOT) pauses the commits that follow: bbolt
+// rebuilds its list of free pages after a failed commit by reading the
+// whole file, so for ten times what the failed commit took (0.1 to 5 s)
+// writes are refused without trying, their functions never run, with a
+// *NoSpaceError that matches the commit's error; a commit is tried again
+// once that time has passed, or at once when the disk has room again
+// (Linux and macOS tell), and one that commits ends the pause.
 // A commit whose meta page was written and whose sync then failed is
 // different: bbolt returns the error and yet goes on from that commit,
 // which the disk may not hold. Its call gets an error matching

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -41,4 +42,10 @@ func WriteSample(t testing.TB, path string) {
 		return nil
 	}))
 	require.NoError(t, db.Close())
+}
+
+// SetNoSpaceWait bounds the pause of db's commits after one fails for lack
+// of space (space.go). Call it between calls, not during one.
+func SetNoSpaceWait(db *DB, minWait, maxWait time.Duration) {
+	db.space.minWait, db.space.maxWait = minWait, maxWait
 }
