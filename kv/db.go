@@ -795,21 +795,23 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (
 			return err
 		}
 	}
-	if o == nil || o.Commit == nil {
-		err = db.failure(db.backend.Update(ctx, fn))
-		if db.bolt != nil {
-			db.space.record(db.path, err, &db.writerSince)
-		}
-		return err
-	}
+	observed := o != nil && o.Commit != nil
 	var btx *bolt.Tx
-	start := time.Now()
-	err = db.failure(db.backend.Update(ctx, func(t Tx) error {
-		btx = BoltTx(t)
-		return fn(t)
-	}))
+	var start time.Time
+	if observed {
+		start = time.Now()
+		err = db.failure(db.backend.Update(ctx, func(t Tx) error {
+			btx = BoltTx(t)
+			return fn(t)
+		}))
+	} else {
+		err = db.failure(db.backend.Update(ctx, fn))
+	}
 	if db.bolt != nil {
 		db.space.record(db.path, err, &db.writerSince)
+	}
+	if !observed {
+		return err
 	}
 	e := observe.Commit{Calls: calls(), Duration: time.Since(start), Err: err != nil}
 	if btx != nil {

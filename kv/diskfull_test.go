@@ -147,11 +147,13 @@ func TestFullDiskPausesCommits(t *testing.T) {
 	put := func(key string) error { return db.Update(ctx, func(tx kv.Tx) error { return write(tx, key) }) }
 	// fillUp fills the disk and writes until a commit fails for lack of
 	// space, which it returns.
+	fills := 0
 	fillUp := func() (free func(), failed error) {
 		free = diskfull.Fill(t, dir, 0)
+		fills++
 		for i := 0; ; i++ {
 			require.Less(t, i, 64, "a full disk took 64 writes of 8 KiB")
-			if err := put(fmt.Sprintf("fill-%p-%03d", &free, i)); err != nil {
+			if err := put(fmt.Sprintf("fill-%d-%03d", fills, i)); err != nil {
 				return free, err
 			}
 		}

@@ -40,11 +40,13 @@ var (
 
 // noSpace is the pause after a commit failed for lack of space.
 type noSpace struct {
-	// until is when the pause ends (UnixNano; 0: no pause). It is written
-	// only within the writer's turn; read there too.
-	until atomic.Int64
+	// until is when the pause ends (UnixNano; 0: no pause). Every field
+	// is read and written only within the writer's turn (DB.commit),
+	// which orders them.
+	until int64
 	// cause is the failed commit's error, free the file system's room
-	// then (ok: known); read only while until is set.
+	// then (known: whether the platform told); read only while until is
+	// set.
 	cause error
 	free  uint64
 	known bool
@@ -88,7 +90,7 @@ func isNoSpace(err error) bool {
 // when there is no pause, its time has passed, or the file system has
 // room again.
 func (n *noSpace) refusal(path string) error {
-	until := n.until.Load()
+	until := n.until
 	if until == 0 || time.Now().UnixNano() >= until {
 		return nil
 	}
@@ -106,14 +108,12 @@ func (n *noSpace) refusal(path string) error {
 func (n *noSpace) record(path string, err error, turnSince *atomic.Int64) {
 	switch {
 	case err == nil:
-		if n.until.Load() != 0 {
-			n.until.Store(0)
-		}
+		n.until = 0
 	case errors.As(err, new(*noSpaceCommit)):
 		took := time.Since(writerEpoch) - time.Duration(turnSince.Load()-1)
 		wait := min(max(10*took, n.minWait), n.maxWait)
 		n.cause = err
 		n.free, n.known = freeBytes(path)
-		n.until.Store(time.Now().Add(wait).UnixNano())
+		n.until = time.Now().Add(wait).UnixNano()
 	}
 }

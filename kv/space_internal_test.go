@@ -34,7 +34,7 @@ func TestNoSpacePauseIsTenTimesTheFailedCommit(t *testing.T) {
 		before := time.Now()
 		n.record(dir, full, turnAgo(tc.took))
 		after := time.Now()
-		until := time.Unix(0, n.until.Load())
+		until := time.Unix(0, n.until)
 		require.False(t, until.Before(before.Add(tc.want)), "took %v: paused until %v, want %v after %v", tc.took, until, tc.want, before)
 		// The time this test took between the two reads counts as the
 		// commit's, ten times over.

@@ -756,6 +756,9 @@ func openLog(ctx context.Context, db *kv.DB, spec Spec, dir *directory) (*logSto
 	if err := migrateKeyed(ctx, db, s); err != nil {
 		return nil, err
 	}
+	if err := removeOldStamp(ctx, db, spec); err != nil {
+		return nil, err
+	}
 	if err := rebuildIn(ctx, db, s); err != nil {
 		return nil, fmt.Errorf("recstore: rebuild the %s directory: %w", spec.Name, err)
 	}

@@ -31,14 +31,13 @@ var ErrNeedsMigration = errors.New("recstore: records are in the format-1 layout
 // batches, before the directory is built.
 func migrateKeyed(ctx context.Context, db *kv.DB, s *logStore) error {
 	k := Keyed(s.spec).(*keyed)
-	var pending, oldStamp bool
+	var pending bool
 	var format uint32
 	err := db.View(ctx, func(tx kv.Tx) error {
 		var err error
 		if format, err = keyspace.StoredFormat(tx); err != nil {
 			return err
 		}
-		oldStamp = kv.BoltTx(tx).Bucket(s.spec.oldTallyNS().Bytes()) != nil
 		if b := k.records.Bucket(tx); b != nil {
 			first, _ := b.Cursor().First()
 			pending = first != nil
@@ -63,20 +62,6 @@ func migrateKeyed(ctx context.Context, db *kv.DB, s *logStore) error {
 			return err
 		}
 	}
-	if oldStamp {
-		// The tally's stamp is the tail's sequence now (tally.go): the
-		// bucket that held it would only mislead a reader of the file.
-		err := db.Update(ctx, func(tx kv.Tx) error {
-			bt := kv.BoltTx(tx)
-			if bt.Bucket(s.spec.oldTallyNS().Bytes()) == nil {
-				return nil
-			}
-			return bt.DeleteBucket(s.spec.oldTallyNS().Bytes())
-		})
-		if err != nil {
-			return fmt.Errorf("recstore: remove the %s bucket of an older version: %w", s.spec.oldTallyNS().Name(), err)
-		}
-	}
 	for pending {
 		err := db.Update(ctx, func(tx kv.Tx) error {
 			var err error
@@ -87,6 +72,31 @@ func migrateKeyed(ctx context.Context, db *kv.DB, s *logStore) error {
 			return fmt.Errorf("recstore: migrate %s records to the log: %w", s.spec.Name, err)
 		}
 		failpoint.Inject(failpoint.RecstoreMigrated)
+	}
+	return nil
+}
+
+// removeOldStamp removes, from a writable database, the bucket where
+// earlier builds kept the tally's stamp: the stamp is the tail's sequence
+// now (tally.go), and that bucket would only mislead a reader of the file.
+func removeOldStamp(ctx context.Context, db *kv.DB, spec Spec) error {
+	name := spec.oldTallyNS().Bytes()
+	var found bool
+	err := db.View(ctx, func(tx kv.Tx) error {
+		found = kv.BoltTx(tx).Bucket(name) != nil
+		return nil
+	})
+	if err != nil || !found || db.ReadOnly() {
+		return err
+	}
+	err = db.Update(ctx, func(tx kv.Tx) error {
+		if bt := kv.BoltTx(tx); bt.Bucket(name) != nil {
+			return bt.DeleteBucket(name)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recstore: remove the %s bucket an earlier build kept: %w", spec.oldTallyNS().Name(), err)
 	}
 	return nil
 }
