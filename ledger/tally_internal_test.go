@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/internal/diskfull"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
@@ -278,6 +280,78 @@ func TestTallyStampIsTheTailsSequence(t *testing.T) {
 	_, err = l.Do(ctx, acmeReq("k3"), created)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, acmeUsage(t, l).Records)
+	requireChecked(t, db)
+}
+
+// On a full disk the open of a file an earlier build wrote cannot remove
+// its old stamp bucket: the ledger opens all the same (nothing reads that
+// bucket), counts usage from the records, and the next open, with space
+// again, removes it.
+func TestOldStampBucketOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := diskfull.Mount(t, 1<<20)
+	path := dir + "/old.db"
+	db, err := kv.Open(path, nil)
+	require.NoError(t, err)
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	for _, k := range []string{"k1", "k2"} {
+		_, err := l.Do(ctx, acmeReq(k), created)
+		require.NoError(t, err)
+	}
+	want := acmeUsage(t, l)
+	oldStamp := func(db *kv.DB) (there bool) {
+		require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
+			there = btx.Bucket(recstore.OldTallyBucket(recordSpec)) != nil
+			return nil
+		}))
+		return there
+	}
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		b, err := btx.CreateBucket(recstore.OldTallyBucket(recordSpec))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("at"), []byte("0123456789ab"))
+	}))
+	require.NoError(t, db.Close())
+
+	// Reopened, the disk fills up before the ledger opens: the commits
+	// that follow a failed one are refused for a while (kv's pause), the
+	// old bucket's removal among them.
+	db, err = kv.Open(path, nil)
+	require.NoError(t, err)
+	free := diskfull.Fill(t, dir, 0)
+	value := make([]byte, 8<<10)
+	for i := 0; ; i++ {
+		require.Less(t, i, 64, "a full disk took 64 writes of 8 KiB")
+		err := db.Update(ctx, func(tx kv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("app"))
+			if err != nil {
+				return err
+			}
+			return b.Put(fmt.Appendf(nil, "v%03d", i), value)
+		})
+		if err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			break
+		}
+	}
+	l, err = New(db, nil)
+	require.NoError(t, err, "the ledger opens on a full disk")
+	require.Equal(t, want, acmeUsage(t, l))
+	_, err = l.Do(ctx, acmeReq("k1"), created)
+	require.NoError(t, err, "and replays")
+	require.True(t, oldStamp(db), "the old bucket stays until an open can remove it")
+	free()
+	require.NoError(t, db.Close())
+
+	db = kvtest.OpenPath(t, path, nil)
+	l, err = New(db, nil)
+	require.NoError(t, err)
+	require.False(t, oldStamp(db), "the next open removed it")
+	require.Equal(t, want, acmeUsage(t, l))
 	requireChecked(t, db)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
@@ -79,6 +80,8 @@ func migrateKeyed(ctx context.Context, db *kv.DB, s *logStore) error {
 // removeOldStamp removes, from a writable database, the bucket where
 // earlier builds kept the tally's stamp: the stamp is the tail's sequence
 // now (tally.go), and that bucket would only mislead a reader of the file.
+// Nothing reads it, so on a full disk, where its removal cannot commit,
+// the open goes on without it and the next open tries again.
 func removeOldStamp(ctx context.Context, db *kv.DB, spec Spec) error {
 	name := spec.oldTallyNS().Bytes()
 	var found bool
@@ -95,7 +98,7 @@ func removeOldStamp(ctx context.Context, db *kv.DB, spec Spec) error {
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
 		return fmt.Errorf("recstore: remove the %s bucket an earlier build kept: %w", spec.oldTallyNS().Name(), err)
 	}
 	return nil
