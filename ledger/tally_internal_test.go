@@ -289,6 +289,7 @@ func TestTallyStampIsTheTailsSequence(t *testing.T) {
 // again, removes it.
 func TestOldStampBucketOnAFullDisk(t *testing.T) {
 	t.Parallel()
+	kvtest.RequireLocal(t, "fills the disk under a bbolt file")
 	ctx := context.Background()
 	dir := diskfull.Mount(t, 1<<20)
 	path := dir + "/old.db"
