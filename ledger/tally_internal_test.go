@@ -261,21 +261,12 @@ func TestTallyStampIsTheTailsSequence(t *testing.T) {
 
 	// An earlier build's file: its stamp bucket, with a stamp that
 	// matches nothing.
-	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
-		b, err := btx.CreateBucket(recstore.OldTallyBucket(recordSpec))
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte("at"), []byte("0123456789ab"))
-	}))
+	writeOldStamp(t, db)
 	require.NoError(t, db.Close())
 	db = kvtest.OpenPath(t, path, nil)
 	l, err = New(db, nil)
 	require.NoError(t, err)
-	require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
-		require.Nil(t, btx.Bucket(recstore.OldTallyBucket(recordSpec)), "the open removed the old stamp's bucket")
-		return nil
-	}))
+	require.False(t, hasOldStamp(t, db), "the open removed the old stamp's bucket")
 	require.Equal(t, Usage{Records: 2, Bytes: acmeUsage(t, l).Bytes}, acmeUsage(t, l))
 	_, err = l.Do(ctx, acmeReq("k3"), created)
 	require.NoError(t, err)
@@ -302,20 +293,7 @@ func TestOldStampBucketOnAFullDisk(t *testing.T) {
 		require.NoError(t, err)
 	}
 	want := acmeUsage(t, l)
-	oldStamp := func(db *kv.DB) (there bool) {
-		require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
-			there = btx.Bucket(recstore.OldTallyBucket(recordSpec)) != nil
-			return nil
-		}))
-		return there
-	}
-	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
-		b, err := btx.CreateBucket(recstore.OldTallyBucket(recordSpec))
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte("at"), []byte("0123456789ab"))
-	}))
+	writeOldStamp(t, db)
 	require.NoError(t, db.Close())
 
 	// Reopened, the disk fills up before the ledger opens: the commits
@@ -344,16 +322,39 @@ func TestOldStampBucketOnAFullDisk(t *testing.T) {
 	require.Equal(t, want, acmeUsage(t, l))
 	_, err = l.Do(ctx, acmeReq("k1"), created)
 	require.NoError(t, err, "and replays")
-	require.True(t, oldStamp(db), "the old bucket stays until an open can remove it")
+	require.True(t, hasOldStamp(t, db), "the old bucket stays until an open can remove it")
 	free()
 	require.NoError(t, db.Close())
 
 	db = kvtest.OpenPath(t, path, nil)
 	l, err = New(db, nil)
 	require.NoError(t, err)
-	require.False(t, oldStamp(db), "the next open removed it")
+	require.False(t, hasOldStamp(t, db), "the next open removed it")
 	require.Equal(t, want, acmeUsage(t, l))
 	requireChecked(t, db)
+}
+
+// writeOldStamp gives db's file the stamp bucket an earlier build kept,
+// with a stamp that matches nothing.
+func writeOldStamp(t *testing.T, db *kv.DB) {
+	t.Helper()
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		b, err := btx.CreateBucket(recstore.OldTallyBucket(recordSpec))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("at"), []byte("0123456789ab"))
+	}))
+}
+
+// hasOldStamp reports whether db's file holds that bucket.
+func hasOldStamp(t *testing.T, db *kv.DB) (there bool) {
+	t.Helper()
+	require.NoError(t, db.Bolt().View(func(btx *bolt.Tx) error {
+		there = btx.Bucket(recstore.OldTallyBucket(recordSpec)) != nil
+		return nil
+	}))
+	return there
 }
 
 // largeBody returns n bytes that do not compress: a record that big goes
