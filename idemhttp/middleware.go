@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/oncekv/oncekv/fingerprint"
@@ -392,7 +391,7 @@ func (m *Middleware) ledgerAnswer(err error, waitFrom time.Time) answer {
 		m.log.Error("idempotent request refused: the database's file could not be read; close and reopen it (restart the service)", "error", err)
 		return problemAnswer(EventNotStored, Problem{Type: ProblemUnavailable, Title: "Service unavailable", Status: http.StatusServiceUnavailable,
 			Detail: "the store could not read its disk and takes no request until it is reopened; retry with the same Idempotency-Key"}, time.Second)
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+	case kv.IsNoSpace(err):
 		// The database's disk is full, or its user's quota: a write
 		// refused (not a sync failed after the commit: the case above).
 		// Nothing was stored, and the same key runs once space returns,

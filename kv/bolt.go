@@ -157,7 +157,7 @@ func (b *boltBackend) write(fn func(*bolt.Tx) error) error {
 	}
 	committing = true
 	if err := t.Commit(); err != nil {
-		if isNoSpace(err) {
+		if IsNoSpace(err) {
 			return &noSpaceCommit{err} // the commit's, not fn's: it pauses the next (space.go)
 		}
 		return err

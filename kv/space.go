@@ -81,8 +81,11 @@ type noSpaceCommit struct{ err error }
 func (e *noSpaceCommit) Error() string { return e.err.Error() }
 func (e *noSpaceCommit) Unwrap() error { return e.err }
 
-// isNoSpace reports whether err is a full disk's or an exhausted quota's.
-func isNoSpace(err error) bool {
+// IsNoSpace reports whether err is a full disk's (syscall.ENOSPC) or an
+// exhausted quota's (syscall.EDQUOT): a write that failed, or was refused
+// during the pause after such a failure, and that can run once space
+// returns, with no restart.
+func IsNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 

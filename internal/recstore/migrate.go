@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
@@ -98,7 +97,7 @@ func removeOldStamp(ctx context.Context, db *kv.DB, spec Spec) error {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+	if err != nil && !kv.IsNoSpace(err) {
 		return fmt.Errorf("recstore: remove the %s bucket an earlier build kept: %w", spec.oldTallyNS().Name(), err)
 	}
 	return nil
