@@ -21,7 +21,12 @@
 // attempts on it runs alone within its process, so a transaction that
 // keeps losing to its neighbours wins eventually. The function must
 // therefore have no effect outside the transaction, which is what
-// kv.Backend asks of every backend. A read-only transaction (View) whose
+// kv.Backend asks of every backend. A transaction that wrote nothing
+// sends no commit (and kv's observer counts none); one that knows which
+// keys it will read can fetch them in one request first (Prefetch,
+// kv.BucketKey): the ledger reads a record and its tenant's usage counter
+// so, which makes an idempotent write two round trips, the read and the
+// commit, and a replay one. A read-only transaction (View) whose
 // read fails in a way worth another attempt (a leader change; its
 // revision compacted away under a long scan) runs its function again in a
 // fresh transaction: a View function must start afresh too, keeping

@@ -125,6 +125,59 @@ func (t *tx) get(key string) []byte {
 	return r.val
 }
 
+// Prefetch reads the values of keys (kv.BucketKey) in one request, a
+// read-only etcd Txn, at the transaction's revision (which the first read
+// fixes), so that the Gets of them that follow send nothing. Keys this
+// transaction has read or written already are left out. A key prefetched
+// is compared at the commit like any key read.
+func (t *tx) Prefetch(keys []kv.BucketKey) {
+	if t.err != nil {
+		return
+	}
+	names := make([]string, 0, len(keys))
+	ops := make([]clientv3.Op, 0, len(keys))
+	for _, bk := range keys {
+		k := t.b.keys.data(bk.Bucket, bk.Key)
+		if _, ok := t.writes[k]; ok {
+			continue
+		}
+		if _, ok := t.reads[k]; ok {
+			continue
+		}
+		if _, ok := t.cache[k]; ok || slices.Contains(names, k) {
+			continue
+		}
+		names = append(names, k)
+		ops = append(ops, clientv3.OpGet(k, t.revOpts()...))
+	}
+	if len(ops) == 0 {
+		return
+	}
+	var resp *clientv3.TxnResponse
+	if err := t.call(func(ctx context.Context) (err error) {
+		resp, err = t.b.c.Txn(ctx).Then(ops...).Commit()
+		return err
+	}); err != nil {
+		t.fail(err)
+		return
+	}
+	if len(resp.Responses) != len(names) {
+		t.fail(fmt.Errorf("etcdkv: a prefetch of %d keys got %d answers", len(names), len(resp.Responses)))
+		return
+	}
+	t.setRev(resp.Header.Revision)
+	for i, k := range names {
+		r := read{}
+		if rr := resp.Responses[i].GetResponseRange(); rr != nil && len(rr.Kvs) == 1 {
+			r.val, r.modRev = rr.Kvs[0].Value, rr.Kvs[0].ModRevision
+			if r.val == nil {
+				r.val = []byte{}
+			}
+		}
+		t.reads[k] = r
+	}
+}
+
 func (t *tx) put(key string, val []byte) error {
 	if !t.writable {
 		return errReadOnly
@@ -249,6 +302,10 @@ func (b *bucket) NextSequence() (uint64, error) {
 	n++
 	return n, b.t.put(k, []byte(strconv.FormatUint(n, 10)))
 }
+
+// Wrote reports whether the transaction wrote anything: one that did not
+// sends no commit (kv's observer then counts none).
+func (t *tx) Wrote() bool { return len(t.writes) > 0 }
 
 // commit sends the writes as one etcd Txn, guarded by compares: every key
 // read still has the revision it was read at (or is still absent), no key

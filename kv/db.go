@@ -797,11 +797,12 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (
 	}
 	observed := o != nil && o.Commit != nil
 	var btx *bolt.Tx
+	var last Tx // the backend's transaction of the last run of fn
 	var start time.Time
 	if observed {
 		start = time.Now()
 		err = db.failure(db.backend.Update(ctx, func(t Tx) error {
-			btx = BoltTx(t)
+			btx, last = BoltTx(t), t
 			return fn(t)
 		}))
 	} else {
@@ -812,6 +813,9 @@ func (db *DB) commit(ctx context.Context, calls func() int, fn func(Tx) error) (
 	}
 	if !observed {
 		return err
+	}
+	if w, ok := last.(wroter); ok && err == nil && !w.Wrote() {
+		return nil // it sent nothing to commit: no commit to report
 	}
 	e := observe.Commit{Calls: calls(), Duration: time.Since(start), Err: err != nil}
 	if btx != nil {

@@ -13,6 +13,11 @@ type Backend interface {
 	// nil; an error or a panic rolls it back. A backend without a single
 	// writer (Traits.SingleWriter false) may run fn more than once, after an
 	// optimistic conflict: fn must have no effect outside the transaction.
+	// Its Tx may have a method Wrote() bool that reports whether the
+	// transaction wrote anything: one that wrote nothing and so sent no
+	// commit (etcd's) is no commit to the observer (observe.Commit). A Tx
+	// whose reads are requests may also have Prefetch([]BucketKey) (see
+	// BucketKey).
 	Update(ctx context.Context, fn func(Tx) error) error
 	// View runs fn in a read-only transaction over one consistent snapshot.
 	// A backend without a single writer may run fn more than once, after a
@@ -119,4 +124,19 @@ type Cursor interface {
 	Prev() (key, value []byte)
 	// Seek moves to the first key >= seek.
 	Seek(seek []byte) (key, value []byte)
+}
+
+// wroter is a backend's Tx that tells whether it wrote anything (see
+// Backend.Update).
+type wroter interface{ Wrote() bool }
+
+// BucketKey names a key in a top-level bucket. A backend's Tx whose every
+// read is a request (etcd's) may have a method Prefetch([]BucketKey) that
+// reads several such keys in one request, at the transaction's snapshot
+// (and fixing it, as a first read does), so that its Gets of them that
+// follow send nothing: oncekv's packages hand it the keys a transaction is
+// about to read. A key of a bucket that does not exist reads as absent. A
+// failed prefetch fails the transaction as a failed Get does.
+type BucketKey struct {
+	Bucket, Key []byte
 }

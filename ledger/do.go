@@ -11,6 +11,7 @@ import (
 	"github.com/oncekv/oncekv/observe"
 
 	"github.com/oncekv/oncekv/internal/failpoint"
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/internal/record"
 	"github.com/oncekv/oncekv/internal/recstore"
 	"github.com/oncekv/oncekv/internal/txn"
@@ -115,16 +116,28 @@ func (l *Ledger) doWaiting(ctx context.Context, req Request, work Work) (res Res
 }
 
 func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error) {
-	// Fast path: replays, mismatches and conflicts need no write
-	// transaction. A key the directory has never seen needs no look at all.
-	probe, a, err := l.peek(ctx, req)
-	if a.replayed || err != nil {
-		return a.replay, err
+	// Fast path, where the records have a key directory (bbolt):
+	// replays, mismatches and conflicts need no write transaction, which
+	// would wait for the writer, and a key the directory has never seen
+	// needs no look at all. Without one (etcd) that look would be a read
+	// for every new key, one round trip more, while the write
+	// transaction's own look-up answers the others as cheaply: etcd has
+	// no writer to wait for, and a transaction that writes nothing sends
+	// no commit. The inbox's Handle does the same.
+	var probe recstore.Probe
+	if l.directory {
+		var a admission
+		var err error
+		if probe, a, err = l.peek(ctx, req); a.replayed || err != nil {
+			return a.replay, err
+		}
+	} else {
+		probe, _ = l.records.Probe(req.Scope, req.Key)
 	}
 
 	var res Result
 	buf := l.entryBuffer()
-	err = l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
+	err := l.managed(ctx, func(ctx context.Context, tx kv.Tx) error {
 		// A run that did not commit left nothing in buf that outlives
 		// it (its transaction and its journal are gone), so the next run
 		// of this call encodes into it again.
@@ -247,6 +260,7 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 // admitProbed is admit for a request already validated, starting from
 // what the directory said before tx began (Do's read path).
 func (l *Ledger) admitProbed(tx kv.Tx, req Request, probe recstore.Probe) (admission, error) {
+	l.prefetch(tx, req.Scope, req.Key)
 	ref, v, err := l.records.GetProbed(tx, req.Scope, req.Key, probe)
 	if err != nil {
 		return admission{now: l.now()}, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
@@ -371,4 +385,21 @@ func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work, buf
 		return Result{}, err
 	}
 	return Result{Response: resp, Version: version, Takeover: a.takeover, stored: rec.StoredBytes}, nil
+}
+
+// prefetch reads, in one request where the backend reads by requests
+// (etcd: one round trip instead of two), the record of (scope, key) and
+// its tenant's usage counter, which a write transaction reads next when
+// it admits a request (the counter if the request makes a new record) or
+// completes a claim. Elsewhere it does nothing.
+func (l *Ledger) prefetch(tx kv.Tx, scope, key string) {
+	if l.directory || !tx.Writable() {
+		return
+	}
+	bucket, k := recstore.KeyOf(recordSpec, scope, key)
+	keys := []kv.BucketKey{{Bucket: bucket, Key: k}}
+	if tenant, counts := countedTenant(scope); counts {
+		keys = append(keys, kv.BucketKey{Bucket: usageNS.Bytes(), Key: usageKey(tenant, scope, key)})
+	}
+	keyspace.Prefetch(tx, keys...)
 }

@@ -81,6 +81,13 @@
 // leaves it inside any transaction that changes the record, before that
 // commits: the cache never answers with a record the file no longer holds.
 //
+// On etcd, which has no directory, Do looks the key up in its write
+// transaction only: a replay, a mismatch or a conflict writes nothing, so
+// that transaction sends no commit, and a new key saves a read round trip.
+// The look-up fetches the record and its tenant's usage counter in one
+// request: a new key costs two round trips (that read and the commit), a
+// replay one, and so do Claim and Complete.
+//
 // # Caveats
 //
 //   - A key is remembered only for its retention (Config.Retention, 24 hours

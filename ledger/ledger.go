@@ -129,6 +129,11 @@ type Ledger struct {
 	waited  atomic.Int64 // calls of Wait: how often a duplicate waited
 	// entrySize is the room the last stored entry needed (entryBuffer).
 	entrySize atomic.Int64
+	// directory: the records have a key directory (the log, on bbolt).
+	// Do then looks a request up before its write transaction
+	// (Ledger.do); without one (etcd), a write transaction prefetches what
+	// it reads (Ledger.prefetch).
+	directory bool
 }
 
 // recordSpec names the records' buckets: the log "ledger.log" (bbolt), or
@@ -148,7 +153,7 @@ func New(db *kv.DB, cfg *Config) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open the records: %w", err)
 	}
-	l := &Ledger{db: db, cfg: c, records: records}
+	l := &Ledger{db: db, cfg: c, records: records, directory: records.Layout() == "log"}
 	if err := l.rebuildUsage(context.Background()); err != nil {
 		return nil, fmt.Errorf("ledger: count tenant usage: %w", err)
 	}

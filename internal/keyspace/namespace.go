@@ -27,6 +27,15 @@ func Raw(tx kv.Tx) kv.Tx {
 	}
 }
 
+// Prefetch reads keys into tx in one request where its backend can
+// (kv.BucketKey: etcd), so that tx's Gets of them send none; elsewhere
+// (bbolt, whose reads are memory) it does nothing.
+func Prefetch(tx kv.Tx, keys ...kv.BucketKey) {
+	if p, ok := Raw(tx).(interface{ Prefetch([]kv.BucketKey) }); ok {
+		p.Prefetch(keys)
+	}
+}
+
 // Namespace is the name of one of oncekv's own top-level buckets, such as
 // "ledger" or "outbox".
 type Namespace struct {
