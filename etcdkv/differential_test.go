@@ -39,6 +39,10 @@ func FuzzEtcdAgreesWithBbolt(f *testing.F) {
 	// Keys the port refuses (too long, empty) and the longest it takes, in
 	// a write transaction and in a read-only one: the same errors.
 	f.Add([]byte{0, 1, 0, 2, 0, 0xff, 1, 2, 0, 0xfe, 1, 2, 0, 0, 1, 4, 0, 0xfe, 0, 3, 2, 0, 0xff, 1, 2, 0, 0, 1, 0})
+	// A prefetch of a key put before, of one absent and of one in a
+	// bucket that does not exist, then reads of them, a put and a cursor
+	// walk; a prefetch in a read-only transaction.
+	f.Add([]byte{0, 1, 0, 2, 0, 1, 0, 1, 0, 0, 11, 2, 0, 1, 0, 0, 1, 1, 1, 1, 0, 4, 0, 1, 0, 4, 0, 1, 1, 2, 0, 1, 1, 2, 5, 0, 2, 0, 0, 0, 0, 0, 3, 11, 0, 0, 1, 0, 4, 0, 1, 0, 0})
 	c := etcdtest.Start(f, etcdtest.Options{Members: 1})
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -128,6 +132,7 @@ type op struct {
 	bucket []byte
 	key    []byte
 	moves  []byte
+	keys   []kv.BucketKey // a prefetch's
 }
 
 type program []op
@@ -139,7 +144,7 @@ type commits struct{ n int }
 func (r *reader) program() program {
 	var p program
 	for r.More() {
-		o := op{code: r.Next() % 11}
+		o := op{code: r.Next() % 12}
 		switch o.code {
 		case 0:
 			return p
@@ -157,6 +162,10 @@ func (r *reader) program() program {
 				o.moves[i] = r.Next()
 			}
 			o.key = r.key() // for a Seek
+		case 11:
+			for range int(r.Next())%3 + 1 {
+				o.keys = append(o.keys, kv.BucketKey{Bucket: r.bucket(), Key: r.key()})
+			}
 		}
 		p = append(p, o)
 	}
@@ -247,6 +256,17 @@ func (p program) run(tx kv.Tx, log *strings.Builder, ran *commits) error {
 			return errRollback
 		case 10:
 			tx.OnCommit(func() { ran.n++ })
+		case 11:
+			// Only etcd's Tx prefetches (kv.BucketKey): every read after
+			// it must answer as bbolt's does.
+			raw := tx
+			for u, ok := raw.(interface{ Unwrap() kv.Tx }); ok; u, ok = raw.(interface{ Unwrap() kv.Tx }) {
+				raw = u.Unwrap()
+			}
+			if p, ok := raw.(interface{ Prefetch([]kv.BucketKey) }); ok {
+				p.Prefetch(o.keys)
+			}
+			say("prefetch %d keys", len(o.keys))
 		}
 	}
 	return nil
