@@ -60,7 +60,7 @@ func countedBackend(t *testing.T, prefix string) (*etcdkv.Backend, *countingKV) 
 // nothing, so it sends no commit, and the observer counts none). That
 // look-up reads the record and its tenant's usage counter in one request
 // (a prefetch), so a new key costs two round trips, the read and the
-// commit, and a replay one; so do a claim and its completion.
+// commit, and a replay one; so do a claim, its completion and a release.
 func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
 	b, counted := countedBackend(t, "/trips/")
@@ -130,9 +130,20 @@ func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 	if gets, txns := counted.count(); gets+txns != 2 {
 		t.Errorf("complete: %d reads and %d transactions; want 2 requests", gets, txns)
 	}
+	out, err = l.Claim(ctx, ledger.Request{Scope: req.Scope, Key: "pay-2", Fingerprint: ledger.Fingerprint{3}})
+	if err != nil || out.Claim == nil {
+		t.Fatalf("claim: %+v, %v", out, err)
+	}
+	counted.count()
+	if err := l.Release(ctx, out.Claim); err != nil {
+		t.Fatal(err)
+	}
+	if gets, txns := counted.count(); gets+txns != 2 {
+		t.Errorf("release: %d reads and %d transactions; want 2 requests", gets, txns)
+	}
 	u, err := l.Usage(ctx, "acme")
 	if err != nil || u.Records != 5 {
-		t.Errorf("usage %+v, %v: want the 5 records counted", u, err)
+		t.Errorf("usage %+v, %v: want the 5 records counted (the released claim's gone)", u, err)
 	}
 }
 

@@ -124,15 +124,13 @@ func (l *Ledger) do(ctx context.Context, req Request, work Work) (Result, error)
 	// transaction's own look-up answers the others as cheaply: etcd has
 	// no writer to wait for, and a transaction that writes nothing sends
 	// no commit. The inbox's Handle does the same.
-	var probe recstore.Probe
+	var probe recstore.Probe // the keyed layout's is empty
 	if l.directory {
-		var a admission
-		var err error
-		if probe, a, err = l.peek(ctx, req); a.replayed || err != nil {
+		p, a, err := l.peek(ctx, req)
+		if a.replayed || err != nil {
 			return a.replay, err
 		}
-	} else {
-		probe, _ = l.records.Probe(req.Scope, req.Key)
+		probe = p
 	}
 
 	var res Result
