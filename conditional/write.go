@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/oncekv/oncekv/internal/keyspace"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -22,6 +23,7 @@ func (t *Table[T]) InsertTx(tx kv.Tx, id string, v T) (Row[T], error) {
 	if err := validID(id); err != nil {
 		return Row[T]{}, err
 	}
+	t.prefetch(tx, id, v)
 	cur, ok, err := t.load(tx, id)
 	if err != nil {
 		return Row[T]{}, err
@@ -74,6 +76,7 @@ func (t *Table[T]) UpsertTx(tx kv.Tx, index, id string, v T, update UpdateFunc[T
 	if !ok {
 		return UpsertResult[T]{}, fmt.Errorf("%w: %s.%s", ErrNotIndexed, t.name, index)
 	}
+	t.prefetch(tx, id, v) // the key looked up among them, and what an insert reads
 	existingID, err := t.lookupIndex(tx, i, key)
 	if errors.Is(err, ErrNotFound) {
 		r, err := t.InsertTx(tx, id, v)
@@ -146,6 +149,7 @@ func (t *Table[T]) CompareAndSetTx(tx kv.Tx, id string, expected uint64, v T) (C
 	if err := validID(id); err != nil {
 		return CASResult[T]{}, err
 	}
+	t.prefetch(tx, id, v)
 	cur, found, err := t.load(tx, id)
 	if err != nil {
 		return CASResult[T]{}, err
@@ -293,4 +297,23 @@ func (t *Table[T]) Modify(ctx context.Context, id string, fn func(T) (T, error),
 		}
 	}
 	return Row[T]{}, fmt.Errorf("%w: %s row %q: %d attempts", ErrConflict, t.name, id, attempts)
+}
+
+// prefetch reads, in one request where the backend reads by requests
+// (etcd: one round trip instead of one a key), row id and the entries
+// under v's index keys: what a write of v as row id reads first (the
+// row's version, then each unique index's owner). Elsewhere it does
+// nothing, and builds nothing.
+func (t *Table[T]) prefetch(tx kv.Tx, id string, v T) {
+	p := keyspace.Prefetcher(tx)
+	if p == nil {
+		return
+	}
+	keys := []kv.BucketKey{{Bucket: t.rows.Bytes(), Key: []byte(id)}}
+	for i, ix := range t.indexes {
+		if k, ok := ix.Key(v); ok && len(k) > 0 && len(k) <= MaxIndexKeyLen {
+			keys = append(keys, kv.BucketKey{Bucket: t.idxNS[i].Bytes(), Key: k})
+		}
+	}
+	p(keys)
 }

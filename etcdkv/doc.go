@@ -26,7 +26,8 @@
 // keys it will read can fetch them in one request first (Prefetch,
 // kv.BucketKey): the ledger reads a record and its tenant's usage counter
 // so, which makes an idempotent write two round trips, the read and the
-// commit, and a replay one. A read-only transaction (View) whose
+// commit, and a replay one; package conditional's writes read a row and
+// its unique index entries so. A read-only transaction (View) whose
 // read fails in a way worth another attempt (a leader change; its
 // revision compacted away under a long scan) runs its function again in a
 // fresh transaction: a View function must start afresh too, keeping

@@ -2,6 +2,7 @@ package etcdkv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/oncekv/oncekv/conditional"
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
 	"github.com/oncekv/oncekv/kv"
@@ -232,5 +234,69 @@ func TestPrefetch(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// conditional's writes prefetch as the ledger does: an insert, an upsert
+// that inserts and a compare-and-set read the row and its unique index
+// entries in one request before their commit, and an upsert that finds
+// its row (a retry) sends that one request alone.
+func TestConditionalRoundTripsOnEtcd(t *testing.T) {
+	t.Parallel()
+	b, counted := countedBackend(t, "/cond/")
+	db, err := kv.New(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	type order struct {
+		Ref, Tenant string
+		Amount      int
+	}
+	orders, err := conditional.NewTable(db, "orders", &conditional.Options[order]{Indexes: []conditional.Index[order]{
+		{Name: "by_ref", Key: func(o order) ([]byte, bool) { return conditional.Key(o.Tenant, o.Ref), true }},
+		{Name: "by_amount", Key: func(o order) ([]byte, bool) { return []byte(fmt.Sprint(o.Amount)), o.Amount > 0 }},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := orders.Insert(ctx, "o0", order{Ref: "r0", Tenant: "acme", Amount: 1}); err != nil { // the buckets
+		t.Fatal(err)
+	}
+	requests := func(what string, want int64) {
+		t.Helper()
+		if gets, txns := counted.count(); gets+txns != want {
+			t.Errorf("%s: %d reads and %d transactions; want %d requests", what, gets, txns, want)
+		}
+	}
+	counted.count()
+
+	if _, err := orders.Insert(ctx, "o1", order{Ref: "r1", Tenant: "acme", Amount: 2}); err != nil {
+		t.Fatal(err)
+	}
+	requests("insert", 2)
+	res, err := orders.Upsert(ctx, "by_ref", "o2", order{Ref: "r2", Tenant: "acme", Amount: 3}, nil)
+	if err != nil || !res.Created {
+		t.Fatalf("upsert: %+v, %v", res, err)
+	}
+	requests("an upsert that inserts", 2)
+	res, err = orders.Upsert(ctx, "by_ref", "o2", order{Ref: "r2", Tenant: "acme", Amount: 3}, nil)
+	if err != nil || res.Created || res.Row.ID != "o2" {
+		t.Fatalf("the upsert again: %+v, %v", res, err)
+	}
+	requests("the upsert again", 1)
+	cas, err := orders.CompareAndSet(ctx, "o1", 1, order{Ref: "r1", Tenant: "acme", Amount: 4})
+	if err != nil || !cas.Applied {
+		t.Fatalf("compare-and-set: %+v, %v", cas, err)
+	}
+	requests("compare-and-set", 2)
+	if _, err := orders.Insert(ctx, "o3", order{Ref: "r3", Tenant: "acme", Amount: 4}); !errors.Is(err, conditional.ErrUniqueViolation) {
+		t.Fatalf("an insert whose amount o1 has: %v, want a unique violation", err)
+	}
+	requests("an insert refused", 1)
+	row, err := orders.GetByIndex(ctx, "by_amount", []byte("4"))
+	if err != nil || row.ID != "o1" || row.Version != 2 {
+		t.Errorf("by amount 4: %+v, %v; want o1 at version 2", row, err)
 	}
 }

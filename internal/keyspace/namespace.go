@@ -31,9 +31,18 @@ func Raw(tx kv.Tx) kv.Tx {
 // (kv.BucketKey: etcd), so that tx's Gets of them send none; elsewhere
 // (bbolt, whose reads are memory) it does nothing.
 func Prefetch(tx kv.Tx, keys ...kv.BucketKey) {
-	if p, ok := Raw(tx).(interface{ Prefetch([]kv.BucketKey) }); ok {
-		p.Prefetch(keys)
+	if p := Prefetcher(tx); p != nil {
+		p(keys)
 	}
+}
+
+// Prefetcher returns tx's prefetch (kv.BucketKey), or nil where its
+// backend has none: a caller on bbolt's hot path builds no keys.
+func Prefetcher(tx kv.Tx) func([]kv.BucketKey) {
+	if p, ok := Raw(tx).(interface{ Prefetch([]kv.BucketKey) }); ok {
+		return p.Prefetch
+	}
+	return nil
 }
 
 // Namespace is the name of one of oncekv's own top-level buckets, such as
