@@ -86,7 +86,7 @@
 // that transaction sends no commit, and a new key saves a read round trip.
 // The look-up fetches the record and its tenant's usage counter in one
 // request: a new key costs two round trips (that read and the commit), a
-// replay one, and so do Claim and Complete.
+// replay one, and so do Claim, Complete and Release.
 //
 // # Caveats
 //
