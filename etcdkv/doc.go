@@ -27,7 +27,9 @@
 // kv.BucketKey): the ledger reads a record and its tenant's usage counter
 // so, which makes an idempotent write two round trips, the read and the
 // commit, and a replay one; package conditional's writes read a row and
-// its unique index entries so. A read-only transaction (View) whose
+// its unique index entries so, and the outbox an event's ID and the places
+// its number may be taken (and the markers of buckets not known to exist
+// come with them). A read-only transaction (View) whose
 // read fails in a way worth another attempt (a leader change; its
 // revision compacted away under a long scan) runs its function again in a
 // fresh transaction: a View function must start afresh too, keeping

@@ -127,28 +127,34 @@ func (t *tx) get(key string) []byte {
 
 // Prefetch reads the values of keys (kv.BucketKey) in one request, a
 // read-only etcd Txn, at the transaction's revision (which the first read
-// fixes), so that the Gets of them that follow send nothing. Keys this
-// transaction has read or written already are left out. A key prefetched
-// is compared at the commit like any key read.
+// fixes), so that the Gets of them that follow send nothing; with them,
+// the markers of their buckets not known to exist, which opening a bucket
+// reads. Keys this transaction has read or written already are left out.
+// A key prefetched is compared at the commit like any key read.
 func (t *tx) Prefetch(keys []kv.BucketKey) {
 	if t.err != nil {
 		return
 	}
-	names := make([]string, 0, len(keys))
-	ops := make([]clientv3.Op, 0, len(keys))
-	for _, bk := range keys {
-		k := t.b.keys.data(bk.Bucket, bk.Key)
+	names := make([]string, 0, 2*len(keys))
+	ops := make([]clientv3.Op, 0, 2*len(keys))
+	add := func(k string) {
 		if _, ok := t.writes[k]; ok {
-			continue
+			return
 		}
 		if _, ok := t.reads[k]; ok {
-			continue
+			return
 		}
 		if _, ok := t.cache[k]; ok || slices.Contains(names, k) {
-			continue
+			return
 		}
 		names = append(names, k)
 		ops = append(ops, clientv3.OpGet(k, t.revOpts()...))
+	}
+	for _, bk := range keys {
+		if _, ok := t.b.buckets.Load(string(bk.Bucket)); !ok {
+			add(t.b.keys.bucketMarker(bk.Bucket))
+		}
+		add(t.b.keys.data(bk.Bucket, bk.Key))
 	}
 	if len(ops) == 0 {
 		return

@@ -135,8 +135,9 @@ type wroter interface{ Wrote() bool }
 // reads several such keys in one request, at the transaction's snapshot
 // (and fixing it, as a first read does), so that its Gets of them that
 // follow send nothing: oncekv's packages hand it the keys a transaction is
-// about to read. A key of a bucket that does not exist reads as absent. A
-// failed prefetch fails the transaction as a failed Get does.
+// about to read. A key of a bucket that does not exist reads as absent,
+// and whether each bucket exists is read in the same request. A failed
+// prefetch fails the transaction as a failed Get does.
 type BucketKey struct {
 	Bucket, Key []byte
 }

@@ -347,6 +347,16 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	case ev.Topic == "":
 		return 0, false, fmt.Errorf("outbox: event %s has no topic", ev.ID)
 	}
+	// On a store with several writers (etcd), the event's number is drawn
+	// first, so that the ID's index entry and the three places a number
+	// may be taken are read in one request (kv.BucketKey), not four.
+	var drawn uint64
+	if p := keyspace.Prefetcher(tx); p != nil && !o.db.Traits().SingleWriter {
+		drawn = o.shared.seqs.next()
+		k := seqKey(drawn)
+		p([]kv.BucketKey{{Bucket: outboxIDsNS.Bytes(), Key: []byte(ev.ID)},
+			{Bucket: outboxNS.Bytes(), Key: k}, {Bucket: publishedNS.Bytes(), Key: k}, {Bucket: quarantineNS.Bytes(), Key: k}})
+	}
 	ids, err := outboxIDsNS.Create(tx)
 	if err != nil {
 		return 0, false, err
@@ -365,7 +375,7 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	if seq, err = o.nextSeq(tx, b); err != nil {
+	if seq, err = o.nextSeq(tx, b, drawn); err != nil {
 		return 0, false, err
 	}
 	ev.Seq, ev.State, ev.CreatedAt = seq, EventPending, o.db.Clock().Now()
@@ -385,13 +395,17 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 // bucket's sequence follows commit order. With several writers the relay
 // orders by the store's commit revision (revisioned), and the events of
 // one commit by their numbers, which seqs gives in the order they were
-// added.
-func (o *Outbox) nextSeq(tx kv.Tx, b kv.Bucket) (uint64, error) {
+// added; drawn, if not 0, is the number AddTx drew already.
+func (o *Outbox) nextSeq(tx kv.Tx, b kv.Bucket, drawn uint64) (uint64, error) {
 	if o.db.Traits().SingleWriter {
 		return b.NextSequence()
 	}
 	for {
-		seq := o.shared.seqs.next()
+		seq := drawn
+		if seq == 0 {
+			seq = o.shared.seqs.next()
+		}
+		drawn = 0
 		k := seqKey(seq)
 		taken := false
 		for _, ns := range []keyspace.Namespace{outboxNS, publishedNS, quarantineNS} {
