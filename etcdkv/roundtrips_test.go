@@ -40,6 +40,14 @@ func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
 // count returns the requests sent since the last call.
 func (c *countingKV) count() (gets, txns int64) { return c.gets.Swap(0), c.txns.Swap(0) }
 
+// expect fails t unless want requests were sent since the last count.
+func (c *countingKV) expect(t *testing.T, what string, want int64) {
+	t.Helper()
+	if gets, txns := c.count(); gets+txns != want {
+		t.Errorf("%s: %d reads and %d transactions; want %d requests", what, gets, txns, want)
+	}
+}
+
 // countedBackend returns a backend under prefix on a one-member cluster
 // of its own, and the count of the requests it sends.
 func countedBackend(t *testing.T, prefix string) (*etcdkv.Backend, *countingKV) {
@@ -267,37 +275,31 @@ func TestConditionalRoundTripsOnEtcd(t *testing.T) {
 	if _, err := orders.Insert(ctx, "o0", order{Ref: "r0", Tenant: "acme", Amount: 1}); err != nil { // the buckets
 		t.Fatal(err)
 	}
-	requests := func(what string, want int64) {
-		t.Helper()
-		if gets, txns := counted.count(); gets+txns != want {
-			t.Errorf("%s: %d reads and %d transactions; want %d requests", what, gets, txns, want)
-		}
-	}
 	counted.count()
 
 	if _, err := orders.Insert(ctx, "o1", order{Ref: "r1", Tenant: "acme", Amount: 2}); err != nil {
 		t.Fatal(err)
 	}
-	requests("insert", 2)
+	counted.expect(t, "insert", 2)
 	res, err := orders.Upsert(ctx, "by_ref", "o2", order{Ref: "r2", Tenant: "acme", Amount: 3}, nil)
 	if err != nil || !res.Created {
 		t.Fatalf("upsert: %+v, %v", res, err)
 	}
-	requests("an upsert that inserts", 2)
+	counted.expect(t, "an upsert that inserts", 2)
 	res, err = orders.Upsert(ctx, "by_ref", "o2", order{Ref: "r2", Tenant: "acme", Amount: 3}, nil)
 	if err != nil || res.Created || res.Row.ID != "o2" {
 		t.Fatalf("the upsert again: %+v, %v", res, err)
 	}
-	requests("the upsert again", 1)
+	counted.expect(t, "the upsert again", 1)
 	cas, err := orders.CompareAndSet(ctx, "o1", 1, order{Ref: "r1", Tenant: "acme", Amount: 4})
 	if err != nil || !cas.Applied {
 		t.Fatalf("compare-and-set: %+v, %v", cas, err)
 	}
-	requests("compare-and-set", 2)
+	counted.expect(t, "compare-and-set", 2)
 	if _, err := orders.Insert(ctx, "o3", order{Ref: "r3", Tenant: "acme", Amount: 4}); !errors.Is(err, conditional.ErrUniqueViolation) {
 		t.Fatalf("an insert whose amount o1 has: %v, want a unique violation", err)
 	}
-	requests("an insert refused", 1)
+	counted.expect(t, "an insert refused", 1)
 	row, err := orders.GetByIndex(ctx, "by_amount", []byte("4"))
 	if err != nil || row.ID != "o1" || row.Version != 2 {
 		t.Errorf("by amount 4: %+v, %v; want o1 at version 2", row, err)
@@ -329,19 +331,13 @@ func TestOutboxAndInboxRoundTripsOnEtcd(t *testing.T) {
 	if _, err := in.Handle(ctx, "billing", "warm-up", apply); err != nil { // the buckets
 		t.Fatal(err)
 	}
-	requests := func(what string, want int64) {
-		t.Helper()
-		if gets, txns := counted.count(); gets+txns != want {
-			t.Errorf("%s: %d reads and %d transactions; want %d requests", what, gets, txns, want)
-		}
-	}
 	counted.count()
 	for i := range 3 {
 		seq, added, err := out.Add(ctx, outbox.Event{ID: fmt.Sprint("order.paid/", i), Topic: "orders", Payload: []byte("{}")})
 		if err != nil || !added {
 			t.Fatalf("add %d: %v, %v", i, added, err)
 		}
-		requests(fmt.Sprint("add ", i), 2)
+		counted.expect(t, fmt.Sprint("add ", i), 2)
 		if again, added, err := out.Add(ctx, outbox.Event{ID: fmt.Sprint("order.paid/", i), Topic: "orders"}); err != nil || added || again != seq {
 			t.Fatalf("add %d again: %d, %v, %v; want the first's %d, not added", i, again, added, err, seq)
 		}
@@ -350,10 +346,10 @@ func TestOutboxAndInboxRoundTripsOnEtcd(t *testing.T) {
 		if err != nil || d.Duplicate {
 			t.Fatalf("handle %d: %+v, %v", i, d, err)
 		}
-		requests(fmt.Sprint("handle ", i), 2)
+		counted.expect(t, fmt.Sprint("handle ", i), 2)
 		if d, err := in.Handle(ctx, "billing", fmt.Sprint("msg-", i), func(kv.Tx) error { return nil }); err != nil || !d.Duplicate {
 			t.Fatalf("redelivery %d: %+v, %v", i, d, err)
 		}
-		requests(fmt.Sprint("redelivery ", i), 1)
+		counted.expect(t, fmt.Sprint("redelivery ", i), 1)
 	}
 }
