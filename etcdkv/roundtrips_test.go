@@ -67,6 +67,19 @@ func countedBackend(t *testing.T, prefix string) (*etcdkv.Backend, *countingKV) 
 	return b, counted
 }
 
+// countedDB is countedBackend opened as a kv.DB with opts, closed when
+// the test ends.
+func countedDB(t *testing.T, prefix string, opts *kv.Options) (*kv.DB, *countingKV) {
+	t.Helper()
+	b, counted := countedBackend(t, prefix)
+	db, err := kv.New(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db, counted
+}
+
 // On etcd, ledger.Do sends no read before its transaction: the
 // transaction's own look-up answers a replay as cheaply (it writes
 // nothing, so it sends no commit, and the observer counts none). That
@@ -75,13 +88,8 @@ func countedBackend(t *testing.T, prefix string) (*etcdkv.Backend, *countingKV) 
 // commit, and a replay one; so do a claim, its completion and a release.
 func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	b, counted := countedBackend(t, "/trips/")
 	var commits atomic.Int64
-	db, err := kv.New(b, &kv.Options{Observer: &observe.Observer{Commit: func(observe.Commit) { commits.Add(1) }}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db, counted := countedDB(t, "/trips/", &kv.Options{Observer: &observe.Observer{Commit: func(observe.Commit) { commits.Add(1) }}})
 	l, err := ledger.New(db, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -254,12 +262,7 @@ func TestPrefetch(t *testing.T) {
 // its row (a retry) sends that one request alone.
 func TestConditionalRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	b, counted := countedBackend(t, "/cond/")
-	db, err := kv.New(b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db, counted := countedDB(t, "/cond/", nil)
 	type order struct {
 		Ref, Tenant string
 		Amount      int
@@ -312,12 +315,7 @@ func TestConditionalRoundTripsOnEtcd(t *testing.T) {
 // redelivery reads the mark alone.
 func TestOutboxAndInboxRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	b, counted := countedBackend(t, "/messages/")
-	db, err := kv.New(b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db, counted := countedDB(t, "/messages/", nil)
 	in, err := inbox.New(db, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -394,10 +394,14 @@ func (l *Ledger) prefetch(tx kv.Tx, scope, key string) {
 	if l.directory || !tx.Writable() {
 		return
 	}
+	p := keyspace.Prefetcher(tx)
+	if p == nil {
+		return
+	}
 	bucket, k := recstore.KeyOf(recordSpec, scope, key)
 	keys := []kv.BucketKey{{Bucket: bucket, Key: k}}
 	if tenant, counts := countedTenant(scope); counts {
 		keys = append(keys, kv.BucketKey{Bucket: usageNS.Bytes(), Key: usageKey(tenant, scope, key)})
 	}
-	keyspace.Prefetch(tx, keys...)
+	p(keys)
 }

@@ -27,17 +27,10 @@ func Raw(tx kv.Tx) kv.Tx {
 	}
 }
 
-// Prefetch reads keys into tx in one request where its backend can
-// (kv.BucketKey: etcd), so that tx's Gets of them send none; elsewhere
-// (bbolt, whose reads are memory) it does nothing.
-func Prefetch(tx kv.Tx, keys ...kv.BucketKey) {
-	if p := Prefetcher(tx); p != nil {
-		p(keys)
-	}
-}
-
-// Prefetcher returns tx's prefetch (kv.BucketKey), or nil where its
-// backend has none: a caller on bbolt's hot path builds no keys.
+// Prefetcher returns tx's prefetch (kv.BucketKey): it reads keys into tx
+// in one request, so that tx's Gets of them send none. It is nil where
+// the backend has none (bbolt, whose reads are memory), so that a caller
+// on bbolt's hot path builds no keys.
 func Prefetcher(tx kv.Tx) func([]kv.BucketKey) {
 	if p, ok := Raw(tx).(interface{ Prefetch([]kv.BucketKey) }); ok {
 		return p.Prefetch
