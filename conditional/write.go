@@ -23,7 +23,7 @@ func (t *Table[T]) InsertTx(tx kv.Tx, id string, v T) (Row[T], error) {
 	if err := validID(id); err != nil {
 		return Row[T]{}, err
 	}
-	t.prefetch(tx, id, v)
+	t.prefetch(tx, id, v, true)
 	cur, ok, err := t.load(tx, id)
 	if err != nil {
 		return Row[T]{}, err
@@ -76,7 +76,7 @@ func (t *Table[T]) UpsertTx(tx kv.Tx, index, id string, v T, update UpdateFunc[T
 	if !ok {
 		return UpsertResult[T]{}, fmt.Errorf("%w: %s.%s", ErrNotIndexed, t.name, index)
 	}
-	t.prefetch(tx, id, v) // the key looked up among them, and what an insert reads
+	t.prefetch(tx, id, v, true) // the key looked up among them, and what an insert reads
 	existingID, err := t.lookupIndex(tx, i, key)
 	if errors.Is(err, ErrNotFound) {
 		r, err := t.InsertTx(tx, id, v)
@@ -149,7 +149,7 @@ func (t *Table[T]) CompareAndSetTx(tx kv.Tx, id string, expected uint64, v T) (C
 	if err := validID(id); err != nil {
 		return CASResult[T]{}, err
 	}
-	t.prefetch(tx, id, v)
+	t.prefetch(tx, id, v, false)
 	cur, found, err := t.load(tx, id)
 	if err != nil {
 		return CASResult[T]{}, err
@@ -303,16 +303,19 @@ func (t *Table[T]) Modify(ctx context.Context, id string, fn func(T) (T, error),
 // (etcd: one round trip instead of one a key), row id and the entries
 // under v's index keys: what a write of v as row id reads first (the
 // row's version, then each unique index's owner). Elsewhere it does
-// nothing, and builds nothing.
-func (t *Table[T]) prefetch(tx kv.Tx, id string, v T) {
+// nothing, and builds nothing. absent says they are expected not to exist
+// (an insert's, an upsert's), which a backend may take without reading
+// them (kv.BucketKey.Absent): on etcd a new row's write is then one round
+// trip, its commit.
+func (t *Table[T]) prefetch(tx kv.Tx, id string, v T, absent bool) {
 	p := keyspace.Prefetcher(tx)
 	if p == nil {
 		return
 	}
-	keys := []kv.BucketKey{{Bucket: t.rows.Bytes(), Key: []byte(id)}}
+	keys := []kv.BucketKey{{Bucket: t.rows.Bytes(), Key: []byte(id), Absent: absent}}
 	for i, ix := range t.indexes {
 		if k, ok := ix.Key(v); ok && len(k) > 0 && len(k) <= MaxIndexKeyLen {
-			keys = append(keys, kv.BucketKey{Bucket: t.idxNS[i].Bytes(), Key: k})
+			keys = append(keys, kv.BucketKey{Bucket: t.idxNS[i].Bytes(), Key: k, Absent: absent})
 		}
 	}
 	p(keys)

@@ -60,6 +60,11 @@ type Options struct {
 	// MaxRequestBytes bounds a commit's request. 0 means
 	// DefaultMaxRequestBytes.
 	MaxRequestBytes int
+	// NoGuessing makes every prefetch read what it names, as before
+	// guessing came (doc.go, "Guessing instead of reading"): for a
+	// workload whose guesses keep failing, where the backend's own gate
+	// is too slow to notice.
+	NoGuessing bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -117,6 +122,11 @@ type Backend struct {
 	lease     clientv3.LeaseID
 	leaseFrom time.Time
 	leaseUses int // the markers given the lease (markersPerLease)
+
+	// memo and gate serve the guesses of a transaction's first attempts
+	// (guess.go).
+	memo memo
+	gate guessGate
 
 	// buckets are the bucket names known to exist. The port deletes no
 	// bucket, so once seen a marker is read (and compared) no more: a
@@ -243,26 +253,44 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 			b.solo.Unlock()
 		}
 	}()
+	// The first two attempts may guess (guess.go): the second with what
+	// the first's conflict read back, and without a backoff between them,
+	// since a wrong guess is no contention.
+	guess := !b.opts.NoGuessing && b.gate.allow()
 	for attempt := 1; ; attempt++ {
 		if !solo && attempt > b.opts.SoloAfter {
 			b.solo.Lock()
 			solo = true
 		}
-		var committed bool
+		var out outcome
 		var err error
 		if solo {
-			committed, err = b.attempt(ctx, fn)
+			out, err = b.attempt(ctx, fn, guess && attempt <= 2)
 		} else {
-			committed, err = b.attemptShared(ctx, fn)
+			out, err = b.attemptShared(ctx, fn, guess && attempt <= 2)
+		}
+		if guess && attempt == 1 { // the first guesses tell whether guessing pays
+			switch out {
+			case committed:
+				b.gate.hit()
+			case guessedWrong:
+				b.gate.miss()
+			}
 		}
 		switch {
+		case out == void:
+			guess = false // run it again, reading for real; no attempt spent
+			attempt--
+			continue
 		case err != nil && retryable(err) && attempt < b.opts.MaxAttempts:
 		case err != nil:
 			return err
-		case committed:
+		case out == committed:
 			return nil
 		case attempt >= b.opts.MaxAttempts:
 			return fmt.Errorf("%w after %d attempts", ErrConflict, attempt)
+		case out == guessedWrong && attempt == 1:
+			continue
 		}
 		b.backoff(ctx, attempt)
 		if ctx.Err() != nil {
@@ -271,37 +299,58 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 	}
 }
 
+// outcome is how one attempt of a write transaction ended.
+type outcome int
+
+const (
+	conflict     outcome = iota // its commit's compares failed (or it failed)
+	committed                   // it committed
+	guessedWrong                // it guessed, and its commit's compares failed
+	void                        // it guessed, and ended without a commit: nothing it decided holds
+)
+
 // attemptShared is attempt beside the process's other transactions (not
 // solo): the shared hold is released however attempt ends, a panic in fn
 // or in an OnCommit handler included, or the next transaction to go solo
 // would wait for it for ever, and every one after that.
-func (b *Backend) attemptShared(ctx context.Context, fn func(kv.Tx) error) (bool, error) {
+func (b *Backend) attemptShared(ctx context.Context, fn func(kv.Tx) error, guess bool) (outcome, error) {
 	b.solo.RLock()
 	defer b.solo.RUnlock()
-	return b.attempt(ctx, fn)
+	return b.attempt(ctx, fn, guess)
 }
 
-// attempt runs fn once and commits; false without an error is a conflict.
-func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error) (bool, error) {
+// attempt runs fn once and commits, guessing where guess says it may.
+func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error, guess bool) (outcome, error) {
 	t := b.begin(ctx, true)
+	t.guess = guess
 	err := fn(t)
+	if len(t.guessed) > 0 && (t.err != nil || err != nil || len(t.writes) == 0) {
+		return void, nil // fn decided on guesses nothing confirmed: its error or its answer may be wrong
+	}
 	if t.err != nil {
-		return false, b.closedErr(t.err) // a read failed: fn saw nothing it can rely on
+		return conflict, b.closedErr(t.err) // a read failed: fn saw nothing it can rely on
 	}
 	if err != nil {
-		return false, err
+		return conflict, err
 	}
 	ok, err := t.commit()
+	if len(t.guessed) > 0 && (errors.Is(err, ErrTxTooLarge) || (err != nil && rejected(err))) {
+		return void, nil // refused before it applied, for a size the guesses may have made
+	}
 	err = b.closedErr(err)
-	if ok {
+	switch {
+	case ok:
 		for _, name := range t.created {
 			b.buckets.Store(name, true)
 		}
 		for _, h := range t.onCommit {
 			h()
 		}
+		return committed, err
+	case err == nil && len(t.guessed) > 0:
+		return guessedWrong, nil
 	}
-	return ok, err
+	return conflict, err
 }
 
 // request returns the context of one request to etcd: ctx's, ended by

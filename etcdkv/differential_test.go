@@ -164,7 +164,7 @@ func (r *reader) program() program {
 			o.key = r.key() // for a Seek
 		case 11:
 			for range int(r.Next())%3 + 1 {
-				o.keys = append(o.keys, kv.BucketKey{Bucket: r.bucket(), Key: r.key()})
+				o.keys = append(o.keys, kv.BucketKey{Bucket: r.bucket(), Key: r.key(), Absent: r.Next()%2 == 0})
 			}
 		}
 		p = append(p, o)
@@ -258,7 +258,9 @@ func (p program) run(tx kv.Tx, log *strings.Builder, ran *commits) error {
 			tx.OnCommit(func() { ran.n++ })
 		case 11:
 			// Only etcd's Tx prefetches (kv.BucketKey): every read after
-			// it must answer as bbolt's does.
+			// it must answer as bbolt's does, whether the prefetch read
+			// its keys or guessed them (a key marked Absent that exists,
+			// a value remembered from an earlier transaction).
 			raw := tx
 			for u, ok := raw.(interface{ Unwrap() kv.Tx }); ok; u, ok = raw.(interface{ Unwrap() kv.Tx }) {
 				raw = u.Unwrap()

@@ -25,15 +25,41 @@
 // sends no commit (and kv's observer counts none); one that knows which
 // keys it will read can fetch them in one request first (Prefetch,
 // kv.BucketKey): the ledger reads a record and its tenant's usage counter
-// so, which makes an idempotent write two round trips, the read and the
-// commit, and a replay one; package conditional's writes read a row and
-// its unique index entries so, and the outbox an event's ID and the places
-// its number may be taken (and the markers of buckets not known to exist
-// come with them). A read-only transaction (View) whose
+// so, package conditional's writes read a row and its unique index
+// entries so, and the outbox an event's ID and the places its number may
+// be taken (and the markers of buckets not known to exist come with
+// them). A write transaction's first attempt may even skip that read (see
+// Guessing instead of reading). A read-only transaction (View) whose
 // read fails in a way worth another attempt (a leader change; its
 // revision compacted away under a long scan) runs its function again in a
 // fresh transaction: a View function must start afresh too, keeping
 // nothing a first run gathered (kvtest.RetriedViews tests that).
+//
+// # Guessing instead of reading
+//
+// A write transaction's first attempt guesses what its prefetch names
+// instead of reading it: a key's value as this process last wrote or
+// read it (a memo of up to 4 MiB, values up to 8 KiB), and a key the
+// caller marked kv.BucketKey.Absent (a new request's record, a new row,
+// an event's ID) as absent. What is neither is read as before. The commit
+// compares every guess like any read, so a wrong guess never commits:
+// the commit is refused, the same request reads back what the guessed keys
+// hold, and the second attempt runs on those, without a backoff. An
+// attempt that guessed and then failed, or wrote nothing, decided on
+// values nothing has confirmed; it is void, and the function runs again,
+// reading for real, so an error or an answer is never one a guess made
+// (a replay costs that one read, as it did before guessing).
+//
+// So on etcd an idempotent write of a new key is one round trip, its
+// commit, once the process has seen its tenant's usage counter (one of
+// 256 per tenant); a replay is one, the record's read; completing or
+// releasing a claim this process made is one. A wrong guess costs a
+// refused commit (a Raft round, dearer than the read it was to save):
+// when a process's first guesses fail twice in a row (another replica
+// keeps writing what it remembers, or its requests are mostly retries
+// first seen by another replica), it stops guessing for 16 transactions,
+// doubling up to 1,024 while they keep failing. Options.NoGuessing turns
+// it off.
 //
 // # Prefixes
 //

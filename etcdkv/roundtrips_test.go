@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -20,25 +22,82 @@ import (
 	"github.com/oncekv/oncekv/outbox"
 )
 
-// countingKV counts the requests a backend sends to etcd: each is a round
-// trip.
+// countingKV counts the requests a backend sends to etcd (each is a round
+// trip), and the keys its reads name: a Get's, and those of a Txn without
+// compares (a prefetch).
 type countingKV struct {
 	clientv3.KV
 	gets, txns atomic.Int64
+	failed     atomic.Int64 // Txns whose compares failed
+	mu         sync.Mutex
+	read       []string
 }
 
 func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	c.gets.Add(1)
+	c.mu.Lock()
+	c.read = append(c.read, key)
+	c.mu.Unlock()
 	return c.KV.Get(ctx, key, opts...)
 }
 
 func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
 	c.txns.Add(1)
-	return c.KV.Txn(ctx)
+	return &countingTxn{Txn: c.KV.Txn(ctx), c: c}
+}
+
+// countingTxn records the keys of a Txn that only reads.
+type countingTxn struct {
+	clientv3.Txn
+	c        *countingKV
+	compared bool
+}
+
+func (t *countingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.compared = true
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *countingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	if !t.compared {
+		t.c.mu.Lock()
+		for _, op := range ops {
+			t.c.read = append(t.c.read, string(op.KeyBytes()))
+		}
+		t.c.mu.Unlock()
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *countingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *countingTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && !resp.Succeeded {
+		t.c.failed.Add(1)
+	}
+	return resp, err
 }
 
 // count returns the requests sent since the last call.
-func (c *countingKV) count() (gets, txns int64) { return c.gets.Swap(0), c.txns.Swap(0) }
+func (c *countingKV) count() (gets, txns int64) {
+	c.mu.Lock()
+	c.read = nil
+	c.mu.Unlock()
+	return c.gets.Swap(0), c.txns.Swap(0)
+}
+
+// reads returns the keys read since the last count.
+func (c *countingKV) reads() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.read)
+}
 
 // expect fails t unless want requests were sent since the last count.
 func (c *countingKV) expect(t *testing.T, what string, want int64) {
@@ -48,9 +107,9 @@ func (c *countingKV) expect(t *testing.T, what string, want int64) {
 	}
 }
 
-// countedBackend returns a backend under prefix on a one-member cluster
-// of its own, and the count of the requests it sends.
-func countedBackend(t *testing.T, prefix string) (*etcdkv.Backend, *countingKV) {
+// countedBackend returns a backend with opts on a one-member cluster of
+// its own, and the count of the requests it sends.
+func countedBackend(t *testing.T, opts *etcdkv.Options) (*etcdkv.Backend, *countingKV) {
 	t.Helper()
 	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Endpoints(), ",")})
@@ -60,7 +119,7 @@ func countedBackend(t *testing.T, prefix string) (*etcdkv.Backend, *countingKV) 
 	t.Cleanup(func() { _ = cli.Close() })
 	counted := &countingKV{KV: cli.KV}
 	cli.KV = counted
-	b, err := etcdkv.New(cli, &etcdkv.Options{Prefix: prefix})
+	b, err := etcdkv.New(cli, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,9 +128,9 @@ func countedBackend(t *testing.T, prefix string) (*etcdkv.Backend, *countingKV) 
 
 // countedDB is countedBackend opened as a kv.DB with opts, closed when
 // the test ends.
-func countedDB(t *testing.T, prefix string, opts *kv.Options) (*kv.DB, *countingKV) {
+func countedDB(t *testing.T, backend *etcdkv.Options, opts *kv.Options) (*kv.DB, *countingKV) {
 	t.Helper()
-	b, counted := countedBackend(t, prefix)
+	b, counted := countedBackend(t, backend)
 	db, err := kv.New(b, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -83,13 +142,28 @@ func countedDB(t *testing.T, prefix string, opts *kv.Options) (*kv.DB, *counting
 // On etcd, ledger.Do sends no read before its transaction: the
 // transaction's own look-up answers a replay as cheaply (it writes
 // nothing, so it sends no commit, and the observer counts none). That
-// look-up reads the record and its tenant's usage counter in one request
-// (a prefetch), so a new key costs two round trips, the read and the
-// commit, and a replay one; so do a claim, its completion and a release.
+// look-up guesses that a new request's record is absent, and takes its
+// tenant's usage counter as this process last wrote it (etcdkv's
+// guessing), so a new key costs one round trip, the commit, once the
+// counter has been read once; a replay costs one, the record's read, and
+// so do a claim's completion and a release, whose record and counter the
+// claim's commit left known. With guessing off, the look-up reads the
+// record and the counter in one request (a prefetch): a new key costs two
+// round trips, and a claim, its completion and a release two each.
 func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
+	for _, guessing := range []bool{true, false} {
+		t.Run(fmt.Sprint("guessing=", guessing), func(t *testing.T) {
+			t.Parallel()
+			ledgerRoundTrips(t, guessing)
+		})
+	}
+}
+
+func ledgerRoundTrips(t *testing.T, guessing bool) {
 	var commits atomic.Int64
-	db, counted := countedDB(t, "/trips/", &kv.Options{Observer: &observe.Observer{Commit: func(observe.Commit) { commits.Add(1) }}})
+	db, counted := countedDB(t, &etcdkv.Options{Prefix: "/trips/", NoGuessing: !guessing},
+		&kv.Options{Observer: &observe.Observer{Commit: func(observe.Commit) { commits.Add(1) }}})
 	l, err := ledger.New(db, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +184,32 @@ func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 		}
 		return res
 	}
+	// expect checks the requests since the last count: want of them, or
+	// with guessing, want and one read more of a usage counter not read
+	// before (never the record of key).
+	expect := func(what, key string, want, wantGuessing int64) {
+		t.Helper()
+		reads := counted.reads()
+		gets, txns := counted.count()
+		if !guessing {
+			if gets+txns != want {
+				t.Errorf("%s: %d reads and %d transactions; want %d requests", what, gets, txns, want)
+			}
+			return
+		}
+		counters := int64(0)
+		for _, k := range reads {
+			if strings.Contains(k, key) {
+				t.Errorf("%s: read %q, the record its first attempt should have guessed", what, k)
+			}
+			if strings.Contains(k, "acme\x00") {
+				counters++
+			}
+		}
+		if gets+txns != wantGuessing+counters || counters > 1 {
+			t.Errorf("%s: %d reads and %d transactions, %d of them reads of usage counters; want %d requests and at most one such read", what, gets, txns, counters, wantGuessing)
+		}
+	}
 	do("warm-up") // the buckets, which the backend then knows exist
 	counted.count()
 	commits.Store(0)
@@ -119,18 +219,17 @@ func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 		if res := do(key); res.Replayed {
 			t.Fatalf("%s: a new key replayed", key)
 		}
-		if gets, txns := counted.count(); gets+txns != 2 {
-			t.Errorf("%s, new: %d reads and %d transactions; want 2 requests (the record and the usage counter in one, the commit)", key, gets, txns)
-		}
+		expect(key+", new", key, 2, 1)
 		if n := commits.Swap(0); n != 1 {
 			t.Errorf("%s, new: the observer counted %d commits, want 1", key, n)
 		}
 		if res := do(key); !res.Replayed || string(res.Response.Body) != key {
 			t.Fatalf("%s: the retry got %+v, not the first answer", key, res)
 		}
-		if gets, txns := counted.count(); gets+txns != 1 {
-			t.Errorf("%s, replayed: %d reads and %d transactions; want 1 request (the record)", key, gets, txns)
-		}
+		// With guessing, the retry's first attempt finds the record this
+		// process wrote, and decides on it; since it then writes
+		// nothing, nothing confirms the guess, and the record is read.
+		counted.expect(t, key+", replayed", 1)
 		if n := commits.Swap(0); n != 0 {
 			t.Errorf("%s, replayed: the observer counted %d commits, want none", key, n)
 		}
@@ -141,15 +240,11 @@ func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 	if err != nil || out.Claim == nil {
 		t.Fatalf("claim: %+v, %v", out, err)
 	}
-	if gets, txns := counted.count(); gets+txns != 2 {
-		t.Errorf("claim: %d reads and %d transactions; want 2 requests", gets, txns)
-	}
+	expect("claim", "pay-1", 2, 1)
 	if _, err := l.Complete(ctx, out.Claim, ledger.Response{Status: 200, Body: []byte("paid")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if gets, txns := counted.count(); gets+txns != 2 {
-		t.Errorf("complete: %d reads and %d transactions; want 2 requests", gets, txns)
-	}
+	expect("complete", "pay-1", 2, 1)
 	out, err = l.Claim(ctx, ledger.Request{Scope: req.Scope, Key: "pay-2", Fingerprint: ledger.Fingerprint{3}})
 	if err != nil || out.Claim == nil {
 		t.Fatalf("claim: %+v, %v", out, err)
@@ -158,9 +253,7 @@ func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 	if err := l.Release(ctx, out.Claim); err != nil {
 		t.Fatal(err)
 	}
-	if gets, txns := counted.count(); gets+txns != 2 {
-		t.Errorf("release: %d reads and %d transactions; want 2 requests", gets, txns)
-	}
+	expect("release", "pay-2", 2, 1)
 	u, err := l.Usage(ctx, "acme")
 	if err != nil || u.Records != 5 {
 		t.Errorf("usage %+v, %v: want the 5 records counted (the released claim's gone)", u, err)
@@ -175,7 +268,7 @@ func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 // makes the transaction run again.
 func TestPrefetch(t *testing.T) {
 	t.Parallel()
-	b, counted := countedBackend(t, "/prefetch/")
+	b, counted := countedBackend(t, &etcdkv.Options{Prefix: "/prefetch/", NoGuessing: true}) // guess_test.go tests its guesses
 	ctx := context.Background()
 	k := func(bucket, key string) kv.BucketKey { return kv.BucketKey{Bucket: []byte(bucket), Key: []byte(key)} }
 	prefetch := func(tx kv.Tx, keys ...kv.BucketKey) {
@@ -259,10 +352,26 @@ func TestPrefetch(t *testing.T) {
 // conditional's writes prefetch as the ledger does: an insert, an upsert
 // that inserts and a compare-and-set read the row and its unique index
 // entries in one request before their commit, and an upsert that finds
-// its row (a retry) sends that one request alone.
+// its row (a retry) sends that one request alone. With guessing, an
+// insert and an upsert that inserts take the row and its entries as
+// absent, and commit in one request; a compare-and-set reads the entries
+// of its new values (the row is the one this process wrote).
 func TestConditionalRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	db, counted := countedDB(t, "/cond/", nil)
+	for _, guessing := range []bool{true, false} {
+		t.Run(fmt.Sprint("guessing=", guessing), func(t *testing.T) {
+			t.Parallel()
+			conditionalRoundTrips(t, guessing)
+		})
+	}
+}
+
+func conditionalRoundTrips(t *testing.T, guessing bool) {
+	db, counted := countedDB(t, &etcdkv.Options{Prefix: "/cond/", NoGuessing: !guessing}, nil)
+	news := int64(2) // an insert's requests
+	if guessing {
+		news = 1
+	}
 	type order struct {
 		Ref, Tenant string
 		Amount      int
@@ -283,12 +392,12 @@ func TestConditionalRoundTripsOnEtcd(t *testing.T) {
 	if _, err := orders.Insert(ctx, "o1", order{Ref: "r1", Tenant: "acme", Amount: 2}); err != nil {
 		t.Fatal(err)
 	}
-	counted.expect(t, "insert", 2)
+	counted.expect(t, "insert", news)
 	res, err := orders.Upsert(ctx, "by_ref", "o2", order{Ref: "r2", Tenant: "acme", Amount: 3}, nil)
 	if err != nil || !res.Created {
 		t.Fatalf("upsert: %+v, %v", res, err)
 	}
-	counted.expect(t, "an upsert that inserts", 2)
+	counted.expect(t, "an upsert that inserts", news)
 	res, err = orders.Upsert(ctx, "by_ref", "o2", order{Ref: "r2", Tenant: "acme", Amount: 3}, nil)
 	if err != nil || res.Created || res.Row.ID != "o2" {
 		t.Fatalf("the upsert again: %+v, %v", res, err)
@@ -311,11 +420,25 @@ func TestConditionalRoundTripsOnEtcd(t *testing.T) {
 
 // An event added to the outbox on etcd reads its ID's index entry and the
 // three places its drawn number may be taken in one request before its
-// commit; a message the inbox handles reads its mark and commits, and a
-// redelivery reads the mark alone.
+// commit, and a message the inbox handles reads its mark so; with
+// guessing, both take what they read as absent and commit in one
+// request. A redelivery reads the mark alone.
 func TestOutboxAndInboxRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	db, counted := countedDB(t, "/messages/", nil)
+	for _, guessing := range []bool{true, false} {
+		t.Run(fmt.Sprint("guessing=", guessing), func(t *testing.T) {
+			t.Parallel()
+			messageRoundTrips(t, guessing)
+		})
+	}
+}
+
+func messageRoundTrips(t *testing.T, guessing bool) {
+	db, counted := countedDB(t, &etcdkv.Options{Prefix: "/messages/", NoGuessing: !guessing}, nil)
+	adds := int64(2) // the requests of an event's add, and of a message's handling
+	if guessing {
+		adds = 1
+	}
 	in, err := inbox.New(db, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +458,7 @@ func TestOutboxAndInboxRoundTripsOnEtcd(t *testing.T) {
 		if err != nil || !added {
 			t.Fatalf("add %d: %v, %v", i, added, err)
 		}
-		counted.expect(t, fmt.Sprint("add ", i), 2)
+		counted.expect(t, fmt.Sprint("add ", i), adds)
 		if again, added, err := out.Add(ctx, outbox.Event{ID: fmt.Sprint("order.paid/", i), Topic: "orders"}); err != nil || added || again != seq {
 			t.Fatalf("add %d again: %d, %v, %v; want the first's %d, not added", i, again, added, err, seq)
 		}
@@ -344,7 +467,7 @@ func TestOutboxAndInboxRoundTripsOnEtcd(t *testing.T) {
 		if err != nil || d.Duplicate {
 			t.Fatalf("handle %d: %+v, %v", i, d, err)
 		}
-		counted.expect(t, fmt.Sprint("handle ", i), 2)
+		counted.expect(t, fmt.Sprint("handle ", i), adds)
 		if d, err := in.Handle(ctx, "billing", fmt.Sprint("msg-", i), func(kv.Tx) error { return nil }); err != nil || !d.Duplicate {
 			t.Fatalf("redelivery %d: %+v, %v", i, d, err)
 		}

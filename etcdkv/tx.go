@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -40,6 +41,9 @@ type tx struct {
 
 	created  []string // buckets this transaction creates
 	onCommit []func()
+
+	guess   bool     // a prefetch may guess instead of reading (guess.go)
+	guessed []string // keys whose reads are guesses, in the order guessed
 }
 
 type read struct {
@@ -131,13 +135,17 @@ func (t *tx) get(key string) []byte {
 // the markers of their buckets not known to exist, which opening a bucket
 // reads. Keys this transaction has read or written already are left out.
 // A key prefetched is compared at the commit like any key read.
+//
+// An attempt that may guess (guess.go) takes a key's value from the memo,
+// or a key marked Absent as absent, and reads only the rest: when every
+// key is guessed, the prefetch sends nothing.
 func (t *tx) Prefetch(keys []kv.BucketKey) {
 	if t.err != nil {
 		return
 	}
 	names := make([]string, 0, 2*len(keys))
 	ops := make([]clientv3.Op, 0, 2*len(keys))
-	add := func(k string) {
+	add := func(k string, absent bool) {
 		if _, ok := t.writes[k]; ok {
 			return
 		}
@@ -147,14 +155,26 @@ func (t *tx) Prefetch(keys []kv.BucketKey) {
 		if _, ok := t.cache[k]; ok || slices.Contains(names, k) {
 			return
 		}
+		if t.guess {
+			if r, ok := t.b.memo.get(k); ok {
+				t.reads[k] = r
+				t.guessed = append(t.guessed, k)
+				return
+			}
+			if absent {
+				t.reads[k] = read{}
+				t.guessed = append(t.guessed, k)
+				return
+			}
+		}
 		names = append(names, k)
 		ops = append(ops, clientv3.OpGet(k, t.revOpts()...))
 	}
 	for _, bk := range keys {
 		if _, ok := t.b.buckets.Load(string(bk.Bucket)); !ok {
-			add(t.b.keys.bucketMarker(bk.Bucket))
+			add(t.b.keys.bucketMarker(bk.Bucket), false) // a bucket is made once, and then read
 		}
-		add(t.b.keys.data(bk.Bucket, bk.Key))
+		add(t.b.keys.data(bk.Bucket, bk.Key), bk.Absent)
 	}
 	if len(ops) == 0 {
 		return
@@ -173,15 +193,25 @@ func (t *tx) Prefetch(keys []kv.BucketKey) {
 	}
 	t.setRev(resp.Header.Revision)
 	for i, k := range names {
-		r := read{}
-		if rr := resp.Responses[i].GetResponseRange(); rr != nil && len(rr.Kvs) == 1 {
-			r.val, r.modRev = rr.Kvs[0].Value, rr.Kvs[0].ModRevision
-			if r.val == nil {
-				r.val = []byte{}
-			}
-		}
+		r := rangeRead(resp.Responses[i])
 		t.reads[k] = r
+		if !t.b.opts.NoGuessing {
+			t.b.memo.set(k, r, resp.Header.Revision)
+		}
 	}
+}
+
+// rangeRead is what the Get answered by resp read: the value and its mod
+// revision, or absent.
+func rangeRead(resp *etcdserverpb.ResponseOp) read {
+	r := read{}
+	if rr := resp.GetResponseRange(); rr != nil && len(rr.Kvs) == 1 {
+		r.val, r.modRev = rr.Kvs[0].Value, rr.Kvs[0].ModRevision
+		if r.val == nil {
+			r.val = []byte{}
+		}
+	}
+	return r
 }
 
 func (t *tx) put(key string, val []byte) error {
@@ -357,15 +387,26 @@ func (t *tx) commit() (bool, error) {
 		return false, &TxTooLargeError{Writes: len(ops), Compares: len(cmps), Bytes: size, MaxOps: b.opts.MaxTxOps, MaxBytes: b.opts.MaxRequestBytes}
 	}
 
+	// A conflict answers what the guesses should have been, for the next
+	// attempt's (guess.go).
+	var reread []clientv3.Op
+	if len(t.guessed) <= b.opts.MaxTxOps {
+		reread = make([]clientv3.Op, len(t.guessed))
+		for i, k := range t.guessed {
+			reread[i] = clientv3.OpGet(k)
+		}
+	}
+
 	var resp *clientv3.TxnResponse
 	err = t.call(func(ctx context.Context) (err error) {
-		resp, err = b.c.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		resp, err = b.c.Txn(ctx).If(cmps...).Then(ops...).Else(reread...).Commit()
 		return err
 	})
 	if err == nil && loseAnswer != nil && loseAnswer() {
 		err = errAnswerLost // a test's fault: the answer is dropped, the commit settled by its marker
 	}
 	if err == nil {
+		t.remember(resp, reread)
 		return resp.Succeeded, nil
 	}
 	if rejected(err) {
@@ -373,6 +414,35 @@ func (t *tx) commit() (bool, error) {
 	}
 	// Sent, and no answer: settle it before anyone retries.
 	return b.resolve(t.ctx, marker, err)
+}
+
+// remember keeps in the memo what a commit's answer tells: the values it
+// wrote, at its revision, or the current values of the keys guessed,
+// which a conflict read back in reread.
+func (t *tx) remember(resp *clientv3.TxnResponse, reread []clientv3.Op) {
+	if t.b.opts.NoGuessing {
+		return
+	}
+	at := resp.Header.Revision
+	if !resp.Succeeded {
+		if len(resp.Responses) != len(reread) {
+			return
+		}
+		for i, k := range t.guessed {
+			t.b.memo.set(k, rangeRead(resp.Responses[i]), at)
+		}
+		return
+	}
+	for _, k := range t.ordered {
+		r := read{}
+		if w := t.writes[k]; !w.del {
+			r = read{val: w.val, modRev: at}
+			if r.val == nil {
+				r.val = []byte{}
+			}
+		}
+		t.b.memo.set(k, r, at)
+	}
 }
 
 // compares builds the commit's guards; coarse replaces the compares of the

@@ -20,7 +20,10 @@
 // commit's fsync), and an ID never seen costs no transaction before the one
 // that applies it (the ID directory, see the README's "How records are
 // kept"). On etcd, which has no directory, the write transaction finds
-// duplicates, saving new messages a read round trip.
+// duplicates, saving new messages a read round trip; its first attempt
+// guesses a message's mark absent instead of reading it (etcdkv's
+// "Guessing instead of reading"), so a new message costs one round trip,
+// its commit, and a redelivery one, the mark's read.
 //
 // MarkTx does the same inside the caller's transaction; SeenTx and Seen
 // answer whether an ID is remembered.

@@ -159,6 +159,12 @@ func (in *Inbox) MarkTx(tx kv.Tx, consumer, id string) (duplicate bool, err erro
 // mark is MarkTx for a consumer and ID already checked (Handle checks them
 // once, before its transaction).
 func (in *Inbox) mark(ctx context.Context, tx kv.Tx, consumer, id string) (duplicate bool, err error) {
+	if in.marks.Layout() != "log" { // no directory (etcd): a new message's mark may be guessed absent
+		if p := keyspace.Prefetcher(tx); p != nil {
+			bucket, k := recstore.KeyOf(markSpec, consumer, id)
+			p([]kv.BucketKey{{Bucket: bucket, Key: k, Absent: true}})
+		}
+	}
 	ref, v, err := in.marks.Get(tx, consumer, id)
 	if err != nil {
 		return false, fmt.Errorf("inbox: %q/%q: %w", consumer, id, err)

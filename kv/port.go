@@ -138,6 +138,15 @@ type wroter interface{ Wrote() bool }
 // about to read. A key of a bucket that does not exist reads as absent,
 // and whether each bucket exists is read in the same request. A failed
 // prefetch fails the transaction as a failed Get does.
+//
+// A backend that commits optimistically (etcd's) may also answer a
+// prefetch without a request, from values it wrote or read recently, and
+// take a key marked Absent as absent: its commit compares every key read,
+// so a guess that turns out wrong makes the transaction run again, never
+// commit on it (etcdkv's doc, "Guessing instead of reading").
 type BucketKey struct {
 	Bucket, Key []byte
+	// Absent says the caller expects the key to be absent (the key of a
+	// new record, a new row's, an event's ID not yet added).
+	Absent bool
 }

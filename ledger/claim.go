@@ -181,7 +181,7 @@ func (l *Ledger) complete(ctx context.Context, c *Claim, resp Response, work fun
 func (l *Ledger) CompleteTx(ctx context.Context, tx kv.Tx, c *Claim, resp Response, work func(tx kv.Tx) error) (Result, error) {
 	now := l.now()
 	if c != nil {
-		l.prefetch(tx, c.Scope, c.Key) // the record, and the counter its new size changes
+		l.prefetch(tx, c.Scope, c.Key, false) // the record, and the counter its new size changes
 	}
 	ref, cur, err := l.owned(tx, c, now)
 	if err != nil {
@@ -215,7 +215,7 @@ func (l *Ledger) Release(ctx context.Context, c *Claim) error {
 // ReleaseTx is Release inside the caller's writable transaction.
 func (l *Ledger) ReleaseTx(ctx context.Context, tx kv.Tx, c *Claim) error {
 	if c != nil {
-		l.prefetch(tx, c.Scope, c.Key) // the record, and the counter its removal changes
+		l.prefetch(tx, c.Scope, c.Key, false) // the record, and the counter its removal changes
 	}
 	ref, cur, err := l.owned(tx, c, l.now())
 	if err != nil {

@@ -258,7 +258,7 @@ func (l *Ledger) admit(tx kv.Tx, req Request) (admission, error) {
 // admitProbed is admit for a request already validated, starting from
 // what the directory said before tx began (Do's read path).
 func (l *Ledger) admitProbed(tx kv.Tx, req Request, probe recstore.Probe) (admission, error) {
-	l.prefetch(tx, req.Scope, req.Key)
+	l.prefetch(tx, req.Scope, req.Key, true)
 	ref, v, err := l.records.GetProbed(tx, req.Scope, req.Key, probe)
 	if err != nil {
 		return admission{now: l.now()}, &RecordError{Scope: req.Scope, Key: req.Key, Err: err}
@@ -389,8 +389,11 @@ func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work, buf
 // (etcd: one round trip instead of two), the record of (scope, key) and
 // its tenant's usage counter, which a write transaction reads next when
 // it admits a request (the counter if the request makes a new record) or
-// completes a claim. Elsewhere it does nothing.
-func (l *Ledger) prefetch(tx kv.Tx, scope, key string) {
+// completes a claim. Elsewhere it does nothing. absent says the record is
+// expected not to exist (a request admitted is most often new), which a
+// backend may take without reading it (kv.BucketKey.Absent): on etcd a
+// new request's write is then one round trip, its commit.
+func (l *Ledger) prefetch(tx kv.Tx, scope, key string, absent bool) {
 	if l.directory || !tx.Writable() {
 		return
 	}
@@ -399,7 +402,7 @@ func (l *Ledger) prefetch(tx kv.Tx, scope, key string) {
 		return
 	}
 	bucket, k := recstore.KeyOf(recordSpec, scope, key)
-	keys := []kv.BucketKey{{Bucket: bucket, Key: k}}
+	keys := []kv.BucketKey{{Bucket: bucket, Key: k, Absent: absent}}
 	if tenant, counts := countedTenant(scope); counts {
 		keys = append(keys, kv.BucketKey{Bucket: usageNS.Bytes(), Key: usageKey(tenant, scope, key)})
 	}

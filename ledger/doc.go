@@ -85,8 +85,13 @@
 // transaction only: a replay, a mismatch or a conflict writes nothing, so
 // that transaction sends no commit, and a new key saves a read round trip.
 // The look-up fetches the record and its tenant's usage counter in one
-// request: a new key costs two round trips (that read and the commit), a
-// replay one, and so do Claim, Complete and Release.
+// request, and its first attempt guesses instead (etcdkv's "Guessing
+// instead of reading"): the record of a request admitted as absent, the
+// counter as this process last wrote it. A new key then costs one round
+// trip, its commit, and a replay one, the record's read, and so do
+// Complete and Release of a claim this process made; with
+// etcdkv.Options.NoGuessing, a new key costs two (the read and the
+// commit), and so do Claim, Complete and Release.
 //
 // # Caveats
 //

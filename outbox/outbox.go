@@ -349,13 +349,14 @@ func (o *Outbox) AddTx(tx kv.Tx, ev Event) (seq uint64, added bool, err error) {
 	}
 	// On a store with several writers (etcd), the event's number is drawn
 	// first, so that the ID's index entry and the three places a number
-	// may be taken are read in one request (kv.BucketKey), not four.
+	// may be taken are read in one request (kv.BucketKey), not four; all
+	// four are expected absent, which etcd may take without reading them.
 	var drawn uint64
 	if p := keyspace.Prefetcher(tx); p != nil && !o.db.Traits().SingleWriter {
 		drawn = o.shared.seqs.next()
 		k := seqKey(drawn)
-		p([]kv.BucketKey{{Bucket: outboxIDsNS.Bytes(), Key: []byte(ev.ID)},
-			{Bucket: outboxNS.Bytes(), Key: k}, {Bucket: publishedNS.Bytes(), Key: k}, {Bucket: quarantineNS.Bytes(), Key: k}})
+		p([]kv.BucketKey{{Bucket: outboxIDsNS.Bytes(), Key: []byte(ev.ID), Absent: true},
+			{Bucket: outboxNS.Bytes(), Key: k, Absent: true}, {Bucket: publishedNS.Bytes(), Key: k, Absent: true}, {Bucket: quarantineNS.Bytes(), Key: k, Absent: true}})
 	}
 	ids, err := outboxIDsNS.Create(tx)
 	if err != nil {

@@ -425,6 +425,9 @@ func (x *Executor) CreateTx(tx kv.Tx, s Spec) (in *Intent, created bool, err err
 		return nil, false, fmt.Errorf("%w: %q", ErrUnknownKind, s.Kind)
 	}
 	key := DownstreamKey(s.Scope, s.Key, s.Purpose)
+	if p := keyspace.Prefetcher(tx); p != nil { // etcd: a new intent's key may be guessed absent
+		p([]kv.BucketKey{{Bucket: intentsNS.Bytes(), Key: []byte(key), Absent: true}})
+	}
 	existing, err := loadIntent(tx, key)
 	now := x.db.Clock().Now()
 	if err != nil || (existing != nil && !existing.expired(now)) {

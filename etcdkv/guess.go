@@ -1,0 +1,112 @@
+package etcdkv
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// A write transaction's first attempt may guess what a prefetch would
+// read instead of reading it (doc.go, "Guessing instead of reading"): the
+// value this process last wrote or read under a key (memo), or absent for
+// a key the caller marked kv.BucketKey.Absent. Its commit compares every
+// guess like any read, and on a conflict reads back, in the same Txn, what
+// the guesses should have been, for the next attempt's. An attempt that
+// guessed and did not commit (its function failed, or wrote nothing)
+// decided on values nothing has confirmed: it is void, and the function
+// runs again reading for real.
+
+// memoMaxBytes bounds the memo's keys and values together, and
+// memoMaxValue a value it keeps: a record's answer may be large, and the
+// guesses that pay are small keys written often (usage counters, bucket
+// markers) and the records a process just wrote.
+const (
+	memoMaxBytes = 4 << 20
+	memoMaxValue = 8 << 10
+)
+
+// memo is what this process last saw under keys: written by its commits,
+// read by its prefetches. An entry may be stale (another process wrote
+// since): a guess from it only costs a conflict.
+type memo struct {
+	mu    sync.Mutex
+	m     map[string]seen
+	bytes int
+}
+
+// seen is a key's value and mod revision (0: absent), as observed at
+// store revision at.
+type seen struct {
+	read
+	at int64
+}
+
+func (m *memo) get(k string) (read, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.m[k]
+	return s.read, ok
+}
+
+// set remembers r under k, observed at revision at, unless what the memo
+// holds was observed later. A value too large to keep removes the entry.
+func (m *memo) set(k string, r read, at int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, had := m.m[k]
+	if had && old.at > at {
+		return
+	}
+	if had {
+		m.bytes -= len(k) + len(old.val)
+		delete(m.m, k)
+	}
+	if len(r.val) > memoMaxValue {
+		return
+	}
+	if m.m == nil {
+		m.m = map[string]seen{}
+	}
+	if m.bytes+len(k)+len(r.val) > memoMaxBytes {
+		// Full: forget a quarter, at random (a map's order), so that the
+		// keys used most are likely kept; only guesses are lost.
+		for ek, e := range m.m {
+			if m.bytes <= memoMaxBytes*3/4 {
+				break
+			}
+			m.bytes -= len(ek) + len(e.val)
+			delete(m.m, ek)
+		}
+	}
+	m.m[k] = seen{read: read{val: r.val, modRev: r.modRev}, at: at}
+	m.bytes += len(k) + len(r.val)
+}
+
+// guessGate stops guessing for a while after guesses keep failing (other
+// processes write the same keys): a failed guess costs a commit, which is
+// dearer than the read it was to save. After two failures in a row it
+// skips the next 16 transactions, doubling with each further failure up
+// to 1,024; one guess that commits resets it.
+type guessGate struct {
+	misses atomic.Int32
+	skip   atomic.Int64
+}
+
+func (g *guessGate) allow() bool {
+	for {
+		n := g.skip.Load()
+		if n <= 0 {
+			return true
+		}
+		if g.skip.CompareAndSwap(n, n-1) {
+			return false
+		}
+	}
+}
+
+func (g *guessGate) hit() { g.misses.Store(0) }
+
+func (g *guessGate) miss() {
+	if n := g.misses.Add(1); n >= 2 {
+		g.skip.Store(int64(16) << min(n-2, 6))
+	}
+}

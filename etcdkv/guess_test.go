@@ -1,0 +1,278 @@
+package etcdkv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/oncekv/oncekv/etcdkv"
+	"github.com/oncekv/oncekv/etcdkv/etcdtest"
+	"github.com/oncekv/oncekv/kv"
+)
+
+// twoProcesses returns two backends on one cluster and prefix, as two
+// replicas of a service would have, the first with opts (its prefix
+// replaced) and its requests counted.
+func twoProcesses(t *testing.T, opts etcdkv.Options) (a, b *etcdkv.Backend, counted *countingKV) {
+	t.Helper()
+	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
+	client := func() *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Endpoints(), ",")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.Close() })
+		return cli
+	}
+	ca := client()
+	counted = &countingKV{KV: ca.KV}
+	ca.KV = counted
+	opts.Prefix = "/guess/"
+	var err error
+	if a, err = etcdkv.New(ca, &opts); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = etcdkv.New(client(), &etcdkv.Options{Prefix: opts.Prefix}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, counted
+}
+
+// bk names key in bucket "a".
+func bk(key string, absent bool) kv.BucketKey {
+	return kv.BucketKey{Bucket: []byte("a"), Key: []byte(key), Absent: absent}
+}
+
+func prefetch(tx kv.Tx, keys ...kv.BucketKey) {
+	tx.(interface{ Prefetch([]kv.BucketKey) }).Prefetch(keys)
+}
+
+func put(t *testing.T, b *etcdkv.Backend, key, val string) {
+	t.Helper()
+	if err := b.Update(context.Background(), func(tx kv.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists([]byte("a"))
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(key), []byte(val))
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, b *etcdkv.Backend, key string) string {
+	t.Helper()
+	var v string
+	if err := b.View(context.Background(), func(tx kv.Tx) error {
+		v = string(tx.Bucket([]byte("a")).Get([]byte(key)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// copyOf is a transaction that reads key (prefetched, absent as marked)
+// and writes what it read under "copy-"+key; runs counts its runs.
+func copyOf(key string, absent bool, runs *int) func(kv.Tx) error {
+	return func(tx kv.Tx) error {
+		*runs++
+		prefetch(tx, bk(key, absent))
+		bucket := tx.Bucket([]byte("a"))
+		v := bucket.Get([]byte(key))
+		if v == nil {
+			v = []byte("none")
+		}
+		return bucket.Put([]byte("copy-"+key), v)
+	}
+}
+
+// A write transaction's first attempt guesses what its prefetch names:
+// the value this process last wrote or read, or absent where the caller
+// marked a key so. A guess another process made wrong never commits: the
+// commit's compares fail, the same request reads back what the guesses
+// should have been, and the second attempt commits on those. A guess that
+// holds saves the prefetch's request.
+func TestGuessing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, counted := twoProcesses(t, etcdkv.Options{})
+	put(t, a, "k", "1") // a remembers k = 1, and that bucket a exists
+	put(t, a, "own", "x")
+
+	// A guess that holds: no read, one commit. (It also keeps the
+	// stale guesses below from pausing guessing: TestGuessingPausesWhileItFails.)
+	holds := func() {
+		t.Helper()
+		counted.count()
+		runs := 0
+		if err := a.Update(ctx, copyOf("own", false, &runs)); err != nil {
+			t.Fatal(err)
+		}
+		if gets, txns := counted.count(); gets+txns != 1 || runs != 1 {
+			t.Errorf("a remembered key: %d reads and %d transactions in %d runs; want the commit alone, in one run", gets, txns, runs)
+		}
+	}
+	holds()
+	runs := 0
+	if err := a.Update(ctx, copyOf("new", true, &runs)); err != nil {
+		t.Fatal(err)
+	}
+	if gets, txns := counted.count(); gets+txns != 1 || runs != 1 || get(t, a, "copy-new") != "none" {
+		t.Errorf("a key marked absent: %d reads and %d transactions in %d runs; want the commit alone, in one run", gets, txns, runs)
+	}
+
+	// The other process makes the remembered value stale.
+	put(t, b, "k", "2")
+	counted.count()
+	counted.failed.Store(0)
+	runs = 0
+	if err := a.Update(ctx, copyOf("k", false, &runs)); err != nil {
+		t.Fatal(err)
+	}
+	if gets, txns := counted.count(); gets != 0 || txns != 2 || runs != 2 || counted.failed.Load() != 1 {
+		t.Errorf("a stale guess: %d reads and %d transactions (%d refused) in %d runs; want the refused commit, which reads k back, and the commit", gets, txns, counted.failed.Load(), runs)
+	}
+	if got := get(t, a, "copy-k"); got != "2" {
+		t.Errorf("copy-k = %q after a stale guess, want 2 (the value when it committed)", got)
+	}
+	holds()
+
+	// A key marked absent that the other process wrote.
+	put(t, b, "late", "b")
+	counted.count()
+	counted.failed.Store(0)
+	runs = 0
+	if err := a.Update(ctx, copyOf("late", true, &runs)); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, a, "copy-late"); got != "b" || runs != 2 || counted.failed.Load() != 1 {
+		t.Errorf("copy-late = %q in %d runs (%d refused commits), want b, the value written by the other process, in 2 runs", got, runs, counted.failed.Load())
+	}
+	holds()
+
+	// An error decided on a stale guess is not returned: the function
+	// runs again, reading for real, and what it decides then is.
+	put(t, b, "k", "3")
+	errStale := errors.New("saw the stale value")
+	var seen []string
+	err := a.Update(ctx, func(tx kv.Tx) error {
+		prefetch(tx, bk("k", false))
+		v := string(tx.Bucket([]byte("a")).Get([]byte("k")))
+		seen = append(seen, v)
+		if v == "2" {
+			return errStale
+		}
+		return tx.Bucket([]byte("a")).Put([]byte("copy-k"), []byte(v))
+	})
+	if err != nil || fmt.Sprint(seen) != "[2 3]" || get(t, a, "copy-k") != "3" {
+		t.Errorf("an error on a stale guess: %v after runs that saw %v; want no error, the second run seeing 3", err, seen)
+	}
+
+	// An answer decided on a guess, with nothing written, is read again:
+	// no commit would have checked it.
+	put(t, b, "k", "4")
+	counted.count()
+	seen = nil
+	if err := a.Update(ctx, func(tx kv.Tx) error {
+		prefetch(tx, bk("k", false))
+		seen = append(seen, string(tx.Bucket([]byte("a")).Get([]byte("k"))))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if gets, txns := counted.count(); fmt.Sprint(seen) != "[3 4]" || gets+txns != 1 {
+		t.Errorf("an answer without a write: runs saw %v in %d reads and %d transactions; want [3 4], the second read for real in one request", seen, gets, txns)
+	}
+}
+
+// Guesses that keep failing (another process keeps writing what this one
+// remembers) stop for a while: each costs a refused commit, dearer than
+// the read it was to save.
+func TestGuessingPausesWhileItFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, counted := twoProcesses(t, etcdkv.Options{})
+	put(t, a, "k", "0")
+	counted.failed.Store(0)
+	for i := range 10 {
+		put(t, b, "k", fmt.Sprint(i+1))
+		runs := 0
+		if err := a.Update(ctx, copyOf("k", false, &runs)); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(t, a, "copy-k"); got != fmt.Sprint(i+1) {
+			t.Fatalf("round %d: copy-k = %q, want %d", i, got, i+1)
+		}
+	}
+	if n := counted.failed.Load(); n != 2 {
+		t.Errorf("%d refused commits in 10 transactions whose guesses were all stale; want 2, then no guessing", n)
+	}
+}
+
+// Without guessing (Options.NoGuessing) a prefetch reads what it names,
+// and a commit is never refused for a guess.
+func TestNoGuessing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, counted := twoProcesses(t, etcdkv.Options{NoGuessing: true})
+	put(t, a, "k", "1")
+	put(t, b, "k", "2")
+	counted.count()
+	counted.failed.Store(0)
+	runs := 0
+	if err := a.Update(ctx, copyOf("k", false, &runs)); err != nil {
+		t.Fatal(err)
+	}
+	if gets, txns := counted.count(); gets+txns != 2 || runs != 1 || counted.failed.Load() != 0 || get(t, a, "copy-k") != "2" {
+		t.Errorf("%d reads and %d transactions (%d refused) in %d runs; want the prefetch and the commit, in one run", gets, txns, counted.failed.Load(), runs)
+	}
+}
+
+// Transactions of two processes that increment one counter, prefetched,
+// many at once: guesses go stale all the time, and no increment is lost
+// or counted twice.
+func TestGuessingUnderContention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := twoProcesses(t, etcdkv.Options{})
+	put(t, a, "n", "0")
+	const workers, each = 6, 15
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*workers)
+	for w := range 2 * workers {
+		backend := a
+		if w%2 == 1 {
+			backend = b
+		}
+		wg.Go(func() {
+			for range each {
+				if err := backend.Update(ctx, func(tx kv.Tx) error {
+					prefetch(tx, bk("n", false))
+					bucket := tx.Bucket([]byte("a"))
+					var n int
+					if _, err := fmt.Sscan(string(bucket.Get([]byte("n"))), &n); err != nil {
+						return err
+					}
+					return bucket.Put([]byte("n"), []byte(fmt.Sprint(n+1)))
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got, want := get(t, a, "n"), fmt.Sprint(2*workers*each); got != want {
+		t.Errorf("n = %s after %s increments", got, want)
+	}
+}
