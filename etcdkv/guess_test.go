@@ -13,6 +13,7 @@ import (
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/ledger"
 )
 
 // twoProcesses returns two backends on one cluster and prefix, as two
@@ -274,5 +275,69 @@ func TestGuessingUnderContention(t *testing.T) {
 	}
 	if got, want := get(t, a, "n"), fmt.Sprint(2*workers*each); got != want {
 		t.Errorf("n = %s after %s increments", got, want)
+	}
+}
+
+// A retry that lands on another replica finds the record the first
+// replica wrote, though its first attempt guessed the record absent and
+// ran the work: that attempt's commit is refused, and the retry answers
+// with the first attempt's response. The work's writes commit once.
+func TestGuessedAbsentRecordOfAnotherReplica(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, counted := twoProcesses(t, etcdkv.Options{})
+	ledgerOn := func(backend *etcdkv.Backend) *ledger.Ledger {
+		db, err := kv.New(backend, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		l, err := ledger.New(db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	la, lb := ledgerOn(a), ledgerOn(b)
+	req := ledger.Request{Scope: "acme|POST /v1/orders", Key: "order-1", Fingerprint: ledger.Fingerprint{1}}
+	work := func(order, replica string, ran *int) ledger.Work {
+		return func(tx kv.Tx) (ledger.Response, error) {
+			*ran++
+			bucket, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return ledger.Response{}, err
+			}
+			v := bucket.Get([]byte(order)) // every replica that commits appends its name
+			if err := bucket.Put([]byte(order), append(append([]byte(nil), v...), replica...)); err != nil {
+				return ledger.Response{}, err
+			}
+			return ledger.Response{Status: 201, Body: []byte("made by " + replica)}, nil
+		}
+	}
+	var ranB, ranA int
+	if _, err := lb.Do(ctx, ledger.Request{Scope: req.Scope, Key: "warm-up", Fingerprint: req.Fingerprint}, work("warm-up", "b", &ranB)); err != nil {
+		t.Fatal(err) // b knows the buckets, and guesses from here on
+	}
+	if res, err := la.Do(ctx, req, work("order-1", "a", &ranA)); err != nil || res.Replayed {
+		t.Fatalf("first attempt on a: %+v, %v", res, err)
+	}
+	ranB = 0
+	counted.failed.Store(0)
+	res, err := lb.Do(ctx, req, work("order-1", "b", &ranB))
+	if err != nil || !res.Replayed || string(res.Response.Body) != "made by a" {
+		t.Fatalf("the retry on b: %+v, %v; want a's answer replayed", res, err)
+	}
+	var order string
+	if err := b.View(ctx, func(tx kv.Tx) error {
+		order = string(tx.Bucket([]byte("orders")).Get([]byte("order-1")))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if order != "a" {
+		t.Errorf("order-1 = %q: the work's writes committed other than once, by a", order)
+	}
+	if ranB != 1 {
+		t.Errorf("the work ran %d times on b; want once, in the attempt that guessed the record absent (its writes refused)", ranB)
 	}
 }
