@@ -125,8 +125,9 @@ type Backend struct {
 
 	// memo and gate serve the guesses of a transaction's first attempts
 	// (guess.go).
-	memo memo
-	gate guessGate
+	memo  memo
+	gate  guessGate
+	stats guessStats
 
 	// buckets are the bucket names known to exist. The port deletes no
 	// bucket, so once seen a marker is read (and compared) no more: a
@@ -256,25 +257,31 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 	// The first two attempts may guess (guess.go): the second with what
 	// the first's conflict read back, and without a backoff between them,
 	// since a wrong guess is no contention.
-	guess := !b.opts.NoGuessing && b.gate.allow()
+	guess := !b.opts.NoGuessing && b.gate.allow(&b.stats.paused)
 	for attempt := 1; ; attempt++ {
 		if !solo && attempt > b.opts.SoloAfter {
 			b.solo.Lock()
 			solo = true
 		}
 		var out outcome
+		var guessed bool
 		var err error
 		if solo {
-			out, err = b.attempt(ctx, fn, guess && attempt <= 2)
+			out, guessed, err = b.attempt(ctx, fn, guess && attempt <= 2)
 		} else {
-			out, err = b.attemptShared(ctx, fn, guess && attempt <= 2)
+			out, guessed, err = b.attemptShared(ctx, fn, guess && attempt <= 2)
 		}
-		if guess && attempt == 1 { // the first guesses tell whether guessing pays
+		if guessed && attempt == 1 { // the first guesses tell whether guessing pays
+			b.stats.guessed.Add(1)
 			switch out {
 			case committed:
+				b.stats.committed.Add(1)
 				b.gate.hit()
 			case guessedWrong:
+				b.stats.refused.Add(1)
 				b.gate.miss()
+			case void:
+				b.stats.void.Add(1)
 			}
 		}
 		switch {
@@ -313,29 +320,31 @@ const (
 // solo): the shared hold is released however attempt ends, a panic in fn
 // or in an OnCommit handler included, or the next transaction to go solo
 // would wait for it for ever, and every one after that.
-func (b *Backend) attemptShared(ctx context.Context, fn func(kv.Tx) error, guess bool) (outcome, error) {
+func (b *Backend) attemptShared(ctx context.Context, fn func(kv.Tx) error, guess bool) (outcome, bool, error) {
 	b.solo.RLock()
 	defer b.solo.RUnlock()
 	return b.attempt(ctx, fn, guess)
 }
 
-// attempt runs fn once and commits, guessing where guess says it may.
-func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error, guess bool) (outcome, error) {
+// attempt runs fn once and commits, guessing where guess says it may;
+// guessed reports that it did.
+func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error, guess bool) (out outcome, guessed bool, err error) {
 	t := b.begin(ctx, true)
 	t.guess = guess
-	err := fn(t)
-	if len(t.guessed) > 0 && (t.err != nil || err != nil || len(t.writes) == 0) {
-		return void, nil // fn decided on guesses nothing confirmed: its error or its answer may be wrong
+	err = fn(t)
+	guessed = len(t.guessed) > 0
+	if guessed && (t.err != nil || err != nil || len(t.writes) == 0) {
+		return void, true, nil // fn decided on guesses nothing confirmed: its error or its answer may be wrong
 	}
 	if t.err != nil {
-		return conflict, b.closedErr(t.err) // a read failed: fn saw nothing it can rely on
+		return conflict, false, b.closedErr(t.err) // a read failed: fn saw nothing it can rely on
 	}
 	if err != nil {
-		return conflict, err
+		return conflict, false, err
 	}
 	ok, err := t.commit()
-	if len(t.guessed) > 0 && (errors.Is(err, ErrTxTooLarge) || (err != nil && rejected(err))) {
-		return void, nil // refused before it applied, for a size the guesses may have made
+	if guessed && (errors.Is(err, ErrTxTooLarge) || (err != nil && rejected(err))) {
+		return void, true, nil // refused before it applied, for a size the guesses may have made
 	}
 	err = b.closedErr(err)
 	switch {
@@ -346,11 +355,11 @@ func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error, guess bool)
 		for _, h := range t.onCommit {
 			h()
 		}
-		return committed, err
-	case err == nil && len(t.guessed) > 0:
-		return guessedWrong, nil
+		return committed, guessed, err
+	case err == nil && guessed:
+		return guessedWrong, true, nil
 	}
-	return conflict, err
+	return conflict, guessed, err
 }
 
 // request returns the context of one request to etcd: ctx's, ended by

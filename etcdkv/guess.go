@@ -91,13 +91,16 @@ type guessGate struct {
 	skip   atomic.Int64
 }
 
-func (g *guessGate) allow() bool {
+// allow reports whether the next transaction may guess, counting in
+// paused one that may not.
+func (g *guessGate) allow(paused *atomic.Uint64) bool {
 	for {
 		n := g.skip.Load()
 		if n <= 0 {
 			return true
 		}
 		if g.skip.CompareAndSwap(n, n-1) {
+			paused.Add(1)
 			return false
 		}
 	}
@@ -109,4 +112,31 @@ func (g *guessGate) miss() {
 	if n := g.misses.Add(1); n >= 2 {
 		g.skip.Store(int64(16) << min(n-2, 6))
 	}
+}
+
+// GuessStats counts, since the backend was made, how the first attempts
+// of its write transactions fared with their guesses (doc.go, "Guessing
+// instead of reading"): whether guessing pays for a workload, which
+// Options.NoGuessing would switch off.
+type GuessStats struct {
+	// Guessed counts the first attempts that guessed at least one key;
+	// of them, Committed committed, Refused had their commit refused (a
+	// guess, or another read, was stale: the second attempt ran on what
+	// the refusal read back), and Void ended without a commit (an error,
+	// nothing to write: it ran again, reading for real).
+	Guessed   uint64 `json:"guessed"`
+	Committed uint64 `json:"committed"`
+	Refused   uint64 `json:"refused"`
+	Void      uint64 `json:"void"`
+	// Paused counts the transactions that did not guess because guesses
+	// kept failing.
+	Paused uint64 `json:"paused"`
+}
+
+type guessStats struct{ guessed, committed, refused, void, paused atomic.Uint64 }
+
+// GuessStats returns the counts of the backend's guesses so far.
+func (b *Backend) GuessStats() GuessStats {
+	s := &b.stats
+	return GuessStats{Guessed: s.guessed.Load(), Committed: s.committed.Load(), Refused: s.refused.Load(), Void: s.void.Load(), Paused: s.paused.Load()}
 }

@@ -190,6 +190,12 @@ func TestGuessing(t *testing.T) {
 	if gets, txns := counted.count(); fmt.Sprint(seen) != "[3 4]" || gets+txns != 1 {
 		t.Errorf("an answer without a write: runs saw %v in %d reads and %d transactions; want [3 4], the second read for real in one request", seen, gets, txns)
 	}
+
+	// The transactions above that guessed, counted.
+	want := etcdkv.GuessStats{Guessed: 8, Committed: 4, Refused: 2, Void: 2}
+	if got := a.GuessStats(); got != want {
+		t.Errorf("GuessStats = %+v, want %+v", got, want)
+	}
 }
 
 // Guesses that keep failing (another process keeps writing what this one
@@ -213,6 +219,9 @@ func TestGuessingPausesWhileItFails(t *testing.T) {
 	}
 	if n := counted.failed.Load(); n != 2 {
 		t.Errorf("%d refused commits in 10 transactions whose guesses were all stale; want 2, then no guessing", n)
+	}
+	if got, want := a.GuessStats(), (etcdkv.GuessStats{Guessed: 2, Refused: 2, Paused: 8}); got != want {
+		t.Errorf("GuessStats = %+v, want %+v", got, want)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/oncekv/oncekv/bench"
+	"github.com/oncekv/oncekv/etcdkv"
 )
 
 // benchRun is one client count of a bench invocation.
@@ -22,6 +23,10 @@ type benchRun struct {
 	Clients int            `json:"clients"`
 	Results []bench.Result `json:"results"`
 	Ratio   float64        `json:"ratio"` // oncekv / bare throughput
+	// EtcdGuesses says how the ledger's transactions on etcd fared with
+	// their guesses (--against-etcd; etcdkv's "Guessing instead of
+	// reading").
+	EtcdGuesses *etcdkv.GuessStats `json:"etcd_guesses,omitempty"`
 }
 
 // benchOutput is what --json prints: the settings, then one run per client
@@ -151,12 +156,14 @@ workload at each client count.`,
 					}
 					run.Extra = []bench.Workload{w}
 				}
+				var etcdLedger *etcdkv.Backend
 				if eb != nil {
-					ws, err := eb.workloads(cmd.Context(), run)
+					ws, b, err := eb.workloads(cmd.Context(), run)
 					if err != nil {
 						return err
 					}
 					run.Extra = append(run.Extra, ws...)
+					etcdLedger = b
 				}
 				var bar *progressbar.ProgressBar
 				if f, ok := o.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !o.json && !gobench {
@@ -174,7 +181,12 @@ workload at each client count.`,
 				if err != nil {
 					return err
 				}
-				out.Runs = append(out.Runs, benchRun{Clients: n, Results: rep.Results, Ratio: rep.Ratio()})
+				r := benchRun{Clients: n, Results: rep.Results, Ratio: rep.Ratio()}
+				if etcdLedger != nil {
+					g := etcdLedger.GuessStats()
+					r.EtcdGuesses = &g
+				}
+				out.Runs = append(out.Runs, r)
 			}
 			if len(out.Runs) == 1 {
 				out.Results, out.Ratio = out.Runs[0].Results, out.Runs[0].Ratio
@@ -208,6 +220,10 @@ workload at each client count.`,
 					}
 					if plain > 0 && sealed > 0 {
 						fmt.Fprintf(w, "encryption at rest costs %.2fx (oncekv ops/s / oncekv-encrypted ops/s)\n", plain/sealed)
+					}
+					if g := r.EtcdGuesses; g != nil && g.Guessed > 0 {
+						fmt.Fprintf(w, "oncekv-etcd's guesses: %d first attempts guessed, %d committed, %d refused (%.1f%%), %d void; %d transactions paused guessing\n",
+							g.Guessed, g.Committed, g.Refused, 100*float64(g.Refused)/float64(g.Guessed), g.Void, g.Paused)
 					}
 				}
 			})

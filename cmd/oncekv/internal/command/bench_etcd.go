@@ -56,25 +56,28 @@ func startEtcdBench(spec string, sync bool) (*etcdBench, error) {
 }
 
 // workloads returns the bare write and the ledger on etcd, named
-// etcd-bare and oncekv-etcd, each on a prefix of its own.
-func (eb *etcdBench) workloads(ctx context.Context, cfg bench.HarnessConfig) ([]bench.Workload, error) {
+// etcd-bare and oncekv-etcd, each on a prefix of its own, and the
+// ledger's backend (whose GuessStats the run reports).
+func (eb *etcdBench) workloads(ctx context.Context, cfg bench.HarnessConfig) ([]bench.Workload, *etcdkv.Backend, error) {
+	backends := map[string]*etcdkv.Backend{}
 	open := func(name string) (*kv.DB, error) {
 		b, err := etcdkv.New(eb.client, &etcdkv.Options{Prefix: fmt.Sprintf("%s%d/%s/", eb.prefix, cfg.Clients, name)})
 		if err != nil {
 			return nil, err
 		}
+		backends[name] = b
 		return kv.New(b, nil)
 	}
 	bare, err := bench.BareWorkload("etcd-bare", cfg, open, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	once, err := bench.LedgerWorkload(ctx, "oncekv-etcd", cfg, open, false)
 	if err != nil {
 		_ = bare.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return []bench.Workload{bare, once}, nil
+	return []bench.Workload{bare, once}, backends["oncekv-etcd"], nil
 }
 
 // close deletes this invocation's keys (and its prefixes' registry

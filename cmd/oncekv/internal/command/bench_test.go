@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/bench"
+	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/kv"
 )
 
@@ -158,6 +159,9 @@ func TestBenchAgainstEtcd(t *testing.T) {
 			Ops         int64   `json:"ops"`
 			RatioToBare float64 `json:"ratio_to_bare"`
 		} `json:"results"`
+		Runs []struct {
+			EtcdGuesses *etcdkv.GuessStats `json:"etcd_guesses"`
+		} `json:"runs"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
 	require.Len(t, res.Results, 4)
@@ -167,6 +171,13 @@ func TestBenchAgainstEtcd(t *testing.T) {
 		require.Positive(t, r.Ops, r.Name)
 		require.Positive(t, r.RatioToBare, r.Name)
 	}
+	// The ledger's writes on etcd guess (etcdkv's "Guessing instead of
+	// reading"), and the run says how that went.
+	require.Len(t, res.Runs, 1)
+	g := res.Runs[0].EtcdGuesses
+	require.NotNil(t, g, "no etcd_guesses in %s", out)
+	require.Positive(t, g.Committed, "no write committed on its guesses: %+v", g)
+	require.Equal(t, g.Guessed, g.Committed+g.Refused+g.Void, "%+v", g)
 }
 
 // bench --trace writes an execution trace of the run (go tool trace), and
