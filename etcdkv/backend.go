@@ -276,10 +276,12 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 			switch out {
 			case committed:
 				b.stats.committed.Add(1)
-				b.gate.hit()
+				b.gate.fared(false)
 			case guessedWrong:
 				b.stats.refused.Add(1)
-				b.gate.miss()
+				b.gate.fared(true)
+			case conflict:
+				b.stats.conflicted.Add(1)
 			case void:
 				b.stats.void.Add(1)
 			}
@@ -312,7 +314,7 @@ type outcome int
 const (
 	conflict     outcome = iota // its commit's compares failed (or it failed)
 	committed                   // it committed
-	guessedWrong                // it guessed, and its commit's compares failed
+	guessedWrong                // its commit was refused, a guess from a stale memo among the causes
 	void                        // it guessed, and ended without a commit: nothing it decided holds
 )
 
@@ -356,7 +358,7 @@ func (b *Backend) attempt(ctx context.Context, fn func(kv.Tx) error, guess bool)
 			h()
 		}
 		return committed, guessed, err
-	case err == nil && guessed:
+	case err == nil && t.stale:
 		return guessedWrong, true, nil
 	}
 	return conflict, guessed, err

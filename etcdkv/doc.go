@@ -55,10 +55,13 @@
 // 256 per tenant); a replay is one, the record's read; completing or
 // releasing a claim this process made is one. A wrong guess costs a
 // refused commit (a Raft round, dearer than the read it was to save):
-// when a process's first guesses fail twice in a row (another replica
-// keeps writing what it remembers, or its requests are mostly retries
-// first seen by another replica), it stops guessing for 16 transactions,
-// doubling up to 1,024 while they keep failing. Backend.GuessStats counts
+// when more than half of a process's recent first attempts that guessed
+// were refused (another replica keeps writing what it remembers, or its
+// requests are mostly retries first seen by another replica), it stops
+// guessing for 16 transactions, doubling up to 1,024 while they keep
+// failing. A refusal a transaction that read would have met as well (a
+// commit of this process changed a key after the guess) is a conflict,
+// and does not count against guessing. Backend.GuessStats counts
 // how the guesses fared (oncekv bench --against-etcd prints it), and
 // Options.NoGuessing turns guessing off.
 //

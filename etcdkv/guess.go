@@ -81,36 +81,53 @@ func (m *memo) set(k string, r read, at int64) {
 	m.bytes += len(k) + len(r.val)
 }
 
-// guessGate stops guessing for a while after guesses keep failing (other
-// processes write the same keys): a failed guess costs a commit, which is
-// dearer than the read it was to save. After two failures in a row it
-// skips the next 16 transactions, doubling with each further failure up
-// to 1,024; one guess that commits resets it.
+// guessGate stops guessing for a while where guesses keep failing
+// (another replica keeps writing what this process remembers, or most
+// requests are retries another replica saw first): a refused commit is
+// dearer than the read a guess saves. It keeps a moving average of the
+// refused share of first attempts that guessed (each new one weighs a
+// sixteenth); past a half, the next 16 transactions do not guess, and each
+// pause that follows another without the share falling under a quarter
+// in between is twice as long, up to 1,024. Refusals that concurrency
+// makes anyway (two transactions of the process writing one key: a
+// usage counter) are not counted: a transaction that read would have met
+// them too (tx.remember tells them apart).
 type guessGate struct {
-	misses atomic.Int32
-	skip   atomic.Int64
+	mu      sync.Mutex
+	refused float64 // the moving average of the refused share
+	skip    int     // transactions left in the pause
+	pauses  int     // pauses in a row
 }
 
 // allow reports whether the next transaction may guess, counting in
 // paused one that may not.
 func (g *guessGate) allow(paused *atomic.Uint64) bool {
-	for {
-		n := g.skip.Load()
-		if n <= 0 {
-			return true
-		}
-		if g.skip.CompareAndSwap(n, n-1) {
-			paused.Add(1)
-			return false
-		}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.skip > 0 {
+		g.skip--
+		paused.Add(1)
+		return false
 	}
+	return true
 }
 
-func (g *guessGate) hit() { g.misses.Store(0) }
-
-func (g *guessGate) miss() {
-	if n := g.misses.Add(1); n >= 2 {
-		g.skip.Store(int64(16) << min(n-2, 6))
+// fared records how a first attempt that guessed fared.
+func (g *guessGate) fared(refused bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	x := 0.0
+	if refused {
+		x = 1
+	}
+	g.refused += (x - g.refused) / 16
+	switch {
+	case g.refused > 0.5:
+		g.skip = 16 << min(g.pauses, 6)
+		g.pauses++
+		g.refused = 0.375 // after the pause, four refusals in a row pause it again
+	case g.refused < 0.25:
+		g.pauses = 0
 	}
 }
 
@@ -119,24 +136,32 @@ func (g *guessGate) miss() {
 // instead of reading"): whether guessing pays for a workload, which
 // Options.NoGuessing would switch off.
 type GuessStats struct {
-	// Guessed counts the first attempts that guessed at least one key;
-	// of them, Committed committed, Refused had their commit refused (a
-	// guess, or another read, was stale: the second attempt ran on what
-	// the refusal read back), and Void ended without a commit (an error,
-	// nothing to write: it ran again, reading for real).
-	Guessed   uint64 `json:"guessed"`
-	Committed uint64 `json:"committed"`
-	Refused   uint64 `json:"refused"`
-	Void      uint64 `json:"void"`
+	// Guessed counts the first attempts that guessed at least one key.
+	// Of them, Committed committed; Refused had their commit refused
+	// because a guess was stale (another process had written the key, or
+	// it was marked absent and existed: the second attempt ran on what the
+	// refusal read back); Conflicted had their commit refused for a
+	// conflict that reading would have met too (another transaction of
+	// this process wrote a key guessed, or a key read changed); Void ended
+	// without a commit (an error, nothing to write: it ran again, reading
+	// for real).
+	Guessed    uint64 `json:"guessed"`
+	Committed  uint64 `json:"committed"`
+	Refused    uint64 `json:"refused"`
+	Conflicted uint64 `json:"conflicted"`
+	Void       uint64 `json:"void"`
 	// Paused counts the transactions that did not guess because guesses
 	// kept failing.
 	Paused uint64 `json:"paused"`
 }
 
-type guessStats struct{ guessed, committed, refused, void, paused atomic.Uint64 }
+type guessStats struct {
+	guessed, committed, refused, conflicted, void, paused atomic.Uint64
+}
 
 // GuessStats returns the counts of the backend's guesses so far.
 func (b *Backend) GuessStats() GuessStats {
 	s := &b.stats
-	return GuessStats{Guessed: s.guessed.Load(), Committed: s.committed.Load(), Refused: s.refused.Load(), Void: s.void.Load(), Paused: s.paused.Load()}
+	return GuessStats{Guessed: s.guessed.Load(), Committed: s.committed.Load(), Refused: s.refused.Load(),
+		Conflicted: s.conflicted.Load(), Void: s.void.Load(), Paused: s.paused.Load()}
 }

@@ -44,6 +44,7 @@ type tx struct {
 
 	guess   bool     // a prefetch may guess instead of reading (guess.go)
 	guessed []string // keys whose reads are guesses, in the order guessed
+	stale   bool     // a refused commit found a guess stale (remember)
 }
 
 type read struct {
@@ -418,7 +419,11 @@ func (t *tx) commit() (bool, error) {
 
 // remember keeps in the memo what a commit's answer tells: the values it
 // wrote, at its revision, or the current values of the keys guessed,
-// which a conflict read back in reread.
+// which a conflict read back in reread. A refused commit whose guess was
+// wrong sets t.stale, unless the memo knew the key's current revision
+// already: then a commit of this process changed it after the guess,
+// which a transaction that read would have met as well (contention, not
+// a stale memo).
 func (t *tx) remember(resp *clientv3.TxnResponse, reread []clientv3.Op) {
 	if t.b.opts.NoGuessing {
 		return
@@ -426,10 +431,17 @@ func (t *tx) remember(resp *clientv3.TxnResponse, reread []clientv3.Op) {
 	at := resp.Header.Revision
 	if !resp.Succeeded {
 		if len(resp.Responses) != len(reread) {
+			t.stale = len(t.guessed) > 0 // nothing read back: the next guesses would be the same
 			return
 		}
 		for i, k := range t.guessed {
-			t.b.memo.set(k, rangeRead(resp.Responses[i]), at)
+			fresh := rangeRead(resp.Responses[i])
+			if fresh.modRev != t.reads[k].modRev {
+				if known, ok := t.b.memo.get(k); !ok || known.modRev != fresh.modRev {
+					t.stale = true
+				}
+			}
+			t.b.memo.set(k, fresh, at)
 		}
 		return
 	}

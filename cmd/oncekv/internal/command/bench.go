@@ -222,8 +222,8 @@ workload at each client count.`,
 						fmt.Fprintf(w, "encryption at rest costs %.2fx (oncekv ops/s / oncekv-encrypted ops/s)\n", plain/sealed)
 					}
 					if g := r.EtcdGuesses; g != nil && g.Guessed > 0 {
-						fmt.Fprintf(w, "oncekv-etcd's guesses: %d first attempts guessed, %d committed, %d refused (%.1f%%), %d void; %d transactions paused guessing\n",
-							g.Guessed, g.Committed, g.Refused, 100*float64(g.Refused)/float64(g.Guessed), g.Void, g.Paused)
+						fmt.Fprintf(w, "oncekv-etcd's guesses: %d first attempts guessed: %d committed, %d refused for a stale guess (%.1f%%), %d for a conflict, %d void; %d transactions paused guessing\n",
+							g.Guessed, g.Committed, g.Refused, 100*float64(g.Refused)/float64(g.Guessed), g.Conflicted, g.Void, g.Paused)
 					}
 				}
 			})

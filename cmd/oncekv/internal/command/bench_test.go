@@ -177,7 +177,7 @@ func TestBenchAgainstEtcd(t *testing.T) {
 	g := res.Runs[0].EtcdGuesses
 	require.NotNil(t, g, "no etcd_guesses in %s", out)
 	require.Positive(t, g.Committed, "no write committed on its guesses: %+v", g)
-	require.Equal(t, g.Guessed, g.Committed+g.Refused+g.Void, "%+v", g)
+	require.Equal(t, g.Guessed, g.Committed+g.Refused+g.Conflicted+g.Void, "%+v", g)
 }
 
 // bench --trace writes an execution trace of the run (go tool trace), and
