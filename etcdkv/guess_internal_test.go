@@ -1,6 +1,7 @@
 package etcdkv
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -51,5 +52,41 @@ func TestGuessGate(t *testing.T) {
 	run(100, 0, r)
 	if g.pauses != 0 {
 		t.Errorf("%d pauses in a row after 100 guesses that committed", g.pauses)
+	}
+}
+
+// The memo keeps the latest value observed of a key, never a large one,
+// and stays within its bytes, forgetting a quarter when full.
+func TestMemo(t *testing.T) {
+	var m memo
+	m.set("k", read{val: []byte("new"), modRev: 7}, 7)
+	m.set("k", read{val: []byte("old"), modRev: 5}, 6) // observed earlier: ignored
+	if r, ok := m.get("k"); !ok || string(r.val) != "new" || r.modRev != 7 {
+		t.Errorf("k = %q at %d, %v; want the later observation", r.val, r.modRev, ok)
+	}
+	m.set("k", read{}, 9) // deleted
+	if r, ok := m.get("k"); !ok || r.val != nil || r.modRev != 0 {
+		t.Errorf("k = %q at %d, %v; want remembered absent", r.val, r.modRev, ok)
+	}
+	m.set("k", read{val: make([]byte, memoMaxValue+1), modRev: 10}, 10)
+	if _, ok := m.get("k"); ok {
+		t.Error("a value over memoMaxValue kept, or the stale one left in its place")
+	}
+	if m.bytes != 0 {
+		t.Errorf("%d bytes counted in an empty memo", m.bytes)
+	}
+	v := make([]byte, 1000)
+	n := 2 * memoMaxBytes / 1000
+	for i := range n {
+		m.set(fmt.Sprint("key-", i), read{val: v, modRev: int64(i + 1)}, int64(i+1))
+		if m.bytes > memoMaxBytes {
+			t.Fatalf("%d bytes after %d sets, over %d", m.bytes, i+1, memoMaxBytes)
+		}
+	}
+	if len(m.m) >= n/2 || len(m.m) < n/4 {
+		t.Errorf("%d keys kept of %d set in twice its room", len(m.m), n)
+	}
+	if _, ok := m.get(fmt.Sprint("key-", n-1)); !ok {
+		t.Error("the last key set is not kept")
 	}
 }

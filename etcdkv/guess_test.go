@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/oncekv/oncekv/etcdkv"
 	"github.com/oncekv/oncekv/etcdkv/etcdtest"
@@ -22,15 +19,7 @@ import (
 func twoProcesses(t *testing.T, opts etcdkv.Options) (a, b *etcdkv.Backend, counted *countingKV) {
 	t.Helper()
 	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
-	client := func() *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Endpoints(), ",")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cli.Close() })
-		return cli
-	}
-	ca := client()
+	ca := client(t, c)
 	counted = &countingKV{KV: ca.KV}
 	ca.KV = counted
 	opts.Prefix = "/guess/"
@@ -38,7 +27,7 @@ func twoProcesses(t *testing.T, opts etcdkv.Options) (a, b *etcdkv.Backend, coun
 	if a, err = etcdkv.New(ca, &opts); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = etcdkv.New(client(), &etcdkv.Options{Prefix: opts.Prefix}); err != nil {
+	if b, err = etcdkv.New(client(t, c), &etcdkv.Options{Prefix: opts.Prefix}); err != nil {
 		t.Fatal(err)
 	}
 	return a, b, counted

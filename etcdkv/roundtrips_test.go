@@ -20,6 +20,8 @@ import (
 	"github.com/oncekv/oncekv/ledger"
 	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/outbox"
+	"github.com/oncekv/oncekv/sideeffect"
+	"github.com/oncekv/oncekv/sideeffect/providertest"
 )
 
 // countingKV counts the requests a backend sends to etcd (each is a round
@@ -111,12 +113,7 @@ func (c *countingKV) expect(t *testing.T, what string, want int64) {
 // its own, and the count of the requests it sends.
 func countedBackend(t *testing.T, opts *etcdkv.Options) (*etcdkv.Backend, *countingKV) {
 	t.Helper()
-	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Endpoints(), ",")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := client(t, etcdtest.Start(t, etcdtest.Options{Members: 1}))
 	counted := &countingKV{KV: cli.KV}
 	cli.KV = counted
 	b, err := etcdkv.New(cli, opts)
@@ -124,6 +121,28 @@ func countedBackend(t *testing.T, opts *etcdkv.Options) (*etcdkv.Backend, *count
 		t.Fatal(err)
 	}
 	return b, counted
+}
+
+// client returns a client of cluster c, closed when the test ends.
+func client(t *testing.T, c interface{ Endpoints() string }) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Endpoints(), ",")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// withGuessing runs test with guessing on and off (etcdkv.Options.NoGuessing),
+// in parallel subtests.
+func withGuessing(t *testing.T, test func(t *testing.T, guessing bool)) {
+	for _, guessing := range []bool{true, false} {
+		t.Run(fmt.Sprint("guessing=", guessing), func(t *testing.T) {
+			t.Parallel()
+			test(t, guessing)
+		})
+	}
 }
 
 // countedDB is countedBackend opened as a kv.DB with opts, closed when
@@ -152,12 +171,7 @@ func countedDB(t *testing.T, backend *etcdkv.Options, opts *kv.Options) (*kv.DB,
 // round trips, and a claim, its completion and a release two each.
 func TestLedgerDoRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	for _, guessing := range []bool{true, false} {
-		t.Run(fmt.Sprint("guessing=", guessing), func(t *testing.T) {
-			t.Parallel()
-			ledgerRoundTrips(t, guessing)
-		})
-	}
+	withGuessing(t, ledgerRoundTrips)
 }
 
 func ledgerRoundTrips(t *testing.T, guessing bool) {
@@ -358,12 +372,7 @@ func TestPrefetch(t *testing.T) {
 // of its new values (the row is the one this process wrote).
 func TestConditionalRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	for _, guessing := range []bool{true, false} {
-		t.Run(fmt.Sprint("guessing=", guessing), func(t *testing.T) {
-			t.Parallel()
-			conditionalRoundTrips(t, guessing)
-		})
-	}
+	withGuessing(t, conditionalRoundTrips)
 }
 
 func conditionalRoundTrips(t *testing.T, guessing bool) {
@@ -425,12 +434,7 @@ func conditionalRoundTrips(t *testing.T, guessing bool) {
 // request. A redelivery reads the mark alone.
 func TestOutboxAndInboxRoundTripsOnEtcd(t *testing.T) {
 	t.Parallel()
-	for _, guessing := range []bool{true, false} {
-		t.Run(fmt.Sprint("guessing=", guessing), func(t *testing.T) {
-			t.Parallel()
-			messageRoundTrips(t, guessing)
-		})
-	}
+	withGuessing(t, messageRoundTrips)
 }
 
 func messageRoundTrips(t *testing.T, guessing bool) {
@@ -473,4 +477,41 @@ func messageRoundTrips(t *testing.T, guessing bool) {
 		}
 		counted.expect(t, fmt.Sprint("redelivery ", i), 1)
 	}
+}
+
+// A new side-effect intent on etcd reads its key before its commit, or
+// with guessing takes it as absent and commits in one request; creating
+// it again (a retry) reads it and writes nothing.
+func TestIntentRoundTripsOnEtcd(t *testing.T) {
+	t.Parallel()
+	withGuessing(t, func(t *testing.T, guessing bool) {
+		db, counted := countedDB(t, &etcdkv.Options{Prefix: "/intents/", NoGuessing: !guessing}, nil)
+		x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		spec := func(key string) sideeffect.Spec {
+			return sideeffect.Spec{Kind: "charge", Subject: "order/" + key, Scope: "acme|POST /v1/orders", Key: key, Purpose: "charge", Payload: []byte("100")}
+		}
+		if _, _, err := x.Create(ctx, spec("warm-up")); err != nil { // the buckets
+			t.Fatal(err)
+		}
+		counted.count()
+		news := int64(2)
+		if guessing {
+			news = 1
+		}
+		for i := range 3 {
+			key := fmt.Sprint("o-", i)
+			if _, created, err := x.Create(ctx, spec(key)); err != nil || !created {
+				t.Fatalf("%s: created %v, %v", key, created, err)
+			}
+			counted.expect(t, key+", new", news)
+			if _, created, err := x.Create(ctx, spec(key)); err != nil || created {
+				t.Fatalf("%s again: created %v, %v", key, created, err)
+			}
+			counted.expect(t, key+", again", 1)
+		}
+	})
 }
