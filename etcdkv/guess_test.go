@@ -95,24 +95,26 @@ func TestGuessing(t *testing.T) {
 	put(t, a, "k", "1") // a remembers k = 1, and that bucket a exists
 	put(t, a, "own", "x")
 
+	// copyRuns runs copyOf(key, absent) on a and returns its runs.
+	copyRuns := func(key string, absent bool) (runs int) {
+		t.Helper()
+		if err := a.Update(ctx, copyOf(key, absent, &runs)); err != nil {
+			t.Fatal(err)
+		}
+		return runs
+	}
 	// A guess that holds: no read, one commit. (It also keeps the
 	// stale guesses below from pausing guessing: TestGuessingPausesWhileItFails.)
 	holds := func() {
 		t.Helper()
 		counted.count()
-		runs := 0
-		if err := a.Update(ctx, copyOf("own", false, &runs)); err != nil {
-			t.Fatal(err)
-		}
+		runs := copyRuns("own", false)
 		if gets, txns := counted.count(); gets+txns != 1 || runs != 1 {
 			t.Errorf("a remembered key: %d reads and %d transactions in %d runs; want the commit alone, in one run", gets, txns, runs)
 		}
 	}
 	holds()
-	runs := 0
-	if err := a.Update(ctx, copyOf("new", true, &runs)); err != nil {
-		t.Fatal(err)
-	}
+	runs := copyRuns("new", true)
 	if gets, txns := counted.count(); gets+txns != 1 || runs != 1 || get(t, a, "copy-new") != "none" {
 		t.Errorf("a key marked absent: %d reads and %d transactions in %d runs; want the commit alone, in one run", gets, txns, runs)
 	}
@@ -121,10 +123,7 @@ func TestGuessing(t *testing.T) {
 	put(t, b, "k", "2")
 	counted.count()
 	counted.failed.Store(0)
-	runs = 0
-	if err := a.Update(ctx, copyOf("k", false, &runs)); err != nil {
-		t.Fatal(err)
-	}
+	runs = copyRuns("k", false)
 	if gets, txns := counted.count(); gets != 0 || txns != 2 || runs != 2 || counted.failed.Load() != 1 {
 		t.Errorf("a stale guess: %d reads and %d transactions (%d refused) in %d runs; want the refused commit, which reads k back, and the commit", gets, txns, counted.failed.Load(), runs)
 	}
@@ -137,10 +136,7 @@ func TestGuessing(t *testing.T) {
 	put(t, b, "late", "b")
 	counted.count()
 	counted.failed.Store(0)
-	runs = 0
-	if err := a.Update(ctx, copyOf("late", true, &runs)); err != nil {
-		t.Fatal(err)
-	}
+	runs = copyRuns("late", true)
 	if got := get(t, a, "copy-late"); got != "b" || runs != 2 || counted.failed.Load() != 1 {
 		t.Errorf("copy-late = %q in %d runs (%d refused commits), want b, the value written by the other process, in 2 runs", got, runs, counted.failed.Load())
 	}
@@ -307,14 +303,9 @@ func TestGuessingUnderContention(t *testing.T) {
 func TestGuessedAbsentRecordOfAnotherReplica(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a, b, counted := twoProcesses(t, etcdkv.Options{})
+	a, b, _ := twoProcesses(t, etcdkv.Options{})
 	ledgerOn := func(backend *etcdkv.Backend) *ledger.Ledger {
-		db, err := kv.New(backend, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
-		l, err := ledger.New(db, nil)
+		l, err := ledger.New(dbOn(t, backend, nil), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +335,7 @@ func TestGuessedAbsentRecordOfAnotherReplica(t *testing.T) {
 		t.Fatalf("first attempt on a: %+v, %v", res, err)
 	}
 	ranB = 0
-	counted.failed.Store(0)
+	before := b.GuessStats()
 	res, err := lb.Do(ctx, req, work("order-1", "b", &ranB))
 	if err != nil || !res.Replayed || string(res.Response.Body) != "made by a" {
 		t.Fatalf("the retry on b: %+v, %v; want a's answer replayed", res, err)
@@ -361,5 +352,43 @@ func TestGuessedAbsentRecordOfAnotherReplica(t *testing.T) {
 	}
 	if ranB != 1 {
 		t.Errorf("the work ran %d times on b; want once, in the attempt that guessed the record absent (its writes refused)", ranB)
+	}
+	if refused := b.GuessStats().Refused - before.Refused; refused != 1 {
+		t.Errorf("%d of b's commits refused for a stale guess, want 1 (the record guessed absent)", refused)
+	}
+}
+
+// A commit that a guess made too large for one etcd transaction is
+// refused before it is sent, and that refusal, decided on a guess, is not
+// returned: the function runs again, reading for real, and commits what
+// the true value asks.
+func TestGuessTooLargeIsVoid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b, _ := twoProcesses(t, etcdkv.Options{})
+	put(t, a, "k", "many") // a remembers k = many
+	put(t, b, "k", "one")
+	var seen []string
+	err := a.Update(ctx, func(tx kv.Tx) error {
+		prefetch(tx, bk("k", false))
+		bucket := tx.Bucket([]byte("a"))
+		v := string(bucket.Get([]byte("k")))
+		seen = append(seen, v)
+		n := 1
+		if v == "many" {
+			n = etcdkv.DefaultMaxTxOps + 1 // more writes than one Txn takes
+		}
+		for i := range n {
+			if err := bucket.Put([]byte(fmt.Sprint("w-", i)), []byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || fmt.Sprint(seen) != "[many one]" || get(t, a, "w-0") != "one" {
+		t.Errorf("%v after runs that saw %v; want no error, the second run seeing one and committing", err, seen)
+	}
+	if g := a.GuessStats(); g.Void != 1 {
+		t.Errorf("GuessStats = %+v, want the too-large first attempt void", g)
 	}
 }

@@ -150,12 +150,18 @@ func withGuessing(t *testing.T, test func(t *testing.T, guessing bool)) {
 func countedDB(t *testing.T, backend *etcdkv.Options, opts *kv.Options) (*kv.DB, *countingKV) {
 	t.Helper()
 	b, counted := countedBackend(t, backend)
+	return dbOn(t, b, opts), counted
+}
+
+// dbOn opens b as a kv.DB with opts, closed when the test ends.
+func dbOn(t *testing.T, b kv.Backend, opts *kv.Options) *kv.DB {
+	t.Helper()
 	db, err := kv.New(b, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	return db, counted
+	return db
 }
 
 // On etcd, ledger.Do sends no read before its transaction: the

@@ -27,12 +27,7 @@ func openDB(t *testing.T, prefix string) (*kv.DB, *embedded.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := kv.New(b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	return db, c
+	return dbOn(t, b, nil), c
 }
 
 // An answer too large for one etcd transaction (2 MiB that do not
