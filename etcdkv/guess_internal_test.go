@@ -75,7 +75,20 @@ func TestMemo(t *testing.T) {
 	if m.bytes != 0 {
 		t.Errorf("%d bytes counted in an empty memo", m.bytes)
 	}
+	m.set("k", read{val: make([]byte, memoMaxValue), modRev: 11}, 11)
+	if r, ok := m.get("k"); !ok || len(r.val) != memoMaxValue {
+		t.Error("a value of memoMaxValue bytes not kept")
+	}
+	m.set("k", read{}, 12)
 	v := make([]byte, 1000)
+	// Until it is full, the memo forgets nothing.
+	room := (memoMaxBytes - m.bytes) / (1000 + len("room-0000"))
+	for i := range room {
+		m.set(fmt.Sprintf("room-%04d", i), read{val: v, modRev: int64(i + 1)}, int64(i+1))
+	}
+	if len(m.m) != room+1 {
+		t.Errorf("%d keys kept of %d set within its room", len(m.m), room+1)
+	}
 	n := 2 * memoMaxBytes / 1000
 	for i := range n {
 		m.set(fmt.Sprint("key-", i), read{val: v, modRev: int64(i + 1)}, int64(i+1))
