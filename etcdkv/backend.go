@@ -127,7 +127,7 @@ type Backend struct {
 	// (guess.go).
 	memo  memo
 	gate  guessGate
-	stats guessStats
+	stats stats // Stats, Counters
 
 	// buckets are the bucket names known to exist. The port deletes no
 	// bucket, so once seen a marker is read (and compared) no more: a
@@ -227,6 +227,7 @@ func (b *Backend) View(ctx context.Context, fn func(kv.Tx) error) error {
 		err := fn(t)
 		if t.err != nil {
 			if retryable(t.err) && attempt < b.opts.MaxAttempts {
+				b.stats.retried.Add(1)
 				b.backoff(ctx, attempt)
 				continue
 			}
@@ -248,6 +249,7 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 	if err := b.checkPrefix(ctx, true); err != nil {
 		return b.closedErr(err)
 	}
+	b.stats.updates.Add(1)
 	solo := false
 	defer func() {
 		if solo {
@@ -262,6 +264,7 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 		if !solo && attempt > b.opts.SoloAfter {
 			b.solo.Lock()
 			solo = true
+			b.stats.solo.Add(1)
 		}
 		var out outcome
 		var guessed bool
@@ -286,17 +289,22 @@ func (b *Backend) Update(ctx context.Context, fn func(kv.Tx) error) error {
 				b.stats.void.Add(1)
 			}
 		}
+		if err == nil && (out == conflict || out == guessedWrong) {
+			b.stats.conflicts.Add(1)
+		}
 		switch {
 		case out == void:
 			guess = false // run it again, reading for real; no attempt spent
 			attempt--
 			continue
 		case err != nil && retryable(err) && attempt < b.opts.MaxAttempts:
+			b.stats.retried.Add(1)
 		case err != nil:
 			return err
 		case out == committed:
 			return nil
 		case attempt >= b.opts.MaxAttempts:
+			b.stats.exhausted.Add(1)
 			return fmt.Errorf("%w after %d attempts", ErrConflict, attempt)
 		case out == guessedWrong && attempt == 1:
 			continue

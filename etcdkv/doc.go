@@ -65,6 +65,18 @@
 // how the guesses fared (oncekv bench --against-etcd prints it), and
 // Options.NoGuessing turns guessing off.
 //
+// # Watching it run
+//
+// Backend.Stats counts, since the backend was made, what its transactions
+// met: commits refused for a conflict, transactions refused on every
+// attempt or run alone, attempts retried after etcd was briefly out of
+// reach, commits whose answer was lost (and of them those that stayed
+// unknown), and the guesses. The backend is a kv.Counting, so
+// kv.DB.Counters returns the same counts by name, and the OpenTelemetry
+// adapter's ObserveLedger exports them as oncekv.etcd.conflicts and so on,
+// without this module in its imports. Conflicts over updates is the share
+// of commits replicas lose to each other.
+//
 // # Prefixes
 //
 // Every key a backend writes begins with its Options.Prefix, so several

@@ -155,13 +155,6 @@ type GuessStats struct {
 	Paused uint64 `json:"paused"`
 }
 
-type guessStats struct {
-	guessed, committed, refused, conflicted, void, paused atomic.Uint64
-}
-
-// GuessStats returns the counts of the backend's guesses so far.
-func (b *Backend) GuessStats() GuessStats {
-	s := &b.stats
-	return GuessStats{Guessed: s.guessed.Load(), Committed: s.committed.Load(), Refused: s.refused.Load(),
-		Conflicted: s.conflicted.Load(), Void: s.void.Load(), Paused: s.paused.Load()}
-}
+// GuessStats returns the counts of the backend's guesses so far (the
+// Guesses of Stats).
+func (b *Backend) GuessStats() GuessStats { return b.Stats().Guesses }

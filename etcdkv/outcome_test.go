@@ -156,6 +156,9 @@ func TestLostCommitAnswerIsSettled(t *testing.T) {
 	if n := counter(t, b); n != 2 {
 		t.Fatalf("counter %d, want 2", n)
 	}
+	if st := b.Stats(); st.AnswersLost != 1 || st.Unknown != 0 {
+		t.Errorf("Stats = %+v, want one answer lost and settled", st)
+	}
 
 	// No answer for longer than the settling tries: ErrCommitUnknown. The
 	// commit did apply (only the answer is held); the caller is told it
@@ -168,6 +171,9 @@ func TestLostCommitAnswerIsSettled(t *testing.T) {
 	}
 	if runs != 1 {
 		t.Fatalf("the function ran %d times after an unknown outcome", runs)
+	}
+	if st := b.Stats(); st.AnswersLost != 2 || st.Unknown != 1 {
+		t.Errorf("Stats = %+v, want two answers lost, one of them unknown", st)
 	}
 	p.hold(0)
 	time.Sleep(6 * time.Second) // the held answers drain

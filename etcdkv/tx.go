@@ -414,6 +414,7 @@ func (t *tx) commit() (bool, error) {
 		return false, fmt.Errorf("etcdkv: commit refused: %w", err)
 	}
 	// Sent, and no answer: settle it before anyone retries.
+	b.stats.answersLost.Add(1)
 	return b.resolve(t.ctx, marker, err)
 }
 
@@ -557,6 +558,7 @@ func (b *Backend) resolve(ctx context.Context, marker string, cause error) (bool
 	if b.closed.Load() {
 		last = errClosedUnsettled
 	}
+	b.stats.unknown.Add(1)
 	return false, fmt.Errorf("%w: %w (and settling it: %w)", ErrCommitUnknown, cause, last)
 }
 

@@ -53,7 +53,10 @@
 // rely on: SingleWriter is true for bbolt, whose file lock makes one process
 // the only writer, so in-memory state (the ledger's key directory, its
 // waiters, the incarnation that recovers a dead process's claims) sees every
-// write; it is false for etcd, where several replicas write.
+// write; it is false for etcd, where several replicas write. A backend
+// that counts events of its own (etcd's conflicts and lost answers)
+// implements Counting, and DB.Counters hands the counts to metrics
+// adapters that do not import it.
 //
 // # Transactions
 //

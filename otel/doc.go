@@ -53,6 +53,13 @@
 // A writer held for seconds holds back every write of the service: a
 // function that waits on something inside its transaction, most often.
 //
+// On a backend that counts events of its own (kv.DB.Counters: etcd's
+// conflicts, retries, lost answers and guesses, etcdkv.Backend.Stats),
+// ObserveLedger also exports each count as a monotonic counter named
+// oncekv.<backend>.<count>, with the backend's unit and description:
+// oncekv.etcd.conflicts, oncekv.etcd.answers_lost, and so on. This module
+// does not import the backend's.
+//
 // Tenants are left out of the request attributes by default: their number
 // is the caller's, and every value is a time series.
 //

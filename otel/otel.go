@@ -191,7 +191,10 @@ func (in *instruments) observer(tracer trace.Tracer, tenants bool) *observe.Obse
 // shares one store:
 // observe one of them. On a backend with several writers (etcd: the keyed
 // layout, no directory and no cache, several writers and no group
-// commit) the figures are zero. Unregister the
+// commit) the figures are zero; what such a backend counts of its own
+// (kv.DB.Counters: etcd's conflicts, retries, lost answers and guesses) is
+// reported instead, each count a monotonic counter named
+// oncekv.<backend>.<count> (oncekv.etcd.conflicts). Unregister the
 // registration when the ledger's database closes.
 func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error) {
 	m := opts.withDefaults().MeterProvider.Meter(ScopeName)
@@ -223,8 +226,19 @@ func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error)
 		held, err = m.Float64ObservableGauge("oncekv.writer.held", metric.WithUnit("s"),
 			metric.WithDescription("How long the running write transaction has held the database's writer (0: none runs); every other write waits for it."))
 	}
+	counts := l.DB().Counters()
+	backend := make([]metric.Int64ObservableCounter, len(counts))
+	for i, c := range counts {
+		if err == nil {
+			backend[i], err = m.Int64ObservableCounter("oncekv."+l.DB().Traits().Name+"."+c.Name, metric.WithUnit(c.Unit), metric.WithDescription(c.Description))
+		}
+	}
 	if err != nil {
 		return nil, err
+	}
+	instruments := []metric.Observable{records, dirBytes, cached, cachedBytes, lookups, rebuild, held, queued, syncFailed}
+	for _, c := range backend {
+		instruments = append(instruments, c)
 	}
 	hit := metric.WithAttributes(attribute.String("oncekv.cache.result", "hit"))
 	miss := metric.WithAttributes(attribute.String("oncekv.cache.result", "miss"))
@@ -245,6 +259,11 @@ func ObserveLedger(l *ledger.Ledger, opts *Options) (metric.Registration, error)
 			failed = 1
 		}
 		o.ObserveInt64(syncFailed, failed)
+		for i, c := range l.DB().Counters() {
+			if i < len(backend) {
+				o.ObserveInt64(backend[i], int64(c.Value)) // #nosec G115 -- a count since open
+			}
+		}
 		return nil
-	}, records, dirBytes, cached, cachedBytes, lookups, rebuild, held, queued, syncFailed)
+	}, instruments...)
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,4 +354,69 @@ func TestSyncFailedGauge(t *testing.T) {
 	require.NoError(t, mp.Shutdown(ctx))
 	require.NoError(t, db.Close())
 	disk.Unmount()
+}
+
+// countingBackend is a backend with counts of its own (kv.Counting), as
+// etcdkv's: it counts the write transactions it runs over a bbolt file.
+type countingBackend struct {
+	*kv.DB
+	updates atomic.Uint64
+}
+
+func (b *countingBackend) Update(ctx context.Context, fn func(kv.Tx) error) error {
+	b.updates.Add(1)
+	return b.DB.Update(ctx, fn)
+}
+
+func (b *countingBackend) Traits() kv.Traits {
+	tr := b.DB.Traits()
+	tr.Name = "counting"
+	return tr
+}
+
+func (b *countingBackend) Counters() []kv.Counter {
+	return []kv.Counter{{Name: "updates", Unit: "{transaction}", Description: "Write transactions run.", Value: b.updates.Load()}}
+}
+
+// What a backend counts of its own (etcd's conflicts and retries) is
+// exported as oncekv.<backend>.<count>, a monotonic counter read at each
+// collection, with the unit and description the backend gives.
+func TestObserveLedgerBackendCounters(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(ctx) }()
+	backend := &countingBackend{DB: kvtest.Open(t, &kv.Options{NoSync: true})}
+	db, err := kv.New(backend, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	reg, err := oncekvotel.ObserveLedger(l, &oncekvotel.Options{MeterProvider: mp})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, reg.Unregister()) }()
+	for _, k := range []string{"a", "b", "c"} {
+		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /v1/orders", Key: k, Fingerprint: ledger.Fingerprint{1}},
+			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+		require.NoError(t, err)
+	}
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	var found bool
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "oncekv.counting.updates" {
+				continue
+			}
+			found = true
+			require.Equal(t, "{transaction}", m.Unit)
+			require.Equal(t, "Write transactions run.", m.Description)
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			require.True(t, ok && sum.IsMonotonic, "a monotonic counter: %T", m.Data)
+			require.Len(t, sum.DataPoints, 1)
+			require.Equal(t, int64(backend.updates.Load()), sum.DataPoints[0].Value)
+			require.GreaterOrEqual(t, sum.DataPoints[0].Value, int64(3), "the three requests' transactions")
+		}
+	}
+	require.True(t, found, "oncekv.counting.updates not exported")
 }
