@@ -209,4 +209,18 @@ func TestReplicasOneChargePerPayment(t *testing.T) {
 	require.NoError(t, c.Identical(sctx), "the etcd members differ")
 	t.Logf("%d payments, each sent 3 times over 3 replicas: %d orders, %d charges; duplicates 0, lost 0", total, len(outcomes), len(byOrder))
 
+	// The replicas that ran throughout export etcd's own counts
+	// (oncekvotel.ObserveLedger, kv.DB.Counters): the copies of each
+	// request, sent to three replicas at once, made their commits conflict.
+	var updates, conflicts, lost float64
+	for _, i := range []int{0, 2} {
+		fams := scrape(t, rs.replicas[i].url)
+		updates += counter(fams, "oncekv_etcd_updates_total", nil)
+		conflicts += counter(fams, "oncekv_etcd_conflicts_total", nil)
+		lost += counter(fams, "oncekv_etcd_answers_lost_total", nil)
+	}
+	require.Positive(t, updates, "oncekv_etcd_updates_total")
+	require.Positive(t, conflicts, "oncekv_etcd_conflicts_total")
+	t.Logf("replicas 0 and 2: %.0f write transactions, %.0f commits refused for a conflict, %.0f answers lost", updates, conflicts, lost)
+
 }
