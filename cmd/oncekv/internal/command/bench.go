@@ -27,6 +27,9 @@ type benchRun struct {
 	// their guesses (--against-etcd; etcdkv's "Guessing instead of
 	// reading").
 	EtcdGuesses *etcdkv.GuessStats `json:"etcd_guesses,omitempty"`
+	// Etcd is the ledger's backend's own counts over the run
+	// (etcdkv.Stats: its transactions, conflicts, retries, lost answers).
+	Etcd *etcdkv.Stats `json:"etcd,omitempty"`
 }
 
 // benchOutput is what --json prints: the settings, then one run per client
@@ -183,8 +186,8 @@ workload at each client count.`,
 				}
 				r := benchRun{Clients: n, Results: rep.Results, Ratio: rep.Ratio()}
 				if etcdLedger != nil {
-					g := etcdLedger.GuessStats()
-					r.EtcdGuesses = &g
+					st := etcdLedger.Stats()
+					r.EtcdGuesses, r.Etcd = &st.Guesses, &st
 				}
 				out.Runs = append(out.Runs, r)
 			}
@@ -224,6 +227,10 @@ workload at each client count.`,
 					if g := r.EtcdGuesses; g != nil && g.Guessed > 0 {
 						fmt.Fprintf(w, "oncekv-etcd's guesses: %d first attempts guessed: %d committed, %d refused for a stale guess (%.1f%%), %d for a conflict, %d void; %d transactions paused guessing\n",
 							g.Guessed, g.Committed, g.Refused, 100*float64(g.Refused)/float64(g.Guessed), g.Conflicted, g.Void, g.Paused)
+					}
+					if st := r.Etcd; st != nil && st.Updates > 0 {
+						fmt.Fprintf(w, "oncekv-etcd's transactions: %d updates, %d commits refused for a conflict (%.2f an update), %d exhausted, %d retried, %d answers lost\n",
+							st.Updates, st.Conflicts, float64(st.Conflicts)/float64(st.Updates), st.Exhausted, st.Retried, st.AnswersLost)
 					}
 				}
 			})

@@ -161,6 +161,7 @@ func TestBenchAgainstEtcd(t *testing.T) {
 		} `json:"results"`
 		Runs []struct {
 			EtcdGuesses *etcdkv.GuessStats `json:"etcd_guesses"`
+			Etcd        *etcdkv.Stats      `json:"etcd"`
 		} `json:"runs"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
@@ -178,6 +179,13 @@ func TestBenchAgainstEtcd(t *testing.T) {
 	require.NotNil(t, g, "no etcd_guesses in %s", out)
 	require.Positive(t, g.Committed, "no write committed on its guesses: %+v", g)
 	require.Equal(t, g.Guessed, g.Committed+g.Refused+g.Conflicted+g.Void, "%+v", g)
+	// And what its transactions met: every guessed first attempt was an
+	// update of the run.
+	st := res.Runs[0].Etcd
+	require.NotNil(t, st, "no etcd in %s", out)
+	require.Equal(t, *g, st.Guesses)
+	require.GreaterOrEqual(t, st.Updates, g.Guessed+g.Paused, "%+v", st)
+	require.GreaterOrEqual(t, st.Updates, uint64(res.Results[3].Ops), "%+v", st)
 }
 
 // bench --trace writes an execution trace of the run (go tool trace), and
