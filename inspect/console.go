@@ -297,6 +297,8 @@ type overviewData struct {
 	// WriterHeld (seconds) and WriterQueued: Stats' writer figures.
 	WriterHeld   float64
 	WriterQueued int
+	// BackendCounts: Stats' (etcd's own counts in this process).
+	BackendCounts []BackendCount
 }
 
 func (c *console) overview(r *http.Request, v *pageData) error {
@@ -309,7 +311,7 @@ func (c *console) overview(r *http.Request, v *pageData) error {
 		return err
 	}
 	o := &overviewData{Attention: st.Counts["intent.needs_attention"], Tenants: st.Tenants, Outbox: ob, Backend: st.Backend, Format: st.FormatVersion,
-		WriterHeld: st.WriterHeldSeconds, WriterQueued: st.WriterQueued}
+		WriterHeld: st.WriterHeldSeconds, WriterQueued: st.WriterQueued, BackendCounts: st.BackendCounts}
 	// A service of many tenants: the page shows the largest, by records.
 	sort.SliceStable(o.Tenants, func(i, j int) bool { return o.Tenants[i].Records > o.Tenants[j].Records })
 	if len(o.Tenants) > consoleTenants {

@@ -403,6 +403,9 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 	w := i.db.Writer() // before the scan below, which a held writer does not stop
 	st := Stats{Path: i.db.Path(), Backend: i.db.Traits().Name, Counts: map[string]int{}, Buckets: []Bucket{}, Tenants: []TenantUsage{},
 		WriterHeldSeconds: w.Held.Seconds(), WriterQueued: w.Queued}
+	for _, c := range i.db.Counters() {
+		st.BackendCounts = append(st.BackendCounts, BackendCount{Name: c.Name, Value: c.Value, Unit: c.Unit, Description: c.Description})
+	}
 	if b := i.db.Bolt(); b != nil {
 		st.PageSize = i.db.PageSize()
 		if fi, err := os.Stat(i.db.Path()); err == nil {

@@ -161,3 +161,42 @@ func TestStatsShowTheWriter(t *testing.T) {
 	close(release)
 	wg.Wait()
 }
+
+// Stats, and the console's overview, show what the backend counts of its
+// own in the service's process (etcd's conflicts and lost answers): the
+// figures an operator of replicas watches. A bbolt file has none, and the
+// overview shows no such table.
+func TestStatsShowTheBackendsCounts(t *testing.T) {
+	t.Parallel()
+	plain := kvtest.Open(t, &kv.Options{NoSync: true})
+	backend := kvtest.Counting(plain)
+	db, err := kv.New(backend, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	l := must(ledger.New(db, nil))
+	for _, k := range []string{"a", "b"} {
+		_, err := l.Do(ctx, ledger.Request{Scope: "acme|POST /x", Key: k, Fingerprint: ledger.Fingerprint{1}},
+			func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+		require.NoError(t, err)
+	}
+	n := backend.Updates()
+	require.GreaterOrEqual(t, n, uint64(2))
+	for name, src := range sources(t, db) {
+		st, err := src.Stats(ctx)
+		require.NoError(t, err, name)
+		require.Equal(t, []inspect.BackendCount{{Name: "updates", Value: n, Unit: "{transaction}", Description: "Write transactions run."}}, st.BackendCounts, name)
+	}
+	srv := httptest.NewServer(must(inspect.Handler(db, inspect.HandlerOptions{Token: token})))
+	defer srv.Close()
+	code, body := page(t, &http.Client{}, srv.URL+inspect.ConsolePath)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, fmt.Sprintf(`data-backend-count="updates">%d<`, n))
+
+	st, err := must(inspect.New(plain)).Stats(ctx)
+	require.NoError(t, err)
+	require.Empty(t, st.BackendCounts, "bbolt counts nothing of its own")
+	plainSrv := httptest.NewServer(must(inspect.Handler(plain, inspect.HandlerOptions{Token: token})))
+	defer plainSrv.Close()
+	_, body = page(t, &http.Client{}, plainSrv.URL+inspect.ConsolePath)
+	require.NotContains(t, body, `id="backend-counts"`)
+}

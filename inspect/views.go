@@ -152,6 +152,20 @@ type Stats struct {
 	// opened the file itself reports its own writer: idle.
 	WriterHeldSeconds float64 `json:"writer_held_seconds"`
 	WriterQueued      int     `json:"writer_queued"`
+	// BackendCounts is what the backend counts of its own in the process
+	// that answers, since it opened the store (kv.DB.Counters): on etcd
+	// its write transactions, the commits refused for a conflict, retries,
+	// lost answers and guesses; none on bbolt. A tool that opened the
+	// store itself reports its own, near zero: ask the service (--addr).
+	BackendCounts []BackendCount `json:"backend_counts,omitempty"`
+}
+
+// BackendCount is one of the backend's own counts (kv.Counter).
+type BackendCount struct {
+	Name        string `json:"name"`
+	Value       uint64 `json:"value"`
+	Unit        string `json:"unit"`
+	Description string `json:"description"`
 }
 
 // TenantUsage is one tenant's idempotency records, expired ones included

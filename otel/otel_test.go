@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,28 +355,6 @@ func TestSyncFailedGauge(t *testing.T) {
 	disk.Unmount()
 }
 
-// countingBackend is a backend with counts of its own (kv.Counting), as
-// etcdkv's: it counts the write transactions it runs over a bbolt file.
-type countingBackend struct {
-	*kv.DB
-	updates atomic.Uint64
-}
-
-func (b *countingBackend) Update(ctx context.Context, fn func(kv.Tx) error) error {
-	b.updates.Add(1)
-	return b.DB.Update(ctx, fn)
-}
-
-func (b *countingBackend) Traits() kv.Traits {
-	tr := b.DB.Traits()
-	tr.Name = "counting"
-	return tr
-}
-
-func (b *countingBackend) Counters() []kv.Counter {
-	return []kv.Counter{{Name: "updates", Unit: "{transaction}", Description: "Write transactions run.", Value: b.updates.Load()}}
-}
-
 // What a backend counts of its own (etcd's conflicts and retries) is
 // exported as oncekv.<backend>.<count>, a monotonic counter read at each
 // collection, with the unit and description the backend gives.
@@ -386,7 +363,7 @@ func TestObserveLedgerBackendCounters(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(ctx) }()
-	backend := &countingBackend{DB: kvtest.Open(t, &kv.Options{NoSync: true})}
+	backend := kvtest.Counting(kvtest.Open(t, &kv.Options{NoSync: true}))
 	db, err := kv.New(backend, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
@@ -414,7 +391,7 @@ func TestObserveLedgerBackendCounters(t *testing.T) {
 			sum, ok := m.Data.(metricdata.Sum[int64])
 			require.True(t, ok && sum.IsMonotonic, "a monotonic counter: %T", m.Data)
 			require.Len(t, sum.DataPoints, 1)
-			require.Equal(t, int64(backend.updates.Load()), sum.DataPoints[0].Value)
+			require.Equal(t, int64(backend.Updates()), sum.DataPoints[0].Value)
 			require.GreaterOrEqual(t, sum.DataPoints[0].Value, int64(3), "the three requests' transactions")
 		}
 	}

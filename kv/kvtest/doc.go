@@ -28,6 +28,9 @@
 // phantom in a scanned range). RetriedViews and RetriedTxs wrap a backend
 // so that each read or write function runs twice, as it does after an
 // optimistic conflict: a caller that keeps state across runs shows it.
+// CountingBackend keeps a count of its own over a bbolt file
+// (kv.Counting), as etcd's backend does, for the tests of what shows such
+// counts.
 //
 // # Runs twice, on purpose
 //

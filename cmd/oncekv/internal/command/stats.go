@@ -32,6 +32,12 @@ func newStats(o *options) *cobra.Command {
 					fmt.Fprintf(w, "free pages\t%d (%d bytes; %d pending release)\n", st.FreePages, st.FreeBytes, st.PendingPages)
 				}
 				fmt.Fprintf(w, "writer\t%s\n", writerLine(st))
+				if len(st.BackendCounts) > 0 { // etcd's, in the service's process (--addr)
+					fmt.Fprintf(w, "\nBACKEND COUNT (%s)\tVALUE\n", dash(st.Backend))
+					for _, c := range st.BackendCounts {
+						fmt.Fprintf(w, "%s\t%d\n", c.Name, c.Value)
+					}
+				}
 				names := make([]string, 0, len(st.Counts))
 				for n := range st.Counts {
 					names = append(names, n)

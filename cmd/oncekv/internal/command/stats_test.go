@@ -2,12 +2,16 @@ package command
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/inspect"
 	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
+	"github.com/oncekv/oncekv/ledger"
 )
 
 func TestStats(t *testing.T) {
@@ -41,4 +45,36 @@ func TestWriterLine(t *testing.T) {
 	require.Equal(t, "idle; 0 writes queued", writerLine(inspect.Stats{}))
 	require.Equal(t, "held for 2.5s by the running write transaction; 7 writes queued",
 		writerLine(inspect.Stats{WriterHeldSeconds: 2.5, WriterQueued: 7}))
+}
+
+// `oncekv stats --addr` shows what the service's backend counts of its
+// own (etcd's conflicts and lost answers: here a backend that counts its
+// write transactions), in text and in --json; a file has none to show.
+func TestStatsShowTheBackendsCounts(t *testing.T) {
+	t.Parallel()
+	backend := kvtest.Counting(kvtest.Open(t, &kv.Options{NoSync: true}))
+	db, err := kv.New(backend, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	l, err := ledger.New(db, nil)
+	require.NoError(t, err)
+	_, err = l.Do(t.Context(), ledger.Request{Scope: "acme|POST /x", Key: "k", Fingerprint: ledger.Fingerprint{1}},
+		func(kv.Tx) (ledger.Response, error) { return ledger.Response{Status: 201}, nil })
+	require.NoError(t, err)
+	h, err := inspect.Handler(db, inspect.HandlerOptions{})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	n := backend.Updates()
+	out, stderr, code := run("stats", "--addr", srv.URL)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, fmt.Sprintf(`BACKEND COUNT \(counting\)\s+VALUE\nupdates\s+%d\n`, n), out)
+	out, _, code = run("stats", "--addr", srv.URL, "--json")
+	require.Equal(t, 0, code)
+	var st inspect.Stats
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, []inspect.BackendCount{{Name: "updates", Value: n, Unit: "{transaction}", Description: "Write transactions run."}}, st.BackendCounts)
+
+	out, _, _ = run("stats", "--db", fixture(t))
+	require.NotContains(t, out, "BACKEND COUNT")
 }
