@@ -52,7 +52,7 @@
 //
 // So on etcd an idempotent write of a new key is one round trip, its
 // commit, once the process has seen its tenant's usage counter (one of
-// 256 per tenant); a replay is one, the record's read; completing or
+// 1,024 per tenant); a replay is one, the record's read; completing or
 // releasing a claim this process made is one. A wrong guess costs a
 // refused commit (a Raft round, dearer than the read it was to save):
 // when more than half of a process's recent first attempts that guessed

@@ -53,7 +53,7 @@ func TestUsageIsShardedAndExact(t *testing.T) {
 		}
 		return nil
 	}))
-	require.Greater(t, counters["acme"], 32, "64 records land in many of the 256 counters")
+	require.Greater(t, counters["acme"], 48, "64 records land in many of the 1,024 counters")
 	require.Equal(t, 1, counters["acmecorp"])
 	u, err := l.Usage(ctx, "acme")
 	require.NoError(t, err)
@@ -80,6 +80,22 @@ func TestUsageIsShardedAndExact(t *testing.T) {
 	u, err = l.Usage(ctx, "legacy")
 	require.NoError(t, err)
 	require.Equal(t, Usage{Records: 1, Bytes: 10}, u)
+
+	// So do the 256 counters of versions before 2026-12, their shard in
+	// one byte: they add to the 1,024 of now, which take the records
+	// they counted away.
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := keyspace.Raw(tx).Bucket(usageNS.Bytes())
+		if err := b.Put([]byte("old\x00\x07"), encodeUsage(Usage{Records: 2, Bytes: 20})); err != nil {
+			return err
+		}
+		return b.Put([]byte("old\x00\xff"), encodeUsage(Usage{Records: 1, Bytes: 10}))
+	}))
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error { return account(tx, nil, "old|POST /x", "a", -1, -10) }))
+	u, err = l.Usage(ctx, "old")
+	require.NoError(t, err)
+	require.Equal(t, Usage{Records: 2, Bytes: 20}, u)
+	require.Len(t, usageKey("old", "old|POST /x", "a"), len("old")+3, "a shard of now is two bytes")
 }
 
 // bounded presents a backend whose transactions carry at most maxOps
