@@ -225,3 +225,40 @@ func TestTxTooLargeIsTyped(t *testing.T) {
 		}
 	}
 }
+
+// A read whose answer comes later than the request timeout fails its
+// attempt: the key is not taken for absent. A read-modify-write that took
+// it so would commit a count started afresh, with no compare to stop it
+// (the key was never read); instead the attempt runs again once etcd
+// answers (Stats.Retried), and the count goes on.
+func TestFailedReadIsNeverAbsent(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t, etcdtest.Options{Members: 1})
+	p := startProxy(t, strings.TrimPrefix(c.Members[0].ClientURL, "http://"))
+	b, err := etcdkv.Open("http://"+p.ln.Addr().String(), &etcdkv.Options{Prefix: "/failedread/", RequestTimeout: 300 * time.Millisecond, NoGuessing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	runs := 0
+	if err := b.Update(ctx, increment(&runs, nil)); err != nil { // n = 1; the bucket known
+		t.Fatal(err)
+	}
+	runs = 0
+	held := increment(&runs, nil)
+	if err := b.Update(ctx, func(tx kv.Tx) error {
+		if runs == 0 {
+			p.hold(700 * time.Millisecond) // the read of n below times out
+		}
+		return held(tx)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(t, b); n != 2 || runs < 2 {
+		t.Fatalf("counter %d after %d runs, want 2 after a run whose read failed and another", n, runs)
+	}
+	if st := b.Stats(); st.Retried == 0 {
+		t.Errorf("Stats = %+v, want the failed read's attempt retried", st)
+	}
+}
