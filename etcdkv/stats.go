@@ -36,9 +36,13 @@ type Stats struct {
 	// AnswersLost counts the commits sent whose answer did not come back
 	// (a timeout, a connection cut): each was settled by its commit marker
 	// (applied, or fenced so that it never applies), except Unknown of
-	// them, which could not be and returned kv.ErrCommitUnknown.
+	// them.
 	AnswersLost uint64 `json:"answers_lost"`
-	Unknown     uint64 `json:"unknown"`
+	// Unknown counts the commits whose answer was lost and that could not
+	// be settled (etcd out of reach, or the backend closed, meanwhile):
+	// their callers got kv.ErrCommitUnknown, which the middleware answers
+	// with 503 and Retry-After.
+	Unknown uint64 `json:"unknown"`
 	// Guesses counts how the first attempts fared with their guesses
 	// (GuessStats).
 	Guesses GuessStats `json:"guesses"`
