@@ -3,6 +3,7 @@ package etcdkv
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -24,5 +25,20 @@ func TestSplitData(t *testing.T) {
 	}
 	if _, _, ok := k.splitData("/p/k\xff"); ok {
 		t.Error("a key with a truncated length prefix was taken apart")
+	}
+}
+
+// mergeSpans joins the ranges a commit compares where they overlap or
+// touch, and keeps apart those that do not: a span it shortened would
+// leave keys a transaction scanned unguarded.
+func TestMergeSpans(t *testing.T) {
+	t.Parallel()
+	got := mergeSpans([]span{{"e", "f"}, {"a", "c"}, {"b", "d"}, {"g", "z"}, {"h", "i"}, {"d", "e"}})
+	want := []span{{"a", "f"}, {"g", "z"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("mergeSpans = %v, want %v", got, want)
+	}
+	if got := mergeSpans([]span{{"m", "n"}, {"a", "b"}}); !slices.Equal(got, []span{{"a", "b"}, {"m", "n"}}) {
+		t.Errorf("mergeSpans kept apart = %v", got)
 	}
 }
