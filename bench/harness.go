@@ -58,6 +58,12 @@ type HarnessConfig struct {
 	// each had a counter in the file, past a few dozen the counters no
 	// longer fitted inline, and a commit wrote their leaves.
 	Tenants int
+	// Quota gives every tenant of the ledger workloads a quota of this
+	// many records (ledger.Config.Quota; 0: none), so that every new
+	// request checks its tenant's usage. Set it above what a run writes
+	// and nothing is refused: the throughput against the run without is
+	// what checking costs.
+	Quota int64
 	// Keyed adds a workload "oncekv-keyed": the ledger on the layout of
 	// format 1 (records under their keys, with an expiry index), the one
 	// the record log replaced, in the same run.
@@ -529,7 +535,11 @@ func LedgerWorkload(ctx context.Context, name string, cfg HarnessConfig, open fu
 			return Workload{}, err
 		}
 	}
-	l, err := ledger.New(ldb, nil)
+	var lcfg *ledger.Config
+	if cfg.Quota > 0 {
+		lcfg = &ledger.Config{Quota: &ledger.Quota{MaxRecords: cfg.Quota}}
+	}
+	l, err := ledger.New(ldb, lcfg)
 	if err != nil {
 		_ = ldb.Close()
 		return Workload{}, err

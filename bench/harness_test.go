@@ -87,6 +87,24 @@ func TestFloorWorkload(t *testing.T) {
 	}))
 }
 
+// HarnessConfig.Quota gives the ledger workload's tenants a quota of that
+// many records, which its operations check (oncekv bench --quota).
+func TestLedgerWorkloadQuota(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string) (*kv.DB, error) {
+		return kv.Open(filepath.Join(dir, name+".db"), &kv.Options{NoSync: true})
+	}
+	ctx := context.Background()
+	w, err := LedgerWorkload(ctx, "oncekv", HarnessConfig{Quota: 2, Commit: "batch"}, open, false)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, w.Close()) }()
+	payload := make([]byte, 200)
+	for i := range 2 {
+		require.NoError(t, w.Op(ctx, fmt.Appendf(nil, "op-%d", i), payload, []byte("ok")))
+	}
+	require.ErrorIs(t, w.Op(ctx, []byte("op-2"), payload, []byte("ok")), ledger.ErrQuotaExceeded)
+}
+
 // forEachEntry calls fn with every value of the buckets name.log and
 // name.tail (one of them may be absent).
 func forEachEntry(tx *bolt.Tx, name string, fn func(v []byte)) error {

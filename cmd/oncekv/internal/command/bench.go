@@ -44,6 +44,7 @@ type benchOutput struct {
 	ResponseSize int            `json:"response_bytes"`
 	Preload      int            `json:"preload"`
 	Tenants      int            `json:"tenants,omitempty"`
+	Quota        int64          `json:"quota,omitempty"`
 	Runs         []benchRun     `json:"runs"`
 	Results      []bench.Result `json:"results,omitempty"`
 	Ratio        float64        `json:"ratio,omitempty"`
@@ -108,6 +109,9 @@ workload at each client count.`,
 			if cfg.Tenants < 1 || cfg.Tenants > 10000 {
 				return usagef("--tenants must be between 1 and 10000")
 			}
+			if cfg.Quota < 0 {
+				return usagef("--quota may not be negative")
+			}
 			if cfg.PayloadBytes < 0 || cfg.ResponseSize < 0 || cfg.BatchSize < 0 || cfg.BatchDelay < 0 {
 				return usagef("--payload, --response, --batch-size and --batch-delay may not be negative")
 			}
@@ -145,7 +149,7 @@ workload at each client count.`,
 				defer eb.close()
 			}
 			out := benchOutput{CPUs: runtime.NumCPU(), Seconds: cfg.Duration.Seconds(), Sync: cfg.Sync, Commit: cfg.Commit,
-				PayloadBytes: cfg.PayloadBytes, ResponseSize: cfg.ResponseSize, Preload: cfg.Preload, Tenants: cfg.Tenants}
+				PayloadBytes: cfg.PayloadBytes, ResponseSize: cfg.ResponseSize, Preload: cfg.Preload, Tenants: cfg.Tenants, Quota: cfg.Quota}
 			for _, n := range clients {
 				run := cfg
 				run.Clients = n
@@ -244,6 +248,7 @@ workload at each client count.`,
 	f.IntVar(&cfg.ResponseSize, "response", 100, "stored response size in bytes")
 	f.IntVar(&cfg.Preload, "preload", 0, "rows (and records) in every file before measuring")
 	f.IntVar(&cfg.Tenants, "tenants", 1, "spread the ledger's requests over this many tenants, each with its usage counter (at most 10000)")
+	f.Int64Var(&cfg.Quota, "quota", 0, "give every tenant a quota of this many records, so each new request checks its usage (0: none; set it above what the run writes to measure the check)")
 	f.BoolVar(&cfg.Sync, "sync", true, "fsync every commit (durable)")
 	f.StringVar(&cfg.Commit, "commit", "batch", "batch (group commit) or update (a transaction per operation)")
 	f.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "group commit: wait this long for company (0: commit as soon as the writer is idle)")

@@ -113,6 +113,8 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 2, code)
 	_, _, code = run("bench", "--tenants", "10001")
 	require.Equal(t, 2, code)
+	_, _, code = run("bench", "--quota", "-1")
+	require.Equal(t, 2, code)
 }
 
 // bench --tenants spreads the ledger's requests over that many tenants.
@@ -151,9 +153,11 @@ func TestBenchTenants(t *testing.T) {
 // three-member etcd cluster started for the run, in the same rounds.
 func TestBenchAgainstEtcd(t *testing.T) {
 	t.Parallel()
-	out, stderr, code := run("bench", "--against-etcd", "embedded", "--duration", "600ms", "--clients", "4", "--sync=false", "--json")
+	out, stderr, code := run("bench", "--against-etcd", "embedded", "--duration", "600ms", "--clients", "4", "--sync=false", "--json",
+		"--quota", "1000000000")
 	require.Equal(t, 0, code, stderr)
 	var res struct {
+		Quota   int64 `json:"quota"`
 		Results []struct {
 			Name        string  `json:"name"`
 			Ops         int64   `json:"ops"`
@@ -165,6 +169,7 @@ func TestBenchAgainstEtcd(t *testing.T) {
 		} `json:"runs"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, int64(1000000000), res.Quota, "every request checked a quota (none refused)")
 	require.Len(t, res.Results, 4)
 	require.Equal(t, "etcd-bare", res.Results[2].Name)
 	require.Equal(t, "oncekv-etcd", res.Results[3].Name)
