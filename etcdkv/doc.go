@@ -135,7 +135,11 @@
 // of one commit in the order they were added, which takes a read of the
 // whole queue: once a pass, and not again while the queue's head waits out
 // its backoff; a tenant's usage is kept in
-// counters spread by key, for the same reason.
+// counters spread by key, for the same reason. A quota's check reads them
+// all, so far from a tenant's bound it relies on the count its process
+// read up to ledger.Quota.MaxCountAge ago instead of reading them in
+// every transaction, whose commit would then conflict with every other
+// new request of the tenant.
 //
 // # Cost
 //

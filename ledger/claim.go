@@ -101,7 +101,7 @@ func (l *Ledger) ClaimTx(ctx context.Context, tx kv.Tx, req Request) (Outcome, e
 		return Outcome{Replay: a.replayResult()}, nil
 	}
 	if a.prev == nil {
-		if err := l.checkQuota(tx, req.Scope); err != nil {
+		if err := l.checkQuota(ctx, tx, req.Scope); err != nil {
 			return Outcome{}, err
 		}
 	}

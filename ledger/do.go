@@ -362,7 +362,7 @@ func (l *Ledger) doTx(ctx context.Context, tx kv.Tx, req Request, work Work, buf
 		l.notifyOnCommit(tx, req.Scope, req.Key)
 	}
 	if a.prev == nil {
-		if err := l.checkQuota(tx, req.Scope); err != nil {
+		if err := l.checkQuota(ctx, tx, req.Scope); err != nil {
 			return Result{}, err
 		}
 	}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -134,6 +135,9 @@ type Ledger struct {
 	// (Ledger.do); without one (etcd), a write transaction prefetches what
 	// it reads (Ledger.prefetch).
 	directory bool
+	// views: what the quota checks know of tenants' usage, on a store
+	// several processes write (nil elsewhere, and without a quota).
+	views *quotaViews
 }
 
 // recordSpec names the records' buckets: the log "ledger.log" (bbolt), or
@@ -154,6 +158,9 @@ func New(db *kv.DB, cfg *Config) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open the records: %w", err)
 	}
 	l := &Ledger{db: db, cfg: c, records: records, directory: records.Layout() == "log"}
+	if q := c.Quota; q != nil && q.MaxCountAge >= 0 && records.Tally() == nil && !db.Traits().SingleWriter {
+		l.views = newQuotaViews(cmp.Or(q.MaxCountAge, DefaultQuotaCountAge))
+	}
 	if err := l.rebuildUsage(context.Background()); err != nil {
 		return nil, fmt.Errorf("ledger: count tenant usage: %w", err)
 	}
@@ -257,7 +264,14 @@ func (l *Ledger) store(ctx context.Context, tx kv.Tx, ref recstore.Ref, r *Recor
 	if _, err := l.records.PutFramed(ctx, tx, r.Scope, r.Key, ref, prevExpiry, r.ExpiresAt, v); err != nil {
 		return err
 	}
-	return account(tx, l.records.Tally(), r.Scope, r.Key, records, int64(r.StoredBytes)-prevBytes)
+	added := int64(r.StoredBytes) - prevBytes
+	if err := account(tx, l.records.Tally(), r.Scope, r.Key, records, added); err != nil {
+		return err
+	}
+	if l.views != nil && added > 0 {
+		l.views.add(TenantOf(r.Scope), Usage{Bytes: added})
+	}
+	return nil
 }
 
 // entryBuffer returns an empty buffer for the next stored entry, as large

@@ -101,7 +101,7 @@ func recountUsageTx(tx kv.Tx, budget int) (mended []UsageRecount, more bool, err
 			continue
 		}
 		s := stored[tenant]
-		s.Records, s.Bytes = s.Records+u.Records, s.Bytes+u.Bytes
+		s = s.plus(u)
 		stored[tenant] = s
 	}
 	all := map[string]bool{} // every tenant with records or counters

@@ -185,7 +185,7 @@ func TestRecountUsageMendsTheCounters(t *testing.T) {
 				Commit: func(observe.Commit) { commits.Add(1) },
 			}})
 			require.NoError(t, err)
-			l, err := New(db, &Config{Quota: &Quota{MaxRecords: 1000}}) // a quota reads every counter of the tenant
+			l, err := New(db, &Config{Quota: &Quota{MaxRecords: 1000, MaxCountAge: -1}}) // every check reads every counter of the tenant
 			require.NoError(t, err)
 			do := func(scope, key string) error {
 				_, err := l.Do(ctx, Request{Scope: scope, Key: key, Fingerprint: Fingerprint{1}}, func(kv.Tx) (Response, error) {

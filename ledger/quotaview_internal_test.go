@@ -1,0 +1,114 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// farBelow is quotaViews.admit's far for a bound of n records, as
+// checkQuota builds it.
+func farBelow(n int64) func(Usage) bool {
+	return func(u Usage) bool { return u.Records < n-max(n/8, 1) }
+}
+
+// What a check relies on without reading: the count last read, plus what
+// this process added since it was asked for, while it is recent and far
+// from the bound; one check at a time reads it again, the others wait for
+// that read instead of each reading in its transaction.
+func TestQuotaViews(t *testing.T) {
+	t.Parallel()
+	q := newQuotaViews(time.Minute)
+	far := farBelow(16) // far below 14
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+
+	known, renew, wait := q.admit("acme", t0, far)
+	require.False(t, known, "nothing read yet")
+	require.True(t, renew)
+	require.Nil(t, wait)
+	// A second check while the first reads waits for it.
+	known, renew, wait = q.admit("acme", t0, far)
+	require.False(t, known)
+	require.False(t, renew, "one read at a time")
+	require.NotNil(t, wait)
+	q.add("acme", Usage{Records: 1, Bytes: 10}) // stored while the read was under way
+	q.renewed("acme", Usage{Records: 10, Bytes: 1000}, nil)
+	select {
+	case <-wait:
+	default:
+		t.Fatal("the read ended and the wait did not")
+	}
+
+	// 10 read, 1 added since: 11, and each admission counts one more.
+	for want := int64(12); want <= 14; want++ {
+		known, renew, wait = q.admit("acme", t0.Add(time.Second), far)
+		require.True(t, known)
+		require.False(t, renew)
+		require.Nil(t, wait)
+		require.Equal(t, Usage{Records: want, Bytes: 1010}, q.estimate("acme"))
+	}
+	// At 14 of 16, within an eighth of the bound: the check reads.
+	known, renew, wait = q.admit("acme", t0.Add(time.Second), far)
+	require.False(t, known, "near the bound")
+	require.False(t, renew, "the count is recent: the check reads in its transaction, the view is not renewed")
+	require.Nil(t, wait)
+
+	// Past half the age allowed, a check that is still known renews it.
+	q.renewed("acme", Usage{Records: 2}, nil) // ignored: nothing asked for it
+	require.Equal(t, int64(14), q.estimate("acme").Records)
+	q2 := newQuotaViews(time.Minute)
+	q2.admit("globex", t0, far)
+	q2.renewed("globex", Usage{Records: 1}, nil)
+	known, renew, _ = q2.admit("globex", t0.Add(30*time.Second), far)
+	require.True(t, known, "still recent")
+	require.True(t, renew, "and read again for the next checks")
+	q2.add("globex", Usage{Records: 1})
+	q2.renewed("globex", Usage{Records: 5}, nil)
+	require.Equal(t, Usage{Records: 7}, q2.estimate("globex"), "the read, plus what was admitted and added since it was asked for")
+
+	// Too old, or from a clock that stepped back, it is not relied on.
+	for _, at := range []time.Time{t0.Add(30*time.Second + time.Minute), t0.Add(29 * time.Second)} {
+		known, renew, _ = q2.admit("globex", at, far)
+		require.False(t, known, at)
+		require.True(t, renew, at)
+		q2.renewed("globex", Usage{}, errors.New("etcd unreachable"))
+		known, _, _ = q2.admit("globex", at, far)
+		require.False(t, known, "a failed read renews nothing")
+		q2.renewed("globex", Usage{}, errors.New("etcd unreachable"))
+	}
+}
+
+// The views are bounded: past maxQuotaViews tenants, one is forgotten for
+// each new one, never one being read.
+func TestQuotaViewsAreBounded(t *testing.T) {
+	t.Parallel()
+	q := newQuotaViews(time.Minute)
+	far := farBelow(1000)
+	now := time.Now()
+	for i := range maxQuotaViews + 100 {
+		_, renew, _ := q.admit(fmt.Sprint("t", i), now, far)
+		require.True(t, renew)
+		if i%2 == 1 {
+			q.renewed(fmt.Sprint("t", i), Usage{}, nil)
+		}
+	}
+	require.Len(t, q.m, maxQuotaViews)
+	renewing := 0
+	for _, v := range q.m {
+		if v.renewing {
+			renewing++
+		}
+	}
+	require.Equal(t, (maxQuotaViews+100)/2, renewing, "a view being read is never dropped: its reader will end it")
+}
+
+// estimate is what admit would go by for tenant.
+func (q *quotaViews) estimate(tenant string) Usage {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	v := q.m[tenant]
+	return v.base.plus(v.added)
+}
