@@ -29,6 +29,15 @@ func TestResolveFencesOrConfirms(t *testing.T) {
 	if err != nil || applied {
 		t.Fatalf("resolve of a commit that never arrived: applied %v, %v; want false, nil", applied, err)
 	}
+	// The fence is a marker like the others: it lives on a lease, and
+	// vanishes with it instead of staying for ever, one key a lost answer.
+	got, err := b.c.Get(ctx, marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "aborted" || got.Kvs[0].Lease == 0 {
+		t.Fatalf("the fence: %v; want the marker \"aborted\", on a lease", got.Kvs)
+	}
 	// The original commit arrives late: its marker compare fails.
 	resp, err := b.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)).
 		Then(clientv3.OpPut(marker, "committed"), clientv3.OpPut(b.keys.prefix+"late", "x")).Commit()
