@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // mutant is one line of the file changed one way.
@@ -82,10 +83,24 @@ func operator(code string, at int) string {
 func main() {
 	file := flag.String("file", "", "the Go file to mutate")
 	lines := flag.String("lines", "", "the lines to mutate, FROM-TO (default: all)")
+	pkgs := flag.String("pkgs", "", "the packages to test, comma-separated, as go test takes them here (default: the file's own)")
 	flag.Parse()
 	if *file == "" {
-		fmt.Fprintln(os.Stderr, "usage: go run ./scripts/mutants -file PATH [-lines FROM-TO] [-- go test flags]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./scripts/mutants -file PATH [-lines FROM-TO] [-pkgs ./a,./b] [-- go test flags]")
 		os.Exit(2)
+	}
+	testArgs := append([]string{"test", "-count", "1"}, flag.Args()...)
+	if *pkgs == "" {
+		testArgs = append(testArgs, "./"+filepath.ToSlash(filepath.Dir(*file)))
+	} else {
+		testArgs = append(testArgs, strings.Split(*pkgs, ",")...)
+	}
+	// Unmutated, the tests must pass: a run that fails for another
+	// reason (a package path wrong, a flaky test) would count every
+	// mutant killed.
+	if out, err := exec.Command("go", testArgs...).CombinedOutput(); err != nil { // #nosec G204 -- the user's own test flags
+		fmt.Fprintf(os.Stderr, "the tests fail before any mutation (go %s): %v\n%s", strings.Join(testArgs, " "), err, out)
+		os.Exit(1)
 	}
 	orig, err := os.ReadFile(*file)
 	if err != nil {
@@ -106,7 +121,7 @@ func main() {
 	}
 	restore := func() { _ = os.WriteFile(*file, orig, 0o644) } // #nosec G306 G703 -- the file the user named, as it was
 	interrupted := make(chan os.Signal, 1)
-	signal.Notify(interrupted, os.Interrupt)
+	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
 	go func() { <-interrupted; restore(); os.Exit(130) }()
 	defer restore()
 
@@ -123,7 +138,7 @@ func main() {
 			broken++ // does not compile: no mutant
 			continue
 		}
-		if run(dir, append(append([]string{"test", "-count", "1"}, flag.Args()...), ".")...) == nil {
+		if run("", testArgs...) == nil {
 			lived++
 			fmt.Printf("LIVED %s:%d %s\n\t%s\n\t%s\n", *file, m.line+1, m.what, strings.TrimSpace(src[m.line]), strings.TrimSpace(m.text))
 		} else {
