@@ -67,17 +67,18 @@ func usageOf(t *testing.T, l *ledger.Ledger) int64 {
 func TestQuotaFarFromTheBoundConflictsWithNothing(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		age  time.Duration
-		runs int
+		name  string
+		quota ledger.Quota
+		runs  int
 	}{
-		{"relied on", 0, 1},
-		{"read in every check", -1, 2},
+		{"relied on", ledger.Quota{MaxRecords: 100}, 1},
+		{"a bound of bytes alone, relied on", ledger.Quota{MaxBytes: 1 << 20}, 1},
+		{"read in every check", ledger.Quota{MaxRecords: 100, MaxCountAge: -1}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			la, lb, a := quotaLedgers(t, ledger.Quota{MaxRecords: 100, MaxCountAge: tc.age}, nil)
+			la, lb, a := quotaLedgers(t, tc.quota, nil)
 			if _, err := la.Do(ctx, quotaReq("a-0"), created); err != nil {
 				t.Fatal(err)
 			}

@@ -1,12 +1,17 @@
 package ledger
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/kv"
+	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
 // farBelow is quotaViews.admit's far for a bound of n records, as
@@ -111,4 +116,37 @@ func (q *quotaViews) estimate(tenant string) Usage {
 	defer q.mu.Unlock()
 	v := q.m[tenant]
 	return v.base.plus(v.added)
+}
+
+// A counter damaged under a ledger that relies on its count: the checks
+// go on by the count read before, for up to MaxCountAge; then the read
+// that would renew it fails, nothing is admitted on a count that could
+// not be read, and the tenant's requests fail with the damage named, as
+// where every check reads (TestRecountUsageMendsTheCounters).
+func TestQuotaViewOfADamagedCounter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := kvtest.NewManualClock(time.Now())
+	db, err := kv.New(severalWriters{kvtest.Open(t, nil)}, &kv.Options{Clock: clock})
+	require.NoError(t, err)
+	l, err := New(db, &Config{Quota: &Quota{MaxRecords: 1000, MaxCountAge: time.Minute}})
+	require.NoError(t, err)
+	require.NotNil(t, l.views, "a store several processes write")
+	do := func(key string) error {
+		_, err := l.Do(ctx, Request{Scope: "acme|POST /x", Key: key, Fingerprint: Fingerprint{1}}, func(kv.Tx) (Response, error) {
+			return Response{Status: 201}, nil
+		})
+		return err
+	}
+	require.NoError(t, do("a-0"))
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		b := usageNS.Bucket(tx)
+		k, _ := b.Cursor().Seek([]byte("acme"))
+		require.Equal(t, "acme", string(usageTenant(k)))
+		return b.Put(bytes.Clone(k), []byte("not a usage record"))
+	}))
+	require.NoError(t, do("a-1"), "the count read a moment ago, far from the bound")
+	clock.Advance(time.Minute)
+	require.ErrorContains(t, do("a-2"), `usage of tenant "acme" (RecountUsage, or oncekv recount, counts it again)`)
+	require.ErrorContains(t, do("a-3"), `usage of tenant "acme"`, "still")
 }
