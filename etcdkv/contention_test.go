@@ -21,8 +21,8 @@ import (
 // once, must not conflict with each other on etcd: a key every such write
 // reads and another writes (one shared counter, a range read in the
 // transaction) refuses every concurrent commit but one, and the calls'
-// throughput falls to one at a time (a quota's check did: 93 requests a
-// second instead of 1,800). Each call runs from 8 clients, 6 distinct
+// throughput falls to one at a time (a quota's check did: about 90
+// requests a second instead of 1,900). Each call runs from 8 clients, 6 distinct
 // keys each, and the commits refused for a conflict must stay below a
 // quarter of its transactions (etcdkv.Stats); what remains are
 // transactions that share one of a tenant's 1,024 usage counters.

@@ -48,12 +48,13 @@ type Quota struct {
 	// on bbolt every check is exact and costs nothing). There, a check
 	// that read the tenant's count in its transaction would conflict with
 	// every other new request of the tenant, since each writes a part of
-	// it: on etcd at 64 clients, 93 requests a second instead of 1,657
-	// (bench/README.md, "Quotas on etcd"). So a check relies on the count
-	// it last read, plus what this process has added since, for up to
-	// MaxCountAge after reading it, while that is more than an eighth of
-	// each bound away from the bound. Nearer the bound, or later, a check
-	// reads the count, and the commit is refused if it changed meanwhile:
+	// it: on etcd at 64 clients, 91-94 requests a second instead of
+	// 1,868-1,974 (bench/README.md, "Quotas on etcd"). So a check relies
+	// on the count it last read, plus what this process has added since,
+	// for up to MaxCountAge after reading it, while that is more than an
+	// eighth of each bound away from the bound. Nearer the bound, or
+	// later, a check reads the count in its transaction, and the commit is
+	// refused if it changed meanwhile:
 	// two processes cannot both take a tenant's last records. A tenant
 	// can pass a bound only by what its requests through other processes
 	// add, within MaxCountAge, beyond that eighth. 0 means
