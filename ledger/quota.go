@@ -52,9 +52,9 @@ type Quota struct {
 	// 1,868-1,974 (bench/README.md, "Quotas on etcd"). So a check relies
 	// on the count it last read, plus what this process has added since,
 	// for up to MaxCountAge after reading it, while that is more than an
-	// eighth of each bound away from the bound. Nearer the bound, or
-	// later, a check reads the count in its transaction, and the commit is
-	// refused if it changed meanwhile:
+	// eighth of each bound away from the bound (an older count is read
+	// again first). Nearer the bound, a check reads the count in its
+	// transaction, and the commit is refused if it changed meanwhile:
 	// two processes cannot both take a tenant's last records. A tenant
 	// can pass a bound only by what its requests through other processes
 	// add, within MaxCountAge, beyond that eighth. 0 means

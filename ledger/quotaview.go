@@ -31,8 +31,9 @@ const maxQuotaViews = 4096
 // half MaxCountAge old. A check relies on the count last read, plus what
 // this process admitted and stored for the tenant since that read was
 // asked for, while that read is younger than MaxCountAge and the sum is
-// more than an eighth of each bound away from it; otherwise it reads the
-// counters in its transaction, exact, since the commit compares them.
+// more than an eighth of each bound away from it. Otherwise (near the
+// bound, or when no read could be had) it reads the counters in its
+// transaction, exact, since the commit compares them.
 // What it does not see is what other processes added since the read,
 // which is what a bound can be passed by; removals it does not see only
 // make it read in its transaction sooner.
