@@ -359,32 +359,8 @@ func (l *Ledger) checkQuota(ctx context.Context, tx kv.Tx, scope string) error {
 			return (maxRecords <= 0 || u.Records < maxRecords-max(maxRecords/8, 1)) &&
 				(maxBytes <= 0 || u.Bytes < maxBytes-max(maxBytes/8, 1))
 		}
-		known, renew, wait := l.views.admit(tenant, l.now(), far)
-		if wait != nil {
-			// Another check is reading what this one lacks: one read,
-			// not a transaction each that every other would conflict with.
-			select {
-			case <-wait:
-				known, renew, _ = l.views.admit(tenant, l.now(), far)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if renew {
-			// Read apart from tx, so that its commit compares none of it.
-			var u Usage
-			err := l.db.View(ctx, func(rtx kv.Tx) (err error) {
-				u, err = usageOf(usageNS.Bucket(rtx), tenant)
-				return err
-			})
-			l.views.renewed(tenant, u, err)
-			if !known && err == nil && far(u) {
-				l.views.add(tenant, Usage{Records: 1})
-				known = true
-			}
-		}
-		if known {
-			return nil
+		if known, err := l.admitByView(ctx, tenant, far); known || err != nil {
+			return err
 		}
 	}
 	u, err := l.usage(tx, tenant)
@@ -402,6 +378,40 @@ func (l *Ledger) checkQuota(ctx context.Context, tx kv.Tx, scope string) error {
 		l.views.add(tenant, Usage{Records: 1})
 	}
 	return nil
+}
+
+// admitByView admits a new record of tenant, and counts it, when what the
+// ledger knows of its usage (quotaViews) is recent and far from its
+// bounds, reading the count again, apart from the caller's transaction,
+// when that is due. false (and no error) leaves the check to the caller's
+// transaction.
+func (l *Ledger) admitByView(ctx context.Context, tenant string, far func(Usage) bool) (bool, error) {
+	known, renew, wait := l.views.admit(tenant, l.now(), far)
+	if wait != nil {
+		// Another check is reading what this one lacks: one read, not a
+		// transaction each that every other would conflict with.
+		select {
+		case <-wait:
+			known, renew, _ = l.views.admit(tenant, l.now(), far)
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	if renew {
+		// Read apart from the transaction, so that its commit compares
+		// none of it.
+		var u Usage
+		err := l.db.View(ctx, func(rtx kv.Tx) (err error) {
+			u, err = usageOf(usageNS.Bucket(rtx), tenant)
+			return err
+		})
+		l.views.renewed(tenant, u, err)
+		if !known && err == nil && far(u) {
+			l.views.add(tenant, Usage{Records: 1})
+			known = true
+		}
+	}
+	return known, nil
 }
 
 // loggedUsage returns every tenant's usage as tx sees it, where the

@@ -46,12 +46,12 @@ type quotaViews struct {
 // quotaView is one tenant's.
 type quotaView struct {
 	base  Usage     // the count last read
-	at    time.Time // when that read began
-	added Usage     // admitted and stored by this process since it began
+	at    time.Time // when that read was asked for
+	added Usage     // admitted and stored by this process since then
 
 	renewing bool          // a check is reading the count again
-	started  time.Time     // when that read began
-	during   Usage         // admitted and stored since it began
+	started  time.Time     // when that read was asked for
+	during   Usage         // admitted and stored since then
 	renewed  chan struct{} // closed when it ends
 }
 
