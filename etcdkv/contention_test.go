@@ -39,26 +39,32 @@ func TestDistinctWritesDoNotConflict(t *testing.T) {
 		return sideeffect.Spec{Kind: "charge", Subject: "order/" + key, Scope: "acme|POST /v1/orders", Key: key, Purpose: "charge", Payload: []byte("100")}
 	}
 	type order struct{ Ref string }
+	type write = func(ctx context.Context, key string) error
+	newLedger := func(t *testing.T, db *kv.DB, cfg *ledger.Config) *ledger.Ledger {
+		l, err := ledger.New(db, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	ledgerDo := func(cfg *ledger.Config) func(*testing.T, *kv.DB) write {
+		return func(t *testing.T, db *kv.DB) write {
+			l := newLedger(t, db, cfg)
+			return func(ctx context.Context, key string) error { _, err := l.Do(ctx, quotaReq(key), created); return err }
+		}
+	}
+	newExecutor := func(t *testing.T, db *kv.DB) *sideeffect.Executor {
+		x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
 	for _, tc := range []call{
-		{"ledger.Do", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
-			l, err := ledger.New(db, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return func(ctx context.Context, key string) error { _, err := l.Do(ctx, quotaReq(key), created); return err }
-		}},
-		{"ledger.Do with a quota", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
-			l, err := ledger.New(db, &ledger.Config{Quota: &ledger.Quota{MaxRecords: 1 << 30}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return func(ctx context.Context, key string) error { _, err := l.Do(ctx, quotaReq(key), created); return err }
-		}},
+		{"ledger.Do", ledgerDo(nil)},
+		{"ledger.Do with a quota", ledgerDo(&ledger.Config{Quota: &ledger.Quota{MaxRecords: 1 << 30}})},
 		{"ledger.Claim and Complete", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
-			l, err := ledger.New(db, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := newLedger(t, db, nil)
 			return func(ctx context.Context, key string) error {
 				out, err := l.Claim(ctx, quotaReq(key))
 				if err != nil {
@@ -86,17 +92,11 @@ func TestDistinctWritesDoNotConflict(t *testing.T) {
 			}
 		}},
 		{"sideeffect.Create", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
-			x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			x := newExecutor(t, db)
 			return func(ctx context.Context, key string) error { _, _, err := x.Create(ctx, spec(key)); return err }
 		}},
 		{"sideeffect.Create and Execute", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
-			x, err := sideeffect.New(db, &sideeffect.Config{Handlers: map[string]sideeffect.Handler{"charge": {Provider: providertest.New(providertest.Rates{}, 1)}}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			x := newExecutor(t, db)
 			return func(ctx context.Context, key string) error {
 				in, _, err := x.Create(ctx, spec(key))
 				if err != nil {
