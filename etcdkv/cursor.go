@@ -19,7 +19,8 @@ var cursorPage = 128
 // it changed after the read revision (and that the bucket had no delete).
 type cursor struct {
 	t      *tx
-	lo, hi string
+	lo, hi string // the keys walked: a bucket's, or a range of them (bucket.RangeCursor)
+	prefix string // what keys begin with but callers do not see: the bucket's data prefix
 	bucket []byte // nil for the list of buckets
 	names  bool   // the list of buckets: keys are bucket names, values nil
 
@@ -42,7 +43,7 @@ func (c *cursor) out(key string) ([]byte, []byte) {
 	if key == "" {
 		return nil, nil
 	}
-	k := []byte(key[len(c.lo):])
+	k := []byte(key[len(c.prefix):])
 	if c.names {
 		return k, nil
 	}
@@ -79,7 +80,7 @@ func (c *cursor) Revision() int64 {
 func (c *cursor) First() ([]byte, []byte) { return c.out(c.after(c.lo, true)) }
 func (c *cursor) Last() ([]byte, []byte)  { return c.out(c.before(c.hi)) }
 func (c *cursor) Seek(s []byte) ([]byte, []byte) {
-	return c.out(c.after(c.lo+string(s), true))
+	return c.out(c.after(c.prefix+string(s), true))
 }
 
 func (c *cursor) Next() ([]byte, []byte) {
@@ -106,6 +107,9 @@ func (c *cursor) after(from string, inclusive bool) string {
 	if start < c.lo {
 		start = c.lo
 	}
+	if start >= c.hi {
+		return "" // nothing to fetch: a range read from past its end would be inverted
+	}
 	for {
 		remote := c.remoteAfter(start)
 		local := c.localAfter(start)
@@ -123,8 +127,11 @@ func (c *cursor) after(from string, inclusive bool) string {
 
 // before returns the last key < to in the merged view, or "".
 func (c *cursor) before(to string) string {
-	end := to
+	end := min(to, c.hi)
 	for {
+		if end <= c.lo {
+			return ""
+		}
 		remote := c.remoteBefore(end)
 		local := c.localBefore(end)
 		prev := maxKey(remote, local)

@@ -21,7 +21,7 @@ var errRollback = errors.New("differential: roll back")
 // FuzzEtcdAgreesWithBbolt runs the same transactions, decoded from the
 // input, on a bbolt file and on etcd, both through kv.DB, and compares
 // every answer: values (an empty one is not an absent one), cursor walks
-// in both directions and from a Seek, a delete under the cursor and the
+// in both directions and from a Seek (bounded to a range too: kv.RangeCursor), a delete under the cursor and the
 // Seek back to it, bucket names, sequences, which calls fail, rollbacks,
 // the OnCommit functions run (after a commit only), and after every
 // transaction the whole content. bbolt is the reference:
@@ -43,6 +43,9 @@ func FuzzEtcdAgreesWithBbolt(f *testing.F) {
 	// bucket that does not exist, then reads of them, a put and a cursor
 	// walk; a prefetch in a read-only transaction.
 	f.Add([]byte{0, 1, 0, 2, 0, 1, 0, 1, 0, 0, 11, 2, 0, 1, 0, 0, 1, 1, 1, 1, 0, 4, 0, 1, 0, 4, 0, 1, 1, 2, 0, 1, 1, 2, 5, 0, 2, 0, 0, 0, 0, 0, 3, 11, 0, 0, 1, 0, 4, 0, 1, 0, 0})
+	// Keys a, b and ba, then a cursor bounded to [b, b\x00) walked
+	// forward from First: b, then the end.
+	f.Add([]byte{0, 1, 0, 2, 0, 1, 0, 1, 2, 0, 1, 1, 1, 2, 0, 2, 1, 0, 1, 12, 0, 3, 0, 2, 2, 2, 0, 1, 1, 1, 2, 1, 2, 0})
 	c := etcdtest.Start(f, etcdtest.Options{Members: 1})
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -133,6 +136,7 @@ type op struct {
 	key    []byte
 	moves  []byte
 	keys   []kv.BucketKey // a prefetch's
+	lo, hi []byte         // a bounded cursor's range (kv.RangeCursor; hi nil: to the end)
 }
 
 type program []op
@@ -144,7 +148,7 @@ type commits struct{ n int }
 func (r *reader) program() program {
 	var p program
 	for r.More() {
-		o := op{code: r.Next() % 12}
+		o := op{code: r.Next() % 13}
 		switch o.code {
 		case 0:
 			return p
@@ -155,13 +159,19 @@ func (r *reader) program() program {
 			o.moves = bytes.Repeat([]byte{'v'}, int(r.Next())%4) // the value: possibly empty
 		case 3, 4, 6:
 			o.bucket, o.key = r.bucket(), r.key()
-		case 5:
+		case 5, 12:
 			o.bucket = r.bucket()
 			o.moves = make([]byte, int(r.Next())%6+1)
 			for i := range o.moves {
 				o.moves[i] = r.Next()
 			}
 			o.key = r.key() // for a Seek
+			if o.code == 12 {
+				o.lo = r.key()
+				if r.Next()%4 != 0 {
+					o.hi = r.key()
+				}
+			}
 		case 11:
 			for range int(r.Next())%3 + 1 {
 				o.keys = append(o.keys, kv.BucketKey{Bucket: r.bucket(), Key: r.key(), Absent: r.Next()%2 == 0})
@@ -209,8 +219,13 @@ func (p program) run(tx kv.Tx, log *strings.Builder, ran *commits) error {
 			say("delete %q %s: %s", o.bucket, short(o.key), failure(err))
 		case 4:
 			say("get %q %s: %s", o.bucket, short(o.key), value(b.Get(o.key)))
-		case 5:
-			c := b.Cursor()
+		case 5, 12:
+			c, name := b.Cursor(), fmt.Sprintf("cursor %q", o.bucket)
+			if o.code == 12 {
+				// etcd's bounded cursor (kv.Ranger), bbolt's the bounds
+				// kept over its plain one: the same walk.
+				c, name = kv.RangeCursor(b, o.lo, o.hi), fmt.Sprintf("cursor %q [%s, %s)", o.bucket, value(o.lo), value(o.hi))
+			}
 			var k, v []byte
 			for i, m := range o.moves {
 				switch {
@@ -225,7 +240,7 @@ func (p program) run(tx kv.Tx, log *strings.Builder, ran *commits) error {
 				default:
 					k, v = c.Prev()
 				}
-				say("cursor %q move %d (%d): %s=%s", o.bucket, i, m, value(k), value(v))
+				say("%s move %d (%d): %s=%s", name, i, m, value(k), value(v))
 				if k == nil {
 					break
 				}

@@ -12,10 +12,18 @@
 // own writes); Update commits them as one etcd Txn whose compares say that
 // nothing it read has changed: the mod revision of every key read (0 for a
 // key read as absent), and for every range a cursor walked, that no key in
-// the range was written after the read revision. A range compare cannot
+// the range was written after the read revision. A cursor fetches 128 keys
+// at a time, and the range it walked is what it fetched: a scan that its
+// caller stops at the end of a group of keys has still walked the page
+// past it, or, on a short page, every key to the end of the bucket, and
+// conflicts with every write there. Scan a group through kv.RangeCursor
+// (the bucket implements kv.Ranger), which fetches and compares
+// [lo, hi) alone: the ledger's exact quota check reads one tenant's usage
+// counters so. A range compare cannot
 // see a key that was deleted, so every bucket also carries a delete
 // generation, bumped by a transaction that deletes in it and compared by
-// one that scanned it. A transaction whose compares fail ran on stale
+// one that scanned it (a bounded scan too: a delete anywhere in the
+// bucket refuses it). A transaction whose compares fail ran on stale
 // reads: its function runs again, after a jittered backoff, up to
 // Options.MaxAttempts times (ErrConflict then); from Options.SoloAfter
 // attempts on it runs alone within its process, so a transaction that

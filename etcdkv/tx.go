@@ -287,7 +287,7 @@ func (t *tx) CreateBucketIfNotExists(name []byte) (kv.Bucket, error) {
 
 func (t *tx) Cursor() kv.Cursor {
 	lo, hi := t.b.keys.bucketsRange()
-	return &cursor{t: t, lo: lo, hi: hi, names: true}
+	return &cursor{t: t, lo: lo, hi: hi, prefix: lo, names: true}
 }
 
 func (t *tx) Writable() bool     { return t.writable }
@@ -299,7 +299,10 @@ type bucket struct {
 	prefix string
 }
 
-var _ kv.Bucket = (*bucket)(nil)
+var (
+	_ kv.Bucket = (*bucket)(nil)
+	_ kv.Ranger = (*bucket)(nil)
+)
 
 func (b *bucket) Get(key []byte) []byte { return b.t.get(b.prefix + string(key)) }
 
@@ -324,7 +327,19 @@ func (b *bucket) Delete(key []byte) error {
 }
 
 func (b *bucket) Cursor() kv.Cursor {
-	return &cursor{t: b.t, lo: b.prefix, hi: prefixEnd(b.prefix), bucket: b.name}
+	return &cursor{t: b.t, lo: b.prefix, hi: prefixEnd(b.prefix), prefix: b.prefix, bucket: b.name}
+}
+
+// RangeCursor is kv.RangeCursor's bounded cursor (kv.Ranger): its pages
+// are fetched from [lo, hi) alone, and only that range is compared at the
+// commit, so that a write just past it does not refuse the transaction.
+func (b *bucket) RangeCursor(lo, hi []byte) kv.Cursor {
+	l, h := b.prefix+string(lo), prefixEnd(b.prefix)
+	if hi != nil {
+		h = min(h, b.prefix+string(hi))
+	}
+	h = max(h, l) // an empty range: nothing to read, nothing compared
+	return &cursor{t: b.t, lo: l, hi: h, prefix: b.prefix, bucket: b.name}
 }
 
 func (b *bucket) NextSequence() (uint64, error) {

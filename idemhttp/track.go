@@ -53,3 +53,7 @@ func (b trackedBucket) NextSequence() (uint64, error) {
 	return b.b.NextSequence()
 }
 func (b trackedBucket) Cursor() kv.Cursor { return b.b.Cursor() }
+
+// RangeCursor passes kv.RangeCursor on to the bucket wrapped, so that a
+// handler's bounded scan is bounded on the backend too (kv.Ranger).
+func (b trackedBucket) RangeCursor(lo, hi []byte) kv.Cursor { return kv.RangeCursor(b.b, lo, hi) }

@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -530,5 +531,26 @@ func TestTraitsFit(t *testing.T) {
 		if got != c.want {
 			t.Errorf("Traits{MaxTxOps: %d}.Fit(%d, %d) = %d, want %d", c.max, c.n, c.each, got, c.want)
 		}
+	}
+}
+
+func TestPrefixEnd(t *testing.T) {
+	for _, tc := range []struct{ prefix, want []byte }{
+		{[]byte("acme/"), []byte("acme0")},
+		{[]byte("a\xff"), []byte("b")},
+		{[]byte("a\xff\xff"), []byte("b")},
+		{[]byte{0}, []byte{1}},
+		{[]byte{0xff, 0xff}, nil},
+		{nil, nil},
+		{[]byte{}, nil},
+	} {
+		if got := kv.PrefixEnd(tc.prefix); !bytes.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+			t.Errorf("PrefixEnd(%q) = %q, want %q", tc.prefix, got, tc.want)
+		}
+	}
+	p := []byte("ab")
+	_ = kv.PrefixEnd(p)
+	if string(p) != "ab" {
+		t.Errorf("PrefixEnd changed its argument to %q", p)
 	}
 }

@@ -56,7 +56,10 @@
 // write; it is false for etcd, where several replicas write. A backend
 // that counts events of its own (etcd's conflicts and lost answers)
 // implements Counting, and DB.Counters hands the counts to metrics
-// adapters that do not import it.
+// adapters that do not import it. RangeCursor bounds a cursor to a range
+// of keys; a backend whose commits compare what was read (etcd) bounds
+// its reads to it too (Ranger), so that a scan of one group of keys does
+// not conflict with writes past it.
 //
 // # Transactions
 //

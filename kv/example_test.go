@@ -48,6 +48,49 @@ func Example() {
 	// backend: bbolt single writer: true
 }
 
+// Scan one customer's orders, and only theirs: keys that share a prefix
+// through a cursor bounded to it. On etcd the commit of a transaction
+// that scanned then compares that range alone, so that other customers'
+// new orders do not refuse it.
+func ExampleRangeCursor() {
+	dir, _ := os.MkdirTemp("", "kv-example")
+	defer os.RemoveAll(dir)
+	db, err := kv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	var acme []string
+	err = db.Update(ctx, func(tx kv.Tx) error {
+		orders, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return err
+		}
+		for _, k := range []string{"acme/1", "acme/2", "acmex/1", "globex/1"} {
+			if err := orders.Put([]byte(k), []byte("{}")); err != nil {
+				return err
+			}
+		}
+		acme = acme[:0] // the function may run more than once: its last run counts
+		prefix := []byte("acme/")
+		c := kv.RangeCursor(orders, prefix, kv.PrefixEnd(prefix))
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			acme = append(acme, string(k))
+		}
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, k := range acme {
+		fmt.Println(k)
+	}
+	// Output:
+	// acme/1
+	// acme/2
+}
+
 // Batch is group commit: concurrent callers share one transaction and one
 // fsync. The function may run more than once, so it touches nothing outside
 // its transaction.

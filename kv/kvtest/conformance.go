@@ -20,12 +20,13 @@ import (
 // the suite closes it.
 //
 // It checks what oncekv's packages rely on: buckets, values and
-// read-your-writes, cursor order in both directions with Seek, deletion
+// read-your-writes, cursor order in both directions with Seek, cursors bounded to a range
+// (kv.RangeCursor), deletion
 // while iterating, sequences, rollback on error and panic, OnCommit only after a
 // commit, snapshot reads, the port's write errors (empty keys and names,
 // keys over kv.MaxKeySize, writes in a read-only transaction), and
 // serializable write transactions under
-// concurrency — lost updates, phantoms in scanned ranges and deletions
+// concurrency — lost updates, phantoms in scanned ranges (bounded or not) and deletions
 // inside scanned ranges must all be impossible.
 func RunConformance(t *testing.T, open func(t testing.TB) kv.Backend) {
 	RequireOneRun(t, "the suite pins what one run of each function does: the backend's own semantics")
@@ -44,6 +45,7 @@ func RunConformance(t *testing.T, open func(t testing.TB) kv.Backend) {
 	run("BucketsAndValues", testBucketsAndValues)
 	run("ReadYourWrites", testReadYourWrites)
 	run("CursorOrder", testCursorOrder)
+	run("RangeCursor", testRangeCursor)
 	run("DeleteWhileIterating", testDeleteWhileIterating)
 	run("TopLevelCursor", testTopLevelCursor)
 	run("Rollback", testRollback)
@@ -55,6 +57,7 @@ func RunConformance(t *testing.T, open func(t testing.TB) kv.Backend) {
 	run("KeyLimits", testKeyLimits)
 	run("NoLostUpdates", testNoLostUpdates)
 	run("NoPhantoms", testNoPhantoms)
+	run("NoPhantomsInRange", testNoPhantomsInRange)
 	run("NoDeletedRangeRace", testNoDeletedRangeRace)
 	run("ThroughDB", testThroughDB)
 }
@@ -286,6 +289,117 @@ func testCursorOrder(t *testing.T, b kv.Backend) {
 		}
 		if k, _ := c.Seek([]byte("x")); k != nil {
 			t.Fatal("Seek in an empty bucket")
+		}
+		return nil
+	})
+}
+
+// walk returns the keys a cursor gives forward from First and backward
+// from Last, each direction in ascending order, checking each value.
+func walk(t *testing.T, c kv.Cursor) (fwd, back []string) {
+	t.Helper()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if string(v) != "v"+string(k) {
+			t.Fatalf("cursor value of %q is %q", k, v)
+		}
+		fwd = append(fwd, string(k))
+	}
+	for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+		back = append(back, string(k))
+	}
+	slices.Reverse(back)
+	return fwd, back
+}
+
+// testRangeCursor: kv.RangeCursor sees the keys of [lo, hi) and no other,
+// in both directions, with Seek, with the transaction's own writes and
+// deletes, and stays at the end once a step leaves the range.
+func testRangeCursor(t *testing.T, b kv.Backend) {
+	fill(t, b, "r", "a", "b", "b\x00", "ba", "bb", "c", "ca", "d")
+	for _, tc := range []struct {
+		lo, hi []byte
+		want   []string
+	}{
+		{[]byte("b"), []byte("c"), []string{"b", "b\x00", "ba", "bb"}},
+		{[]byte("b"), []byte("b\x01"), []string{"b", "b\x00"}},
+		{[]byte("ab"), []byte("bb"), []string{"b", "b\x00", "ba"}},
+		{[]byte("c"), nil, []string{"c", "ca", "d"}},
+		{nil, []byte("b"), []string{"a"}},
+		{nil, nil, []string{"a", "b", "b\x00", "ba", "bb", "c", "ca", "d"}},
+		{[]byte("bc"), []byte("bd"), nil},
+		{[]byte("e"), nil, nil},
+		{[]byte("c"), []byte("b"), nil},
+	} {
+		view(t, b, func(tx kv.Tx) error {
+			fwd, back := walk(t, kv.RangeCursor(tx.Bucket([]byte("r")), tc.lo, tc.hi))
+			if !slices.Equal(fwd, tc.want) || !slices.Equal(back, tc.want) {
+				t.Errorf("[%q, %q): forward %q, backward %q, want %q", tc.lo, tc.hi, fwd, back, tc.want)
+			}
+			return nil
+		})
+	}
+	view(t, b, func(tx kv.Tx) error {
+		c := kv.RangeCursor(tx.Bucket([]byte("r")), []byte("b"), []byte("c"))
+		for _, tc := range []struct{ seek, want string }{
+			{"", "b"}, {"a", "b"}, {"b\x01", "ba"}, {"bab", "bb"}, {"bb", "bb"}, {"bc", ""}, {"c", ""}, {"z", ""},
+		} {
+			if k, _ := c.Seek([]byte(tc.seek)); string(k) != tc.want {
+				t.Errorf("Seek(%q) in [b, c) = %q, want %q", tc.seek, k, tc.want)
+			}
+		}
+		if k, _ := c.Seek([]byte("bb")); string(k) != "bb" {
+			t.Fatalf("Seek(bb) = %q", k)
+		}
+		if k, _ := c.Next(); k != nil {
+			t.Errorf("Next past the range's end = %q", k)
+		}
+		if k, _ := c.Next(); k != nil {
+			t.Errorf("Next again past the range's end = %q", k)
+		}
+		if k, _ := c.First(); string(k) != "b" {
+			t.Fatalf("First = %q", k)
+		}
+		if k, _ := c.Prev(); k != nil {
+			t.Errorf("Prev before the range's start = %q", k)
+		}
+		if k, _ := c.Last(); string(k) != "bb" {
+			t.Errorf("Last = %q", k)
+		}
+		return nil
+	})
+	// The transaction's own writes, inside the range and out of it.
+	update(t, b, func(tx kv.Tx) error {
+		bk := tx.Bucket([]byte("r"))
+		for _, k := range []string{"bc", "c\x00", "az"} {
+			if err := bk.Put([]byte(k), []byte("v"+k)); err != nil {
+				return err
+			}
+		}
+		if err := bk.Delete([]byte("ba")); err != nil {
+			return err
+		}
+		want := []string{"b", "b\x00", "bb", "bc"}
+		if fwd, back := walk(t, kv.RangeCursor(bk, []byte("b"), []byte("c"))); !slices.Equal(fwd, want) || !slices.Equal(back, want) {
+			t.Errorf("[b, c) with the transaction's writes: forward %q, backward %q, want %q", fwd, back, want)
+		}
+		return nil
+	})
+	// Deleting under a bounded cursor, the documented way.
+	update(t, b, func(tx kv.Tx) error {
+		bk := tx.Bucket([]byte("r"))
+		c := kv.RangeCursor(bk, []byte("b"), []byte("c"))
+		for k, _ := c.First(); k != nil; {
+			if err := bk.Delete(bytes.Clone(k)); err != nil {
+				return err
+			}
+			k, _ = c.Seek(k)
+		}
+		return nil
+	})
+	view(t, b, func(tx kv.Tx) error {
+		want := []string{"a", "az", "c", "c\x00", "ca", "d"}
+		if fwd, _ := walk(t, tx.Bucket([]byte("r")).Cursor()); !slices.Equal(fwd, want) {
+			t.Errorf("after deleting [b, c): %q, want %q", fwd, want)
 		}
 		return nil
 	})
@@ -637,30 +751,52 @@ func testNoLostUpdates(t *testing.T, b kv.Backend) {
 // and adds one only while fewer than limit exist. A backend that does not
 // detect a concurrent insert into a scanned range lets the count overshoot.
 func testNoPhantoms(t *testing.T, b kv.Backend) {
-	fill(t, b, "slots")
+	noPhantoms(t, b, "slots", "w", nil, func(bk kv.Bucket) kv.Cursor { return bk.Cursor() })
+}
+
+// testNoPhantomsInRange is testNoPhantoms for a bounded scan
+// (kv.RangeCursor) in a bucket where other writers insert around the
+// range at the same time: an insert into the range must still refuse a
+// concurrent scan of it.
+func testNoPhantomsInRange(t *testing.T, b kv.Backend) {
+	noPhantoms(t, b, "ranged", "m-", []string{"a-", "n-"}, func(bk kv.Bucket) kv.Cursor {
+		return kv.RangeCursor(bk, []byte("m"), []byte("n"))
+	})
+}
+
+// noPhantoms: concurrent transactions each count the keys scan walks in
+// bucket name and insert one more (its name beginning with in) while
+// fewer than a limit; each first writes a key beginning with every
+// prefix of around (outside what scan walks). A backend that misses an
+// insert into a range scanned ends with more than the limit.
+func noPhantoms(t *testing.T, b kv.Backend, name, in string, around []string, scan func(kv.Bucket) kv.Cursor) {
+	fill(t, b, name)
 	const workers, limit = 6, 10
+	count := func(bk kv.Bucket) int {
+		n := 0
+		c := scan(bk)
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		return n
+	}
 	concurrently(t, workers, 4, func(w, i int) error {
 		return b.Update(bg, func(tx kv.Tx) error {
-			bk := tx.Bucket([]byte("slots"))
-			count := 0
-			c := bk.Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				count++
+			bk := tx.Bucket([]byte(name))
+			for _, p := range around {
+				if err := bk.Put(fmt.Appendf(nil, "%s%d-%d", p, w, i), []byte("x")); err != nil {
+					return err
+				}
 			}
-			if count >= limit {
+			if count(bk) >= limit {
 				return nil
 			}
-			return bk.Put(fmt.Appendf(nil, "w%d-%d", w, i), []byte("x"))
+			return bk.Put(fmt.Appendf(nil, "%s%d-%d", in, w, i), []byte("x"))
 		})
 	})
 	view(t, b, func(tx kv.Tx) error {
-		count := 0
-		c := tx.Bucket([]byte("slots")).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			count++
-		}
-		if count != limit {
-			t.Fatalf("%d keys after concurrent bounded inserts, want exactly %d (a phantom went undetected)", count, limit)
+		if n := count(tx.Bucket([]byte(name))); n != limit {
+			t.Fatalf("%d keys after concurrent bounded inserts, want exactly %d (a phantom went undetected)", n, limit)
 		}
 		return nil
 	})
