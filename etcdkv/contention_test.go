@@ -3,6 +3,7 @@ package etcdkv_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -25,7 +26,9 @@ import (
 // requests a second instead of 1,900). Each call runs from 8 clients, 6 distinct
 // keys each, and the commits refused for a conflict must stay below a
 // quarter of its transactions (etcdkv.Stats); what remains are
-// transactions that share one of a tenant's 1,024 usage counters.
+// transactions that share one of a tenant's 1,024 usage counters. A quota's
+// exact check (Quota.MaxCountAge -1) reads every counter of its tenant: its
+// case gives each client a tenant of its own.
 func TestDistinctWritesDoNotConflict(t *testing.T) {
 	t.Parallel()
 	const clients, each = 8, 6
@@ -63,6 +66,19 @@ func TestDistinctWritesDoNotConflict(t *testing.T) {
 	for _, tc := range []call{
 		{"ledger.Do", ledgerDo(nil)},
 		{"ledger.Do with a quota", ledgerDo(&ledger.Config{Quota: &ledger.Quota{MaxRecords: 1 << 30}})},
+		// Exact checks read the tenant's counters in the transaction: a
+		// client's tenant alone, not the tenants sorting after it, which
+		// the other clients write (kv.RangeCursor).
+		{"ledger.Do with exact quota checks, a tenant per client", func(t *testing.T, db *kv.DB) write {
+			l := newLedger(t, db, &ledger.Config{Quota: &ledger.Quota{MaxRecords: 1 << 30, MaxCountAge: -1}})
+			return func(ctx context.Context, key string) error {
+				client, _, _ := strings.Cut(strings.TrimPrefix(key, "k-"), "-")
+				req := quotaReq(key)
+				req.Scope = "tenant-" + client + "|POST /v1/orders"
+				_, err := l.Do(ctx, req, created)
+				return err
+			}
+		}},
 		{"ledger.Claim and Complete", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
 			l := newLedger(t, db, nil)
 			return func(ctx context.Context, key string) error {
