@@ -42,6 +42,13 @@
 // share one transaction with an idempotency record (ledger.DoTx) or an
 // outbox event.
 //
+// Rows are read one at a time (Get, GetByIndex), all of them (All), or in
+// a range of IDs (Range): give rows that are read together (a customer's
+// orders) IDs that begin alike, and read them with Range. On etcd a write
+// transaction's commit compares what it read, and Range reads the range
+// alone, so that the rows other transactions insert past it do not refuse
+// the commit.
+//
 // # Caveats
 //
 //   - Indexes are unique. A non-unique lookup needs a key that includes the

@@ -55,6 +55,44 @@ func ExampleTable_CompareAndSet() {
 	// stale writer applied: false current: paid version 2
 }
 
+// A customer's orders, under IDs that begin with the customer's, read
+// alone, the SQL
+//
+//	SELECT * FROM orders WHERE id >= 'acme/' AND id < 'acme0' ORDER BY id
+//
+// On etcd a write transaction that reads them so is refused only by a
+// change to them, not by other customers' new orders.
+func ExampleTable_Range() {
+	orders, done := exampleTable()
+	defer done()
+	ctx := context.Background()
+	for i, id := range []string{"acme/ord_1", "acme/ord_2", "acmex/ord_1", "globex/ord_1"} {
+		if _, err := orders.Insert(ctx, id, Order{Tenant: "t", ExternalRef: fmt.Sprint(i), Amount: 1000 * (i + 1)}); err != nil {
+			panic(err)
+		}
+	}
+	var got []string
+	err := orders.DB().View(ctx, func(tx kv.Tx) error {
+		got = got[:0] // a read may run again: its last run counts
+		for row, err := range orders.Range(tx, "acme/", string(kv.PrefixEnd([]byte("acme/")))) {
+			if err != nil {
+				return err
+			}
+			got = append(got, fmt.Sprintf("%s %d", row.ID, row.Value.Amount))
+		}
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, g := range got {
+		fmt.Println(g)
+	}
+	// Output:
+	// acme/ord_1 1000
+	// acme/ord_2 2000
+}
+
 // Upsert on a business identifier, the SQL
 //
 //	INSERT INTO orders (id, tenant, external_ref, ...) VALUES (...)

@@ -93,14 +93,32 @@ func (t *Table[T]) brokenIndex(i int, key []byte, id, what string) error {
 
 // All iterates the table's rows in ID order inside tx. A row that fails to
 // decode is yielded as an error and the iteration goes on.
-func (t *Table[T]) All(tx kv.Tx) iter.Seq2[Row[T], error] {
+func (t *Table[T]) All(tx kv.Tx) iter.Seq2[Row[T], error] { return t.Range(tx, "", "") }
+
+// Range iterates, in ID order inside tx, the rows whose IDs lie in
+// [from, to), to "" meaning to the last row; the rows whose IDs begin with
+// p are Range(tx, p, string(kv.PrefixEnd([]byte(p)))). A row that fails to
+// decode is yielded as an error and the iteration goes on.
+//
+// Read a group of rows (a customer's orders, under IDs that begin with
+// the customer's) through Range rather than through All with a test that
+// stops at the group's end. On bbolt the two cost the same; on etcd a
+// write transaction is refused at its commit when a key it read changed,
+// and an iteration stopped early has still read a page of rows past the
+// group (or all to the end of the table): every new row there would
+// refuse it. Range reads the group alone (kv.RangeCursor).
+func (t *Table[T]) Range(tx kv.Tx, from, to string) iter.Seq2[Row[T], error] {
 	return func(yield func(Row[T], error) bool) {
 		b := t.rows.Bucket(tx)
 		if b == nil {
 			return
 		}
 		ring := kv.CipherOf(tx)
-		c := b.Cursor()
+		var hi []byte
+		if to != "" {
+			hi = []byte(to)
+		}
+		c := kv.RangeCursor(b, []byte(from), hi)
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			sr, err := decodeRow(v)
 			if err == nil {

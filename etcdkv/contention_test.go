@@ -139,6 +139,29 @@ func TestDistinctWritesDoNotConflict(t *testing.T) {
 				return err
 			}
 		}},
+		// A client's rows read through Range, a group per client: the
+		// other clients' inserts land past the group.
+		{"conditional.Range and InsertTx, a group per client", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
+			tbl, err := conditional.NewTable[order](db, "grouped", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(ctx context.Context, key string) error {
+				client, _, _ := strings.Cut(strings.TrimPrefix(key, "k-"), "-")
+				group := "c" + client + "/"
+				return db.Update(ctx, func(tx kv.Tx) error {
+					n := 0
+					for _, err := range tbl.Range(tx, group, string(kv.PrefixEnd([]byte(group)))) {
+						if err != nil {
+							return err
+						}
+						n++
+					}
+					_, err := tbl.InsertTx(tx, fmt.Sprintf("%s%d", group, n), order{Ref: key})
+					return err
+				})
+			}
+		}},
 		{"conditional.Upsert", func(t *testing.T, db *kv.DB) func(context.Context, string) error {
 			tbl, err := conditional.NewTable(db, "orders", &conditional.Options[order]{Indexes: []conditional.Index[order]{
 				{Name: "ref", Key: func(o order) ([]byte, bool) { return []byte(o.Ref), true }},
