@@ -107,10 +107,10 @@ func (c *cursor) after(from string, inclusive bool) string {
 	if start < c.lo {
 		start = c.lo
 	}
-	if start >= c.hi {
-		return "" // nothing to fetch: a range read from past its end would be inverted
-	}
 	for {
+		if start >= c.hi {
+			return "" // nothing to fetch: a range read from the end or past it is empty, or inverted
+		}
 		remote := c.remoteAfter(start)
 		local := c.localAfter(start)
 		next := minKey(remote, local)

@@ -382,6 +382,17 @@ func testRangeCursor(t *testing.T, b kv.Backend) {
 		if fwd, back := walk(t, kv.RangeCursor(bk, []byte("b"), []byte("c"))); !slices.Equal(fwd, want) || !slices.Equal(back, want) {
 			t.Errorf("[b, c) with the transaction's writes: forward %q, backward %q, want %q", fwd, back, want)
 		}
+		// A range whose one key the transaction deleted: stepping past
+		// the deletion reaches the range's end exactly.
+		if err := bk.Delete([]byte("b\x00")); err != nil {
+			return err
+		}
+		if fwd, back := walk(t, kv.RangeCursor(bk, []byte("b\x00"), []byte("b\x00\x00"))); len(fwd) != 0 || len(back) != 0 {
+			t.Errorf("[b\\x00, b\\x00\\x00) after deleting its one key: forward %q, backward %q, want nothing", fwd, back)
+		}
+		if err := bk.Put([]byte("b\x00"), []byte("vb\x00")); err != nil {
+			return err
+		}
 		return nil
 	})
 	// Deleting under a bounded cursor, the documented way.
