@@ -64,6 +64,12 @@ type HarnessConfig struct {
 	// and nothing is refused: the throughput against the run without is
 	// what checking costs.
 	Quota int64
+	// QuotaCountAge is the quota's ledger.Quota.MaxCountAge (0: its
+	// default; negative: every check reads the tenant's usage in its
+	// transaction). It matters on a store several processes write (etcd):
+	// with many tenants, each seen now and then, it sets how often a
+	// tenant's count is read again.
+	QuotaCountAge time.Duration
 	// Keyed adds a workload "oncekv-keyed": the ledger on the layout of
 	// format 1 (records under their keys, with an expiry index), the one
 	// the record log replaced, in the same run.
@@ -537,7 +543,7 @@ func LedgerWorkload(ctx context.Context, name string, cfg HarnessConfig, open fu
 	}
 	var lcfg *ledger.Config
 	if cfg.Quota > 0 {
-		lcfg = &ledger.Config{Quota: &ledger.Quota{MaxRecords: cfg.Quota}}
+		lcfg = &ledger.Config{Quota: &ledger.Quota{MaxRecords: cfg.Quota, MaxCountAge: cfg.QuotaCountAge}}
 	}
 	l, err := ledger.New(ldb, lcfg)
 	if err != nil {

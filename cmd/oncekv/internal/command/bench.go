@@ -45,6 +45,7 @@ type benchOutput struct {
 	Preload      int            `json:"preload"`
 	Tenants      int            `json:"tenants,omitempty"`
 	Quota        int64          `json:"quota,omitempty"`
+	QuotaAge     string         `json:"quota_count_age,omitempty"`
 	Runs         []benchRun     `json:"runs"`
 	Results      []bench.Result `json:"results,omitempty"`
 	Ratio        float64        `json:"ratio,omitempty"`
@@ -112,6 +113,9 @@ workload at each client count.`,
 			if cfg.Quota < 0 {
 				return usagef("--quota may not be negative")
 			}
+			if cfg.QuotaCountAge != 0 && cfg.Quota == 0 {
+				return usagef("--quota-count-age needs --quota")
+			}
 			if cfg.PayloadBytes < 0 || cfg.ResponseSize < 0 || cfg.BatchSize < 0 || cfg.BatchDelay < 0 {
 				return usagef("--payload, --response, --batch-size and --batch-delay may not be negative")
 			}
@@ -150,6 +154,9 @@ workload at each client count.`,
 			}
 			out := benchOutput{CPUs: runtime.NumCPU(), Seconds: cfg.Duration.Seconds(), Sync: cfg.Sync, Commit: cfg.Commit,
 				PayloadBytes: cfg.PayloadBytes, ResponseSize: cfg.ResponseSize, Preload: cfg.Preload, Tenants: cfg.Tenants, Quota: cfg.Quota}
+			if cfg.QuotaCountAge != 0 {
+				out.QuotaAge = cfg.QuotaCountAge.String()
+			}
 			for _, n := range clients {
 				run := cfg
 				run.Clients = n
@@ -249,6 +256,7 @@ workload at each client count.`,
 	f.IntVar(&cfg.Preload, "preload", 0, "rows (and records) in every file before measuring")
 	f.IntVar(&cfg.Tenants, "tenants", 1, "spread the ledger's requests over this many tenants, each with its usage counter (at most 10000)")
 	f.Int64Var(&cfg.Quota, "quota", 0, "give every tenant a quota of this many records, so each new request checks its usage (0: none; set it above what the run writes to measure the check)")
+	f.DurationVar(&cfg.QuotaCountAge, "quota-count-age", 0, "with --quota, on etcd: rely on a tenant's count read at most this long ago, far from the bound (ledger.Quota.MaxCountAge; 0: its default of 1s; negative, as --quota-count-age=-1s: every check reads in its transaction)")
 	f.BoolVar(&cfg.Sync, "sync", true, "fsync every commit (durable)")
 	f.StringVar(&cfg.Commit, "commit", "batch", "batch (group commit) or update (a transaction per operation)")
 	f.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "group commit: wait this long for company (0: commit as soon as the writer is idle)")

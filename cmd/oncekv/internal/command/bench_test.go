@@ -115,6 +115,8 @@ func TestBench(t *testing.T) {
 	require.Equal(t, 2, code)
 	_, _, code = run("bench", "--quota", "-1")
 	require.Equal(t, 2, code)
+	_, _, code = run("bench", "--quota-count-age", "5s")
+	require.Equal(t, 2, code, "a count age without a quota")
 }
 
 // bench --tenants spreads the ledger's requests over that many tenants.
@@ -154,11 +156,12 @@ func TestBenchTenants(t *testing.T) {
 func TestBenchAgainstEtcd(t *testing.T) {
 	t.Parallel()
 	out, stderr, code := run("bench", "--against-etcd", "embedded", "--duration", "600ms", "--clients", "4", "--sync=false", "--json",
-		"--quota", "1000000000")
+		"--quota", "1000000000", "--quota-count-age=-1s")
 	require.Equal(t, 0, code, stderr)
 	var res struct {
-		Quota   int64 `json:"quota"`
-		Results []struct {
+		Quota    int64  `json:"quota"`
+		QuotaAge string `json:"quota_count_age"`
+		Results  []struct {
 			Name        string  `json:"name"`
 			Ops         int64   `json:"ops"`
 			RatioToBare float64 `json:"ratio_to_bare"`
@@ -170,6 +173,7 @@ func TestBenchAgainstEtcd(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
 	require.Equal(t, int64(1000000000), res.Quota, "every request checked a quota (none refused)")
+	require.Equal(t, "-1s", res.QuotaAge, "every check exact")
 	require.Len(t, res.Results, 4)
 	require.Equal(t, "etcd-bare", res.Results[2].Name)
 	require.Equal(t, "oncekv-etcd", res.Results[3].Name)
