@@ -72,9 +72,8 @@ func TestDistinctWritesDoNotConflict(t *testing.T) {
 		{"ledger.Do with exact quota checks, a tenant per client", func(t *testing.T, db *kv.DB) write {
 			l := newLedger(t, db, &ledger.Config{Quota: &ledger.Quota{MaxRecords: 1 << 30, MaxCountAge: -1}})
 			return func(ctx context.Context, key string) error {
-				client, _, _ := strings.Cut(strings.TrimPrefix(key, "k-"), "-")
 				req := quotaReq(key)
-				req.Scope = "tenant-" + client + "|POST /v1/orders"
+				req.Scope = "tenant-" + clientOf(key) + "|POST /v1/orders"
 				_, err := l.Do(ctx, req, created)
 				return err
 			}
@@ -147,8 +146,7 @@ func TestDistinctWritesDoNotConflict(t *testing.T) {
 				t.Fatal(err)
 			}
 			return func(ctx context.Context, key string) error {
-				client, _, _ := strings.Cut(strings.TrimPrefix(key, "k-"), "-")
-				group := "c" + client + "/"
+				group := "c" + clientOf(key) + "/"
 				return db.Update(ctx, func(tx kv.Tx) error {
 					n := 0
 					for _, err := range tbl.Range(tx, group, string(kv.PrefixEnd([]byte(group)))) {
@@ -212,4 +210,11 @@ func TestDistinctWritesDoNotConflict(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clientOf is the client that writes key "k-<client>-<n>" in
+// TestDistinctWritesDoNotConflict ("warm" for its warm-up write).
+func clientOf(key string) string {
+	client, _, _ := strings.Cut(strings.TrimPrefix(key, "k-"), "-")
+	return client
 }

@@ -202,14 +202,16 @@ func usageOf(b kv.Bucket, tenant string) (Usage, error) {
 		return Usage{}, nil
 	}
 	var sum Usage
-	// The tenant's keys alone: tenant, and tenant+"\x00"+shard. On etcd
-	// the check's transaction compares what it read at its commit, and a
-	// scan past them would have compared other tenants' counters too (a
-	// page of them, or all that sort after it), which their every new
-	// record writes: each check conflicted with every other tenant's
-	// writes (TestDistinctWritesDoNotConflict).
+	// The tenant's keys alone: tenant (a counter of the versions before
+	// shards) and tenant+"\x00"+shard. A longer tenant name sorts at or
+	// after tenant+"\x01" (no name holds a NUL). On etcd the check's
+	// transaction compares what it read at its commit, and a scan past
+	// them would have compared other tenants' counters too (a page of
+	// them, or all that sort after it), which their every new record
+	// writes: each check conflicted with every other tenant's writes
+	// (TestDistinctWritesDoNotConflict).
 	c := kv.RangeCursor(b, []byte(tenant), []byte(tenant+"\x01"))
-	for k, v := c.First(); k != nil && string(usageTenant(k)) == tenant; k, v = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		u, err := decodeUsage(v)
 		if err != nil {
 			return Usage{}, usageErr(tenant, err)

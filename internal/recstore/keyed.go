@@ -3,7 +3,6 @@ package recstore
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/oncekv/oncekv/internal/keyspace"
@@ -106,8 +105,8 @@ func (s *keyed) Scan(tx kv.Tx, prefix string, fn func(ref Ref, scope, key string
 	if b == nil {
 		return
 	}
-	c := kv.RangeCursor(b, []byte(prefix), kv.PrefixEnd([]byte(prefix)))
-	for k, v := c.First(); k != nil && strings.HasPrefix(string(k), prefix); k, v = c.Next() {
+	c := kv.RangeCursor(b, []byte(prefix), kv.PrefixEnd([]byte(prefix))) // every key it gives begins with prefix
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		sc, ky, ok := splitKey(k)
 		if !fn(Ref{key: k}, string(sc), string(ky), v, ok) {
 			return

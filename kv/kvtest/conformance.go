@@ -233,18 +233,7 @@ func testCursorOrder(t *testing.T, b kv.Backend) {
 	want := []string{"a", "a\x00", "aa", "b", "c", "d", "e\xff"}
 	view(t, b, func(tx kv.Tx) error {
 		c := tx.Bucket([]byte("c")).Cursor()
-		var fwd, back []string
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if string(v) != "v"+string(k) {
-				t.Fatalf("cursor value of %q is %q", k, v)
-			}
-			fwd = append(fwd, string(k))
-		}
-		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
-			back = append(back, string(k))
-		}
-		slices.Reverse(back)
-		if !slices.Equal(fwd, want) || !slices.Equal(back, want) {
+		if fwd, back := walk(t, c); !slices.Equal(fwd, want) || !slices.Equal(back, want) {
 			t.Fatalf("forward %q, backward %q, want %q", fwd, back, want)
 		}
 		for _, tc := range []struct{ seek, want string }{
