@@ -1,6 +1,10 @@
 package etcdkv
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/oncekv/oncekv/kv"
+)
 
 // keys lays the port's buckets out in etcd's flat, byte-ordered key space,
 // under the backend's prefix P:
@@ -34,12 +38,8 @@ func (k keys) data(bucket, key []byte) string { return k.dataPrefix(bucket) + st
 
 // prefixEnd is the first key after every key that starts with p.
 func prefixEnd(p string) string {
-	b := []byte(p)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1])
-		}
+	if end := kv.PrefixEnd([]byte(p)); end != nil {
+		return string(end)
 	}
 	return "\x00" // no end: etcd's "to the end of the key space"
 }

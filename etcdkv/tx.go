@@ -326,9 +326,7 @@ func (b *bucket) Delete(key []byte) error {
 	return nil
 }
 
-func (b *bucket) Cursor() kv.Cursor {
-	return &cursor{t: b.t, lo: b.prefix, hi: prefixEnd(b.prefix), prefix: b.prefix, bucket: b.name}
-}
+func (b *bucket) Cursor() kv.Cursor { return b.RangeCursor(nil, nil) }
 
 // RangeCursor is kv.RangeCursor's bounded cursor (kv.Ranger): its pages
 // are fetched from [lo, hi) alone, and only that range is compared at the
