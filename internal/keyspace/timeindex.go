@@ -1,6 +1,7 @@
 package keyspace
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -79,9 +80,13 @@ func (x TimeIndex) Has(tx kv.Tx, at time.Time, key []byte) bool {
 	return b != nil && hasKey(b, timeKey(at, key))
 }
 
+// hasKey reports whether b holds k, whose value may be empty (an index
+// entry's), through a cursor bounded to k alone: on etcd a plain cursor's
+// Seek fetched a page of 128 entries to answer it, and the consistency
+// check asks once a record.
 func hasKey(b kv.Bucket, k []byte) bool {
-	got, _ := b.Cursor().Seek(k)
-	return got != nil && string(got) == string(k)
+	got, _ := kv.RangeCursor(b, k, append(bytes.Clone(k), 0)).First()
+	return got != nil
 }
 
 // Due returns up to limit entries whose time is at or before now, in expiry
