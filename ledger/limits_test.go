@@ -105,6 +105,13 @@ func TestMisuseErrorsSayWhatHappened(t *testing.T) {
 	}))
 	_, err = l.Complete(ctx, nil, ledger.Response{}, nil)
 	require.ErrorIs(t, err, ledger.ErrInvalidRequest)
+	require.ErrorContains(t, err, "nil *Claim")
+	err = l.Release(ctx, nil)
+	require.ErrorIs(t, err, ledger.ErrInvalidRequest)
+	require.ErrorContains(t, err, "nil *Claim")
+	err = l.Extend(ctx, nil)
+	require.ErrorIs(t, err, ledger.ErrInvalidRequest)
+	require.ErrorContains(t, err, "nil *Claim")
 
 	out, err := l.Claim(ctx, req("twice", "b"))
 	require.NoError(t, err)

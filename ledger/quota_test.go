@@ -2,9 +2,13 @@ package ledger_test
 
 import (
 	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/oncekv/oncekv/kv"
 	"github.com/oncekv/oncekv/kv/kvtest"
 	"github.com/oncekv/oncekv/ledger"
+	"github.com/oncekv/oncekv/observe"
 	"github.com/oncekv/oncekv/retention"
 )
 
@@ -178,4 +183,57 @@ func TestUsageIsCountedFromTheRecordsAtOpen(t *testing.T) {
 		require.Nil(t, tx.Bucket(usageBucket), "the older version's counters are gone")
 		return nil
 	}))
+}
+
+// A rejection met inside a group commit (here a tenant at its quota, which
+// only the write transaction can tell) writes nothing and fails nothing:
+// the ledger passes it through kv.Reject, so no commit fails and the other
+// calls of its batch are not run again. Otherwise every call batched with
+// a rejected one would run its work twice.
+func TestRejectionsLeaveTheirBatchAlone(t *testing.T) {
+	t.Parallel()
+	var calls, failed, batched atomic.Int64
+	obs := &observe.Observer{Commit: func(c observe.Commit) {
+		calls.Add(int64(c.Calls))
+		if c.Err {
+			failed.Add(1)
+		}
+		if c.Calls > 1 {
+			batched.Add(1)
+		}
+	}}
+	db := kvtest.OpenPath(t, filepath.Join(t.TempDir(), "ledger.db"),
+		&kv.Options{NoSync: true, MaxBatchDelay: 20 * time.Millisecond, Observer: obs}, ledger.RecordKind)
+	l, err := ledger.New(db, &ledger.Config{Quota: &ledger.Quota{MaxRecords: 1}})
+	require.NoError(t, err)
+	_, err = l.Do(ctx, tenantReq("full", "first"), small)
+	require.NoError(t, err)
+
+	const n = 8
+	var runs [n]atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := l.Do(ctx, tenantReq("full", fmt.Sprint("over-", i)), small)
+			assert.ErrorIs(t, err, ledger.ErrQuotaExceeded)
+		})
+		wg.Go(func() {
+			_, err := l.Do(ctx, tenantReq(fmt.Sprint("free-", i), "k"), func(tx kv.Tx) (ledger.Response, error) {
+				if kvtest.Counts() {
+					runs[i].Add(1)
+				}
+				return small(tx)
+			})
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	for i := range runs {
+		require.Equal(t, int64(1), runs[i].Load(), "free-%d's work ran once", i)
+	}
+	require.Zero(t, failed.Load(), "no commit failed")
+	require.Positive(t, batched.Load(), "some calls shared a commit")
+	u, err := l.Usage(ctx, "full")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), u.Records, "the rejected calls stored nothing")
 }
