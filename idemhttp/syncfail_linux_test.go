@@ -60,6 +60,11 @@ func TestSyncFailedPaymentIsChargedOnce(t *testing.T) {
 			require.Contains(t, w.Body.String(), "takes no request until it is reopened")
 		}
 		require.Contains(t, logs.String(), `level=ERROR msg="idempotent request refused: the database's sync failed`)
+		// The attempt whose commit failed may be on the disk (pending); the
+		// retries refused before running were not stored.
+		st := mw.Stats()
+		require.Equal(t, uint64(1), st.Pending, "%+v", st)
+		require.Equal(t, uint64(2), st.NotStored, "%+v", st)
 		require.NoError(t, db.Close())
 		return
 	}
