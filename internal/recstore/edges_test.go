@@ -54,6 +54,28 @@ func TestEntryEdges(t *testing.T) {
 	_, _, _, ok = unwrap([]byte{record.Magic, byte(record.KindLogEntry), entryLayout, 0, 0, 0})
 	require.False(t, ok, "shorter than a header and a checksum")
 
+	// An entry of another kind or layout, checksum and all, is not read as
+	// this one (a later format's entry met by this code).
+	for i, b := range []byte{record.Magic ^ 1, byte(record.KindLogEntry) + 1, entryLayout + 1} {
+		v := []byte{record.Magic, byte(record.KindLogEntry), entryLayout, 1, 'a', 1, 'b'}
+		v[i] = b
+		v = binary.LittleEndian.AppendUint32(v, crc32.Checksum(v, castagnoli))
+		_, _, _, ok = unwrap(v)
+		require.False(t, ok, "header byte %d changed", i)
+		_, _, ok = identity(v)
+		require.False(t, ok, "header byte %d changed", i)
+		require.Equal(t, "unreadable framing", why(v))
+	}
+	// identity reads what is left of an entry cut short: never past it.
+	for n := range 3 {
+		_, _, ok = identity(wrap("a", "b", nil)[:n])
+		require.False(t, ok, "%d bytes", n)
+	}
+	sc, k, ok = identity(wrap("a", "b", value("v"))[:7])
+	require.True(t, ok, "scope and key, the rest cut off")
+	require.Equal(t, "a", string(sc))
+	require.Equal(t, "b", string(k))
+
 	require.True(t, intact([]byte{0, 0, 0, 0}), "the checksum of nothing is 0")
 	require.False(t, intact([]byte{0, 0, 0}))
 }
