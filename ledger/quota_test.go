@@ -204,6 +204,7 @@ func TestRejectionsLeaveTheirBatchAlone(t *testing.T) {
 	}}
 	db := kvtest.OpenPath(t, filepath.Join(t.TempDir(), "ledger.db"),
 		&kv.Options{NoSync: true, MaxBatchDelay: 20 * time.Millisecond, Observer: obs}, ledger.RecordKind)
+	kvtest.RequireGroupCommit(t, db) // elsewhere (etcd) each call commits alone
 	l, err := ledger.New(db, &ledger.Config{Quota: &ledger.Quota{MaxRecords: 1}})
 	require.NoError(t, err)
 	_, err = l.Do(ctx, tenantReq("full", "first"), small)
