@@ -220,7 +220,7 @@ func TestDamagedEntryIsAnError(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		at   func(v []byte) int
-		why  string // what List says of it
+		why  string // what List, and the look-up's error, say of it
 	}{
 		{"in the key's length", func([]byte) int { return 5 }, "unreadable framing"},
 		{"in the key", func([]byte) int { return 6 }, "checksum mismatch"},
@@ -242,6 +242,7 @@ func TestDamagedEntryIsAnError(t *testing.T) {
 			_, v, err := s.Get(tx, "a", "k")
 			require.ErrorIs(t, err, record.ErrCorrupt, c.name)
 			require.ErrorContains(t, err, `"a"/"k"`, c.name)
+			require.ErrorContains(t, err, "("+c.why+")", c.name)
 			require.Nil(t, v, c.name)
 			_, v, err = s.GetProbed(tx, "a", "k", p)
 			require.ErrorIs(t, err, record.ErrCorrupt, "%s, probed", c.name)
