@@ -192,9 +192,8 @@ func TestUsageIsCountedFromTheRecordsAtOpen(t *testing.T) {
 // a rejected one would run its work twice.
 func TestRejectionsLeaveTheirBatchAlone(t *testing.T) {
 	t.Parallel()
-	var calls, failed, batched atomic.Int64
+	var failed, batched atomic.Int64
 	obs := &observe.Observer{Commit: func(c observe.Commit) {
-		calls.Add(int64(c.Calls))
 		if c.Err {
 			failed.Add(1)
 		}
