@@ -758,3 +758,33 @@ func TestRolledBackImportGoesAtTheNextWrite(t *testing.T) {
 	}
 	require.Equal(t, value("y"), get(t, db, s, "b", "y"))
 }
+
+// A key in the log that is not a position (a damaged page's, or one written
+// by hand) is listed once as what it is, and the listing goes on past it;
+// an entry whose framing is cut short is listed as damaged under the scope
+// and key it still reads as, so that an operator can tell whose it was.
+func TestListGoesOnPastWhatIsNotAnEntry(t *testing.T) {
+	t.Parallel()
+	db, s := open(t)
+	put(t, db, s, "a", "k1", t0, value("v"))
+	put(t, db, s, "a", "k2", t0, value("v"))
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
+		b := btx.Bucket(LogBucket(spec))
+		require.NoError(t, b.Put([]byte{0}, []byte("stray"))) // sorts before every position
+		return b.Put(posKey(expirySec(t0)<<ctrBits|ctrMask), wrap("a", "cut", value("v"))[:3+2+4])
+	}))
+	type listed struct {
+		scope, key string
+		ok         bool
+	}
+	var got []listed
+	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+		s.List(tx, "", func(_ Ref, scope, key string, _ []byte, ok bool) bool {
+			got = append(got, listed{scope, key, ok})
+			return true
+		})
+		return nil
+	}))
+	require.Equal(t, []listed{{"", "", false}, {"a", "k1", true}, {"a", "k2", true}, {"a", "cut", false}}, got)
+}
