@@ -360,7 +360,10 @@ func TestADamagedEntryKeepsItsPosition(t *testing.T) {
 		v[3] = 0xff // the scope's length: nothing can be read
 		return v
 	})
-	require.Equal(t, 1, s.Stats().Unreadable)
+	st := s.Stats()
+	require.Equal(t, 1, st.Unreadable)
+	require.Equal(t, 1, st.Rebuilt, "only j's entry says whose it is")
+	require.Equal(t, 1, st.Positions, "an entry that names no key is not in the directory")
 	put(t, db, s, "a", "m", t0, value("m's"))
 	require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
 		ref, v, err := s.Get(tx, "a", "m")
@@ -375,6 +378,37 @@ func TestADamagedEntryKeepsItsPosition(t *testing.T) {
 		require.False(t, ok, "the damaged entry is still there, as it was")
 		return nil
 	}))
+}
+
+// A rebuild goes on past a key in the log that is not a position (a
+// damaged page's, or one written by hand): it is counted as unreadable,
+// takes no place in the directory, and the entries after it are found.
+func TestRebuildGoesOnPastWhatIsNotAnEntry(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "r.db")
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	s, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	put(t, db, s, "a", "j", t0, value("j's"))
+	put(t, db, s, "a", "k", t0, value("k's"))
+	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
+		require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
+		return btx.Bucket(LogBucket(spec)).Put([]byte{0}, []byte("stray")) // sorts before every position
+	}))
+	require.NoError(t, db.Close())
+
+	db, err = kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	s2, err := Open(ctx, db, spec)
+	require.NoError(t, err)
+	st := s2.Stats()
+	require.Equal(t, 1, st.Unreadable)
+	require.Equal(t, 2, st.Rebuilt)
+	require.Equal(t, 2, st.Positions)
+	require.Equal(t, value("j's"), get(t, db, s2, "a", "j"))
+	require.Equal(t, value("k's"), get(t, db, s2, "a", "k"))
 }
 
 // Reopening rebuilds the directory from the log: every record is found,
