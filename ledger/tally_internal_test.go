@@ -436,3 +436,41 @@ func TestRecountBeforeTheFirstRecordWritesNoCounter(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, acmeUsage(t, l).Records)
 }
+
+// A tally that drifted in one of its two numbers only (records, or
+// bytes) is reported by the check and mended by a recount, which changes
+// that number alone.
+func TestRecountMendsOneNumberOfATally(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, l := talliedLedger(t, nil)
+	for _, scope := range []string{"acme|POST /x", "globex|POST /x"} {
+		for _, k := range []string{"k1", "k2"} {
+			_, err := l.Do(ctx, Request{Scope: scope, Key: k, Fingerprint: Fingerprint{1}}, created)
+			require.NoError(t, err)
+		}
+	}
+	acme := acmeUsage(t, l)
+	globex, err := l.Usage(ctx, "globex")
+	require.NoError(t, err)
+	require.NoError(t, db.Update(ctx, func(tx kv.Tx) error {
+		tally := recstore.TallyOf(tx, recordSpec)
+		if err := tally.Add(tx, "acme", 1, 0); err != nil {
+			return err
+		}
+		return tally.Add(tx, "globex", 0, 7)
+	}))
+	require.Equal(t, Usage{Records: acme.Records + 1, Bytes: acme.Bytes}, acmeUsage(t, l))
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Len(t, problems, 2, "%v", problems)
+
+	mended, err := RecountUsage(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, []UsageRecount{
+		{Tenant: "acme", Was: Usage{Records: acme.Records + 1, Bytes: acme.Bytes}, Now: acme},
+		{Tenant: "globex", Was: Usage{Records: globex.Records, Bytes: globex.Bytes + 7}, Now: globex},
+	}, mended)
+	require.Equal(t, acme, acmeUsage(t, l))
+	requireChecked(t, db)
+}
