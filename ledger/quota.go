@@ -363,11 +363,7 @@ func (l *Ledger) checkQuota(ctx context.Context, tx kv.Tx, scope string) error {
 		return nil
 	}
 	if l.views != nil {
-		far := func(u Usage) bool {
-			return (maxRecords <= 0 || u.Records < maxRecords-max(maxRecords/8, 1)) &&
-				(maxBytes <= 0 || u.Bytes < maxBytes-max(maxBytes/8, 1))
-		}
-		if known, err := l.admitByView(ctx, tenant, far); known || err != nil {
+		if known, err := l.admitByView(ctx, tenant, farBelow(maxRecords, maxBytes)); known || err != nil {
 			return err
 		}
 	}
@@ -386,6 +382,16 @@ func (l *Ledger) checkQuota(ctx context.Context, tx kv.Tx, scope string) error {
 		l.views.add(tenant, Usage{Records: 1})
 	}
 	return nil
+}
+
+// farBelow says whether a usage is more than an eighth of each bound (at
+// least one) below it, bounds of 0 or less being none: far enough that a
+// check may go by a recent count without reading it (Quota.MaxCountAge).
+func farBelow(maxRecords, maxBytes int64) func(Usage) bool {
+	return func(u Usage) bool {
+		return (maxRecords <= 0 || u.Records < maxRecords-max(maxRecords/8, 1)) &&
+			(maxBytes <= 0 || u.Bytes < maxBytes-max(maxBytes/8, 1))
+	}
 }
 
 // admitByView admits a new record of tenant, and counts it, when what the

@@ -14,10 +14,28 @@ import (
 	"github.com/oncekv/oncekv/kv/kvtest"
 )
 
-// farBelow is quotaViews.admit's far for a bound of n records, as
-// checkQuota builds it.
-func farBelow(n int64) func(Usage) bool {
-	return func(u Usage) bool { return u.Records < n-max(n/8, 1) }
+// A count is far from the bounds while it is more than an eighth of each
+// bound below it (at least one): of records, of bytes, or both.
+func TestFarBelowTheBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		maxRecords, maxBytes int64
+		u                    Usage
+		far                  bool
+	}{
+		{16, 0, Usage{Records: 13, Bytes: 1 << 40}, true}, // no bound of bytes
+		{16, 0, Usage{Records: 14}, false},                // within 2 of 16
+		{4, 0, Usage{Records: 2}, true},                   // an eighth of 4 is less than one: one
+		{4, 0, Usage{Records: 3}, false},
+		{0, 800, Usage{Records: 1 << 40, Bytes: 699}, true}, // no bound of records
+		{0, 800, Usage{Bytes: 700}, false},
+		{16, 800, Usage{Records: 13, Bytes: 699}, true},
+		{16, 800, Usage{Records: 13, Bytes: 700}, false}, // near one bound is near
+		{16, 800, Usage{Records: 14, Bytes: 0}, false},
+		{-1, -1, Usage{Records: 1 << 40, Bytes: 1 << 40}, true},
+	} {
+		require.Equal(t, tc.far, farBelow(tc.maxRecords, tc.maxBytes)(tc.u), "%+v", tc)
+	}
 }
 
 // What a check relies on without reading: the count last read, plus what
@@ -27,7 +45,7 @@ func farBelow(n int64) func(Usage) bool {
 func TestQuotaViews(t *testing.T) {
 	t.Parallel()
 	q := newQuotaViews(time.Minute)
-	far := farBelow(16) // far below 14
+	far := farBelow(16, 0) // far below 14
 	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 
 	known, renew, wait := q.admit("acme", t0, far)
@@ -91,7 +109,7 @@ func TestQuotaViews(t *testing.T) {
 func TestQuotaViewsAreBounded(t *testing.T) {
 	t.Parallel()
 	q := newQuotaViews(time.Minute)
-	far := farBelow(1000)
+	far := farBelow(1000, 0)
 	now := time.Now()
 	for i := range maxQuotaViews + 100 {
 		_, renew, _ := q.admit(fmt.Sprint("t", i), now, far)
