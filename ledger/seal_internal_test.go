@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -445,4 +446,58 @@ func TestRecordSealedInTheFirstLayoutReplays(t *testing.T) {
 	require.Equal(t, r.Response, back.Response)
 	require.Equal(t, uint32(2), back.KeyID)
 	require.Equal(t, len(rebuilt)+(seal.Overhead-(3+4+12+16)), len(nv), "the XAES layout's nonce is 12 bytes longer")
+}
+
+// A rekey rewrites each response as it was stored, compressed or not:
+// a body the ledger compressed stays compressed (it was worth it), and
+// one stored whole (by a ledger that compressed nothing, or under the
+// threshold) is not compressed by the rekey.
+func TestRekeyKeepsEachBodysCompression(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "compressed.db")
+	body := []byte(strings.Repeat(`{"line":"the same text, again and again"}`, 100))
+	store := func(l *Ledger, key string) {
+		_, err := l.Do(ctx, Request{Scope: "acme|POST /v1/cards", Key: key, Fingerprint: Fingerprint{1}},
+			func(kv.Tx) (Response, error) { return Response{Status: 201, Body: body}, nil })
+		require.NoError(t, err)
+	}
+	compressed := func(l *Ledger, db *kv.DB) map[string]bool {
+		out := map[string]bool{}
+		require.NoError(t, db.View(ctx, func(tx kv.Tx) error {
+			clear(out) // a rerun build reads twice
+			for r, err := range l.Records(tx, ListOptions{}) {
+				require.NoError(t, err)
+				out[r.Key] = r.Compressed
+			}
+			return nil
+		}))
+		return out
+	}
+	db, err := kv.Open(path, &kv.Options{NoSync: true})
+	require.NoError(t, err)
+	for key, threshold := range map[string]int{"zipped": 0, "whole": -1} {
+		l, err := New(db, &Config{CompressThreshold: threshold})
+		require.NoError(t, err)
+		store(l, key)
+	}
+	l, err := New(db, nil)
+	require.NoError(t, err)
+	want := map[string]bool{"zipped": true, "whole": false}
+	require.Equal(t, want, compressed(l, db))
+	require.NoError(t, db.Close())
+
+	db, l = openSealed(t, path, sealtest.Ring(t, 1))
+	defer db.Close()
+	n, _ := sealtest.Reseal(t, db, Reseal, 10)
+	require.Equal(t, 2, n)
+	require.Equal(t, want, compressed(l, db))
+	for key := range want {
+		got, err := replay(l, key)
+		require.NoError(t, err)
+		require.Equal(t, body, got.Response.Body)
+	}
+	problems, err := db.Check(ctx, RecordKind)
+	require.NoError(t, err)
+	require.Empty(t, problems)
 }
