@@ -306,6 +306,21 @@ func TestDamagedEntryBesideAnIntactOne(t *testing.T) {
 // the store returned has rebuilt its directory from the damaged log.
 func damageAndReopen(t *testing.T, change func(v []byte) []byte) (*kv.DB, *logStore, []byte) {
 	t.Helper()
+	var damagedAt []byte
+	db, s := changeAndReopen(t, func(b *bolt.Bucket) error {
+		k, v := b.Cursor().Last() // k's
+		damagedAt = append([]byte(nil), k...)
+		return b.Put(damagedAt, change(append([]byte(nil), v...)))
+	})
+	return db, s, damagedAt
+}
+
+// changeAndReopen writes two records at one expiry ("a"/"j" and "a"/"k"),
+// moves them to the log, changes the log through change (raw bbolt), and
+// reopens the file: the store returned has rebuilt its directory from
+// the changed log.
+func changeAndReopen(t *testing.T, change func(log *bolt.Bucket) error) (*kv.DB, *logStore) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "r.db")
 	db, err := kv.Open(path, &kv.Options{NoSync: true})
 	require.NoError(t, err)
@@ -313,13 +328,9 @@ func damageAndReopen(t *testing.T, change func(v []byte) []byte) (*kv.DB, *logSt
 	require.NoError(t, err)
 	put(t, db, s, "a", "j", t0, value("j's"))
 	put(t, db, s, "a", "k", t0, value("k's"))
-	var damagedAt []byte
 	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
 		require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
-		b := btx.Bucket(LogBucket(spec))
-		k, v := b.Cursor().Last() // k's
-		damagedAt = append([]byte(nil), k...)
-		return b.Put(damagedAt, change(append([]byte(nil), v...)))
+		return change(btx.Bucket(LogBucket(spec)))
 	}))
 	require.NoError(t, db.Close())
 	db, err = kv.Open(path, &kv.Options{NoSync: true})
@@ -327,7 +338,7 @@ func damageAndReopen(t *testing.T, change func(v []byte) []byte) (*kv.DB, *logSt
 	t.Cleanup(func() { _ = db.Close() })
 	s2, err := Open(ctx, db, spec)
 	require.NoError(t, err)
-	return db, s2.(*logStore), damagedAt
+	return db, s2.(*logStore)
 }
 
 // An entry cut short keeps the scope and key at its start: the rebuild
@@ -385,30 +396,15 @@ func TestADamagedEntryKeepsItsPosition(t *testing.T) {
 // takes no place in the directory, and the entries after it are found.
 func TestRebuildGoesOnPastWhatIsNotAnEntry(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "r.db")
-	db, err := kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	s, err := Open(ctx, db, spec)
-	require.NoError(t, err)
-	put(t, db, s, "a", "j", t0, value("j's"))
-	put(t, db, s, "a", "k", t0, value("k's"))
-	require.NoError(t, db.Bolt().Update(func(btx *bolt.Tx) error {
-		require.NoError(t, FlushTail(kv.WrapTx(btx), spec))
-		return btx.Bucket(LogBucket(spec)).Put([]byte{0}, []byte("stray")) // sorts before every position
-	}))
-	require.NoError(t, db.Close())
-
-	db, err = kv.Open(path, &kv.Options{NoSync: true})
-	require.NoError(t, err)
-	defer db.Close()
-	s2, err := Open(ctx, db, spec)
-	require.NoError(t, err)
-	st := s2.Stats()
+	db, s := changeAndReopen(t, func(log *bolt.Bucket) error {
+		return log.Put([]byte{0}, []byte("stray")) // sorts before every position
+	})
+	st := s.Stats()
 	require.Equal(t, 1, st.Unreadable)
 	require.Equal(t, 2, st.Rebuilt)
 	require.Equal(t, 2, st.Positions)
-	require.Equal(t, value("j's"), get(t, db, s2, "a", "j"))
-	require.Equal(t, value("k's"), get(t, db, s2, "a", "k"))
+	require.Equal(t, value("j's"), get(t, db, s, "a", "j"))
+	require.Equal(t, value("k's"), get(t, db, s, "a", "k"))
 }
 
 // Reopening rebuilds the directory from the log: every record is found,
