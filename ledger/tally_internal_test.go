@@ -448,12 +448,10 @@ func TestRecountMendsOneNumberOfUsage(t *testing.T) {
 		t.Run(fmt.Sprintf("logged=%t", logged), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := kvtest.Open(t, nil)
-			kvtest.RequireBolt(t, db)
-			if !logged {
-				var err error
-				db, err = kv.New(severalWriters{db}, nil)
-				require.NoError(t, err)
+			db := keyedDB(t, nil)
+			if logged {
+				db = kvtest.Open(t, nil)
+				kvtest.RequireBolt(t, db) // the tally counts the log, on bbolt
 			}
 			l, err := New(db, nil)
 			require.NoError(t, err)

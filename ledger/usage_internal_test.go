@@ -398,8 +398,7 @@ func TestCheckOfUsageNotCountedYet(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, records := range []int{0, 1} {
-		db, err := kv.New(severalWriters{kvtest.Open(t, nil)}, nil)
-		require.NoError(t, err)
+		db := keyedDB(t, nil)
 		l, err := New(db, nil)
 		require.NoError(t, err)
 		for i := range records {
